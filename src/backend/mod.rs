@@ -1,0 +1,134 @@
+//! The device seam. Each backend implements [`Backend`] for one device; the core
+//! holds an `Arc<dyn Backend>` and never sees CUDA or host-worker types.
+//!
+//! Raw handles are opaque `u64`s, the way the driver hands out pointers: a
+//! `CUstream`/`CUevent`/`CUdeviceptr` on cuda, a pointer to a worker object on host.
+//! The core guarantees a raw handle is only passed back to the backend that made it,
+//! and only while it is alive.
+
+pub mod cuda;
+pub mod host;
+
+use crate::error::Result;
+use std::ffi::c_void;
+
+/// Which backend a device runs on. Values are part of the C ABI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum BackendKind {
+    Host = 1,
+    Cuda = 2,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Cuda => "cuda",
+        }
+    }
+}
+
+/// Static properties of a device.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceProps {
+    pub name: String,
+    pub total_memory: u64,
+    pub compute_capability: (i32, i32),
+    pub multiprocessor_count: i32,
+}
+
+/// Kernel launch geometry.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem_bytes: u32,
+}
+
+/// Graph capture mode (values match `CUstreamCaptureMode` order used by the C ABI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaptureMode {
+    Global,
+    ThreadLocal,
+    Relaxed,
+}
+
+/// A host function run in stream order. It must not call back into CUDA.
+pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
+
+/// One device of one backend. All methods are thread-safe. Every method that talks
+/// to the driver binds the device's context on the calling thread first.
+pub trait Backend: Send + Sync + 'static {
+    fn kind(&self) -> BackendKind;
+    fn ordinal(&self) -> u32;
+    fn props(&self) -> Result<DeviceProps>;
+    /// (least, greatest) stream priority; greatest is numerically lowest on CUDA.
+    fn priority_range(&self) -> Result<(i32, i32)>;
+
+    // Streams.
+    fn stream_create(&self, non_blocking: bool, priority: i32) -> Result<u64>;
+    fn stream_destroy(&self, stream: u64);
+    /// Checks that a foreign raw stream can be adopted (not the legacy default on cuda).
+    fn stream_check_external(&self, raw: u64) -> Result<()>;
+    /// True when all work enqueued so far has completed.
+    fn stream_query(&self, stream: u64) -> Result<bool>;
+    fn stream_synchronize(&self, stream: u64) -> Result<()>;
+    fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()>;
+    fn launch_host_fn(&self, stream: u64, f: HostFn) -> Result<()>;
+
+    // Events.
+    fn event_create(&self, timing: bool) -> Result<u64>;
+    fn event_destroy(&self, event: u64);
+    fn event_record(&self, event: u64, stream: u64) -> Result<()>;
+    /// True when the recorded work has completed (or the event was never recorded).
+    fn event_query(&self, event: u64) -> Result<bool>;
+    fn event_synchronize(&self, event: u64) -> Result<()>;
+    fn event_elapsed_ms(&self, start: u64, end: u64) -> Result<f32>;
+
+    // Memory. Device addresses are `u64`; on host they are host pointers.
+    fn mem_alloc_async(&self, size: usize, stream: u64) -> Result<u64>;
+    fn mem_free_async(&self, ptr: u64, stream: u64) -> Result<()>;
+    fn pinned_alloc(&self, size: usize) -> Result<*mut u8>;
+    fn pinned_free(&self, ptr: *mut u8);
+    fn host_register(&self, ptr: *mut u8, len: usize) -> Result<()>;
+    fn host_unregister(&self, ptr: *mut u8);
+    /// Copies `len` bytes between any two addresses this device can reach
+    /// (device, pinned or registered host memory), in stream order.
+    fn memcpy_async(&self, dst: u64, src: u64, len: usize, stream: u64) -> Result<()>;
+    /// Copies from pageable host memory. Returns once `src` may be reused.
+    fn memcpy_from_pageable(&self, dst: u64, src: &[u8], stream: u64) -> Result<()>;
+    fn memset_async(&self, dst: u64, value: u8, len: usize, stream: u64) -> Result<()>;
+
+    // Kernels (cuda only; host returns Unsupported).
+    fn module_load(&self, image: &[u8]) -> Result<u64>;
+    fn module_unload(&self, module: u64);
+    fn module_function(&self, module: u64, name: &std::ffi::CStr) -> Result<u64>;
+    /// # Safety
+    /// `args` must point to one valid pointer per kernel parameter.
+    unsafe fn launch_kernel(
+        &self,
+        func: u64,
+        dims: LaunchDims,
+        args: *mut *mut c_void,
+        stream: u64,
+    ) -> Result<()>;
+
+    // Graph capture and graphs (cuda; host implements its own recorder).
+    fn capture_begin(&self, stream: u64, mode: CaptureMode) -> Result<()>;
+    /// Ends capture and returns the raw graph.
+    fn capture_end(&self, stream: u64) -> Result<u64>;
+    /// True while `stream` is capturing (active capture status).
+    fn capture_active(&self, stream: u64) -> Result<bool>;
+    fn graph_destroy(&self, graph: u64);
+    fn graph_instantiate(&self, graph: u64) -> Result<u64>;
+    fn graph_exec_destroy(&self, exec: u64);
+    fn graph_upload(&self, exec: u64, stream: u64) -> Result<()>;
+    fn graph_launch(&self, exec: u64, stream: u64) -> Result<()>;
+    /// Updates `exec` in place from `graph`. `Ok(Err(reason))` means the update was
+    /// refused (topology or node kind changed) and the caller should re-instantiate.
+    fn graph_exec_update(&self, exec: u64, graph: u64) -> Result<std::result::Result<(), String>>;
+    /// Number of nodes in a graph.
+    fn graph_node_count(&self, graph: u64) -> Result<usize>;
+    fn graph_debug_dot(&self, graph: u64, path: &std::ffi::CStr, verbose: bool) -> Result<()>;
+}
