@@ -5,6 +5,20 @@
 //! (the C ABI only). Nothing here keeps a current stream or a thread-local error.
 
 pub mod backend;
+pub mod device;
 pub mod error;
+pub mod graph;
+mod handle;
+pub mod memory;
+pub mod module;
+pub mod stream;
+pub mod sync;
 
+pub mod ffi;
+
+pub use backend::{BackendKind, LaunchDims};
+pub use device::Device;
 pub use error::{Error, ErrorCode, Result};
+pub use memory::{Buffer, BufferKind};
+pub use stream::{Recording, Stream};
+pub use sync::SyncObject;

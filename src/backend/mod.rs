@@ -54,8 +54,9 @@ pub enum CaptureMode {
     Relaxed,
 }
 
-/// A host function run in stream order. It must not call back into CUDA.
-pub type HostFn = Box<dyn FnOnce() + Send + 'static>;
+/// A host function run in stream order. It must not call back into CUDA. It is `Fn`
+/// so that a captured graph can run it on every replay.
+pub type HostFn = Box<dyn Fn() + Send + Sync + 'static>;
 
 /// One device of one backend. All methods are thread-safe. Every method that talks
 /// to the driver binds the device's context on the calling thread first.

@@ -1,0 +1,139 @@
+//! Devices: one backend device each, shared by everything created on it.
+
+use crate::backend::{self, Backend, BackendKind, DeviceProps};
+use crate::error::{Error, ErrorCode, Result};
+use crate::memory::PinnedPool;
+use crate::stream::Stream;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+/// Globally unique ids for streams, sync objects and devices.
+pub(crate) fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+pub struct Device {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub id: u64,
+    streams: Mutex<Vec<Weak<Stream>>>,
+    pub(crate) pinned: PinnedPool,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.kind().name(), self.ordinal())
+    }
+}
+
+/// How `SLUICE_BACKEND` asks for the default device.
+fn backend_choice() -> Result<Option<BackendKind>> {
+    match std::env::var("SLUICE_BACKEND").as_deref() {
+        Err(_) | Ok("") | Ok("auto") => Ok(None),
+        Ok("host") => Ok(Some(BackendKind::Host)),
+        Ok("cuda") => Ok(Some(BackendKind::Cuda)),
+        Ok(other) => Err(Error::invalid_argument(format!(
+            "SLUICE_BACKEND={other:?} is not one of auto, cuda, host"
+        ))),
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<(BackendKind, u32), Arc<Device>>> {
+    static REG: OnceLock<Mutex<HashMap<(BackendKind, u32), Arc<Device>>>> = OnceLock::new();
+    REG.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+impl Device {
+    /// Number of devices of a backend. cuda without a driver is an error.
+    pub fn count(kind: BackendKind) -> Result<u32> {
+        match kind {
+            BackendKind::Host => Ok(backend::host::device_count()),
+            BackendKind::Cuda => backend::cuda::device_count(),
+        }
+    }
+
+    /// Opens (or returns the already-open) device `ordinal` of `kind`.
+    pub fn open(kind: BackendKind, ordinal: u32) -> Result<Arc<Device>> {
+        let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = reg.get(&(kind, ordinal)) {
+            return Ok(d.clone());
+        }
+        let backend: Arc<dyn Backend> = match kind {
+            BackendKind::Host => backend::host::open(ordinal)?,
+            BackendKind::Cuda => backend::cuda::open(ordinal)?,
+        };
+        let dev = Arc::new(Device {
+            backend,
+            id: next_id(),
+            streams: Mutex::new(Vec::new()),
+            pinned: PinnedPool::new(),
+        });
+        reg.insert((kind, ordinal), dev.clone());
+        Ok(dev)
+    }
+
+    /// The default device: `SLUICE_BACKEND=auto|cuda|host`; auto is cuda:0 when a
+    /// usable driver and GPU exist, else host:0.
+    pub fn open_default() -> Result<Arc<Device>> {
+        match backend_choice()? {
+            Some(kind) => Device::open(kind, 0),
+            None => match Device::count(BackendKind::Cuda) {
+                Ok(n) if n > 0 => Device::open(BackendKind::Cuda, 0),
+                _ => Device::open(BackendKind::Host, 0),
+            },
+        }
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.backend.kind()
+    }
+
+    pub fn ordinal(&self) -> u32 {
+        self.backend.ordinal()
+    }
+
+    pub fn props(&self) -> Result<DeviceProps> {
+        self.backend.props()
+    }
+
+    pub fn priority_range(&self) -> Result<(i32, i32)> {
+        self.backend.priority_range()
+    }
+
+    pub(crate) fn register_stream(&self, s: &Arc<Stream>) {
+        let mut v = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(s));
+    }
+
+    /// Blocks until all work on every live stream of this device has completed.
+    /// Returns the first deferred error found, after draining every stream.
+    pub fn wait_all(&self) -> Result<()> {
+        let streams: Vec<Arc<Stream>> = self
+            .streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .collect();
+        let mut first = None;
+        for s in streams {
+            if let Err(e) = s.synchronize() {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    pub(crate) fn same_device(&self, other: &Device, what: &str) -> Result<()> {
+        if std::ptr::eq(self, other) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorCode::WrongDevice,
+                format!("{what} belongs to device {other:?}, the stream to device {self:?}"),
+            ))
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Devices.
+
+use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use crate::backend::BackendKind;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::handle::HandleTable;
+use crate::memory::PinnedStats;
+use std::ffi::c_char;
+use std::sync::{Arc, LazyLock};
+
+pub(crate) static DEVICES: LazyLock<HandleTable<Device>> = LazyLock::new(|| HandleTable::new(1));
+
+/// The host backend: CPU worker threads with CUDA stream semantics.
+pub const SLUICE_BACKEND_HOST: u32 = 1;
+/// The CUDA backend (driver API).
+pub const SLUICE_BACKEND_CUDA: u32 = 2;
+
+/// A device handle. Thread safety: may be used from any thread at once.
+/// Under the hood: `Arc<Device>`; streams and buffers keep their device alive.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_device_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// Static properties of a device.
+#[repr(C)]
+pub struct sluice_device_props_t {
+    /// NUL-terminated device name.
+    pub name: [c_char; 256],
+    /// Total device memory in bytes.
+    pub total_memory: u64,
+    /// Compute capability major (0 on host).
+    pub compute_capability_major: i32,
+    /// Compute capability minor (0 on host).
+    pub compute_capability_minor: i32,
+    /// Number of multiprocessors (CPU threads on host).
+    pub multiprocessor_count: i32,
+    /// `SLUICE_BACKEND_*` of the device.
+    pub backend: u32,
+    /// Index of the device within its backend.
+    pub ordinal: u32,
+}
+
+/// Statistics of a device's pinned host-memory pool.
+#[repr(C)]
+pub struct sluice_pinned_stats_t {
+    /// Bytes of pinned blocks handed out and not yet freed.
+    pub bytes_in_use: u64,
+    /// Bytes of pinned blocks cached for reuse.
+    pub bytes_cached: u64,
+    /// Bound on cached bytes; blocks freed beyond it are released at once.
+    pub cache_limit: u64,
+    /// Allocations served from the cache.
+    pub hits: u64,
+    /// Allocations that needed a new pinned block.
+    pub misses: u64,
+}
+
+pub(crate) fn backend_kind(v: u32) -> Result<BackendKind> {
+    match v {
+        SLUICE_BACKEND_HOST => Ok(BackendKind::Host),
+        SLUICE_BACKEND_CUDA => Ok(BackendKind::Cuda),
+        _ => Err(Error::invalid_argument(format!(
+            "unknown backend {v} (expected SLUICE_BACKEND_HOST or SLUICE_BACKEND_CUDA)"
+        ))),
+    }
+}
+
+pub(crate) fn device(d: sluice_device_t) -> Result<Arc<Device>> {
+    lookup(&DEVICES, d.bits, "device")
+}
+
+/// Writes the number of devices of `backend` to `count_out`. For cuda with no
+/// usable driver this fails with `SLUICE_ERROR_NO_DRIVER`.
+#[no_mangle]
+pub extern "C" fn sluice_device_count(backend: u32, count_out: *mut u32) -> *mut sluice_error_t {
+    boundary("sluice_device_count", || {
+        let out = out_ptr(count_out, "count_out")?;
+        write_out(out, Device::count(backend_kind(backend)?)?);
+        Ok(())
+    })
+}
+
+/// Opens device `ordinal` of `backend`. Each call gives a new handle to the same
+/// device; close each with `sluice_device_close`.
+#[no_mangle]
+pub extern "C" fn sluice_device_open(
+    backend: u32,
+    ordinal: u32,
+    device_out: *mut sluice_device_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_device_open", || {
+        let out = out_ptr(device_out, "device_out")?;
+        let d = Device::open(backend_kind(backend)?, ordinal)?;
+        write_out(
+            out,
+            sluice_device_t {
+                bits: DEVICES.insert(d),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Opens the default device: `SLUICE_BACKEND=auto|cuda|host` (default auto: cuda
+/// device 0 when a usable driver and GPU exist, else host device 0).
+#[no_mangle]
+pub extern "C" fn sluice_device_open_default(
+    device_out: *mut sluice_device_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_device_open_default", || {
+        let out = out_ptr(device_out, "device_out")?;
+        let d = Device::open_default()?;
+        write_out(
+            out,
+            sluice_device_t {
+                bits: DEVICES.insert(d),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Closes a device handle. Objects created on the device stay valid.
+#[no_mangle]
+pub extern "C" fn sluice_device_close(device: sluice_device_t) -> *mut sluice_error_t {
+    boundary("sluice_device_close", || {
+        remove(&DEVICES, device.bits, "device").map(drop)
+    })
+}
+
+/// Writes the device's properties to `props_out`.
+#[no_mangle]
+pub extern "C" fn sluice_device_props(
+    device: sluice_device_t,
+    props_out: *mut sluice_device_props_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_device_props", || {
+        let out = out_ptr(props_out, "props_out")?;
+        let d = self::device(device)?;
+        let p = d.props()?;
+        let mut name = [0 as c_char; 256];
+        for (dst, src) in name.iter_mut().zip(p.name.bytes().take(255)) {
+            *dst = src as c_char;
+        }
+        write_out(
+            out,
+            sluice_device_props_t {
+                name,
+                total_memory: p.total_memory,
+                compute_capability_major: p.compute_capability.0,
+                compute_capability_minor: p.compute_capability.1,
+                multiprocessor_count: p.multiprocessor_count,
+                backend: d.kind() as u32,
+                ordinal: d.ordinal(),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Writes the stream priority range: `least` (lowest priority) and `greatest`
+/// (highest; numerically lowest on CUDA). Priorities outside it are clamped.
+#[no_mangle]
+pub extern "C" fn sluice_device_priority_range(
+    device: sluice_device_t,
+    least_out: *mut i32,
+    greatest_out: *mut i32,
+) -> *mut sluice_error_t {
+    boundary("sluice_device_priority_range", || {
+        let (l, g) = (
+            out_ptr(least_out, "least_out")?,
+            out_ptr(greatest_out, "greatest_out")?,
+        );
+        let (least, greatest) = self::device(device)?.priority_range()?;
+        write_out(l, least);
+        write_out(g, greatest);
+        Ok(())
+    })
+}
+
+/// Blocks until all work on every stream of the device has completed, then reports
+/// the first deferred error, if any.
+#[no_mangle]
+pub extern "C" fn sluice_device_wait_all(device: sluice_device_t) -> *mut sluice_error_t {
+    boundary("sluice_device_wait_all", || {
+        self::device(device)?.wait_all()
+    })
+}
+
+/// Writes the device's pinned-pool statistics.
+#[no_mangle]
+pub extern "C" fn sluice_device_pinned_stats(
+    device: sluice_device_t,
+    stats_out: *mut sluice_pinned_stats_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_device_pinned_stats", || {
+        let out = out_ptr(stats_out, "stats_out")?;
+        let PinnedStats {
+            bytes_in_use,
+            bytes_cached,
+            cache_limit,
+            hits,
+            misses,
+        } = self::device(device)?.pinned.stats();
+        write_out(
+            out,
+            sluice_pinned_stats_t {
+                bytes_in_use,
+                bytes_cached,
+                cache_limit,
+                hits,
+                misses,
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Releases every cached pinned block (waiting for copies that still use them).
+#[no_mangle]
+pub extern "C" fn sluice_device_pinned_trim(device: sluice_device_t) -> *mut sluice_error_t {
+    boundary("sluice_device_pinned_trim", || {
+        let d = self::device(device)?;
+        d.pinned.trim_to(&d, 0);
+        Ok(())
+    })
+}
+
+/// Sets the bound on cached pinned bytes (default 256 MiB) and trims down to it.
+#[no_mangle]
+pub extern "C" fn sluice_device_pinned_set_limit(
+    device: sluice_device_t,
+    bytes: u64,
+) -> *mut sluice_error_t {
+    boundary("sluice_device_pinned_set_limit", || {
+        let d = self::device(device)?;
+        d.pinned.set_limit(&d, bytes);
+        Ok(())
+    })
+}

@@ -1,0 +1,121 @@
+//! Error objects and codes.
+
+use crate::error::{Error, ErrorCode};
+use std::ffi::{c_char, CString};
+
+/// A Rust panic was caught at the ABI boundary (a bug in sluice).
+pub const SLUICE_ERROR_PANIC: u32 = 1;
+/// A required pointer argument was NULL.
+pub const SLUICE_ERROR_NULL_ARGUMENT: u32 = 2;
+/// An argument had an invalid value (bad flag, zero size, unknown code).
+pub const SLUICE_ERROR_INVALID_ARGUMENT: u32 = 3;
+/// A handle was stale, forged, of the wrong type, or already destroyed.
+pub const SLUICE_ERROR_INVALID_HANDLE: u32 = 4;
+/// An offset or length fell outside a buffer, or arithmetic overflowed.
+pub const SLUICE_ERROR_OUT_OF_RANGE: u32 = 5;
+/// The operation is not supported by this backend.
+pub const SLUICE_ERROR_UNSUPPORTED: u32 = 6;
+/// No usable CUDA driver was found.
+pub const SLUICE_ERROR_NO_DRIVER: u32 = 7;
+/// The requested device does not exist.
+pub const SLUICE_ERROR_NO_DEVICE: u32 = 8;
+/// The CUDA driver returned an error; see `sluice_error_driver_code`.
+pub const SLUICE_ERROR_DRIVER: u32 = 9;
+/// An allocation failed.
+pub const SLUICE_ERROR_OUT_OF_MEMORY: u32 = 10;
+/// The operation may not run while its stream captures a graph.
+pub const SLUICE_ERROR_CAPTURE_UNSUPPORTED: u32 = 11;
+/// A graph capture failed or was invalidated.
+pub const SLUICE_ERROR_CAPTURE_FAILED: u32 = 12;
+/// Work on the stream failed asynchronously (a device fault).
+pub const SLUICE_ERROR_DEVICE_FAULT: u32 = 13;
+/// A host callback reported a failure or panicked.
+pub const SLUICE_ERROR_CALLBACK_FAILED: u32 = 14;
+/// Loading a module failed; the message holds the JIT log.
+pub const SLUICE_ERROR_MODULE_LOAD: u32 = 15;
+/// A named item (for example a kernel) was not found.
+pub const SLUICE_ERROR_NOT_FOUND: u32 = 16;
+/// Objects of different devices were mixed in one call.
+pub const SLUICE_ERROR_WRONG_DEVICE: u32 = 17;
+/// The object is in a state that does not allow this call.
+pub const SLUICE_ERROR_INVALID_STATE: u32 = 18;
+
+/// An error: a stable code, a message naming the operation and the handle, and the
+/// driver's `CUresult` where the driver failed. Free it with `sluice_error_free`.
+/// Thread safety: immutable; may be read from any thread.
+pub struct sluice_error_t {
+    code: u32,
+    driver_code: u32,
+    message: CString,
+}
+
+pub(crate) fn into_raw(e: Error) -> *mut sluice_error_t {
+    let message = CString::new(e.message.replace('\0', " ")).unwrap_or_default();
+    Box::into_raw(Box::new(sluice_error_t {
+        code: e.code as u32,
+        driver_code: e.driver_code.unwrap_or(0),
+        message,
+    }))
+}
+
+/// The error's code, one of `SLUICE_ERROR_*`. Returns 0 for NULL.
+#[no_mangle]
+pub extern "C" fn sluice_error_code(err: *const sluice_error_t) -> u32 {
+    // SAFETY: err is NULL or a live error made by sluice.
+    unsafe { err.as_ref() }.map_or(0, |e| e.code)
+}
+
+/// The driver's `CUresult` behind the error, or 0 when the driver was not involved.
+#[no_mangle]
+pub extern "C" fn sluice_error_driver_code(err: *const sluice_error_t) -> u32 {
+    // SAFETY: err is NULL or a live error made by sluice.
+    unsafe { err.as_ref() }.map_or(0, |e| e.driver_code)
+}
+
+/// The NUL-terminated message, valid until `sluice_error_free`. Returns "" for NULL.
+#[no_mangle]
+pub extern "C" fn sluice_error_message(err: *const sluice_error_t) -> *const c_char {
+    // SAFETY: err is NULL or a live error made by sluice.
+    match unsafe { err.as_ref() } {
+        Some(e) => e.message.as_ptr(),
+        None => c"".as_ptr(),
+    }
+}
+
+/// Frees an error. NULL is ignored. Must not be called twice on one error.
+#[no_mangle]
+pub extern "C" fn sluice_error_free(err: *mut sluice_error_t) {
+    if !err.is_null() {
+        // SAFETY: err came from Box::into_raw in into_raw and is freed once.
+        drop(unsafe { Box::from_raw(err) });
+    }
+}
+
+/// The constant name of a code, for example "SLUICE_ERROR_INVALID_HANDLE", or
+/// "SLUICE_ERROR_UNKNOWN" for a value that is not a code. The string is static.
+#[no_mangle]
+pub extern "C" fn sluice_error_code_name(code: u32) -> *const c_char {
+    match ErrorCode::from_u32(code) {
+        Some(c) => c.name_cstr().as_ptr(),
+        None if code == 0 => c"SLUICE_OK".as_ptr(),
+        None => c"SLUICE_ERROR_UNKNOWN".as_ptr(),
+    }
+}
+
+/// The library version as "MAJOR.MINOR.PATCH". The string is static.
+#[no_mangle]
+pub extern "C" fn sluice_version() -> *const c_char {
+    const V: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(
+        concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes(),
+    ) {
+        Ok(c) => c,
+        Err(_) => c"",
+    };
+    V.as_ptr()
+}
+
+/// The ABI version this library implements; compare with `SLUICE_ABI_VERSION`.
+#[no_mangle]
+pub extern "C" fn sluice_abi_version() -> u32 {
+    super::SLUICE_ABI_VERSION
+}

@@ -1,0 +1,142 @@
+//! Pooled events.
+
+use super::stream::{sluice_stream_t, stream};
+use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use crate::error::{Error, Result};
+use crate::handle::HandleTable;
+use crate::stream::Recording;
+use std::sync::{Arc, LazyLock};
+
+pub(crate) static EVENTS: LazyLock<HandleTable<Recording>> = LazyLock::new(|| HandleTable::new(3));
+
+/// Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
+pub const SLUICE_EVENT_TIMING: u32 = 1;
+
+/// One recording of a pooled event: a point in a stream. Each recording has a
+/// per-stream sequence number that only increases. The underlying event returns
+/// to its stream's pool only when nothing references the recording any more.
+/// Thread safety: may be used from any thread at once.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_event_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+pub(crate) fn event(e: sluice_event_t) -> Result<Arc<Recording>> {
+    lookup(&EVENTS, e.bits, "event")
+}
+
+/// Records an event at the current end of `stream`. `flags` is 0 or
+/// `SLUICE_EVENT_TIMING`. Destroy the handle with `sluice_event_destroy`.
+#[no_mangle]
+pub extern "C" fn sluice_event_record(
+    stream: sluice_stream_t,
+    flags: u32,
+    event_out: *mut sluice_event_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_event_record", || {
+        let out = out_ptr(event_out, "event_out")?;
+        if flags & !SLUICE_EVENT_TIMING != 0 {
+            return Err(Error::invalid_argument(format!(
+                "unknown event flags 0x{flags:x}"
+            )));
+        }
+        let rec = self::stream(stream)?.record(flags & SLUICE_EVENT_TIMING != 0)?;
+        write_out(
+            out,
+            sluice_event_t {
+                bits: EVENTS.insert(rec),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Makes `stream` wait on `event` on the device; the host does not block.
+#[no_mangle]
+pub extern "C" fn sluice_stream_wait_event(
+    stream: sluice_stream_t,
+    event: sluice_event_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_wait_event", || {
+        let s = self::stream(stream)?;
+        s.wait(&*self::event(event)?)
+    })
+}
+
+/// Writes true to `done_out` when the work before the event has completed.
+#[no_mangle]
+pub extern "C" fn sluice_event_query(
+    event: sluice_event_t,
+    done_out: *mut bool,
+) -> *mut sluice_error_t {
+    boundary("sluice_event_query", || {
+        let out = out_ptr(done_out, "done_out")?;
+        let e = self::event(event)?;
+        if e.capture_id.is_some() {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorCode::CaptureUnsupported,
+                "event query is not allowed on an event recorded during a capture",
+            ));
+        }
+        write_out(out, e.query()?);
+        Ok(())
+    })
+}
+
+/// Blocks until the work before the event has completed.
+#[no_mangle]
+pub extern "C" fn sluice_event_synchronize(event: sluice_event_t) -> *mut sluice_error_t {
+    boundary("sluice_event_synchronize", || {
+        let e = self::event(event)?;
+        if e.capture_id.is_some() {
+            return Err(crate::error::Error::new(
+                crate::error::ErrorCode::CaptureUnsupported,
+                "event synchronize is not allowed on an event recorded during a capture",
+            ));
+        }
+        e.synchronize()
+    })
+}
+
+/// Writes the milliseconds between two completed timing events.
+#[no_mangle]
+pub extern "C" fn sluice_event_elapsed_ms(
+    start: sluice_event_t,
+    end: sluice_event_t,
+    ms_out: *mut f32,
+) -> *mut sluice_error_t {
+    boundary("sluice_event_elapsed_ms", || {
+        let out = out_ptr(ms_out, "ms_out")?;
+        write_out(out, self::event(start)?.elapsed_ms(&*self::event(end)?)?);
+        Ok(())
+    })
+}
+
+/// Writes the event's stream id and its sequence number within that stream.
+#[no_mangle]
+pub extern "C" fn sluice_event_sequence(
+    event: sluice_event_t,
+    stream_id_out: *mut u64,
+    seq_out: *mut u64,
+) -> *mut sluice_error_t {
+    boundary("sluice_event_sequence", || {
+        let (a, b) = (
+            out_ptr(stream_id_out, "stream_id_out")?,
+            out_ptr(seq_out, "seq_out")?,
+        );
+        let e = self::event(event)?;
+        write_out(a, e.stream_id());
+        write_out(b, e.seq);
+        Ok(())
+    })
+}
+
+/// Destroys an event handle; the pooled event is recycled once unreferenced.
+#[no_mangle]
+pub extern "C" fn sluice_event_destroy(event: sluice_event_t) -> *mut sluice_error_t {
+    boundary("sluice_event_destroy", || {
+        remove(&EVENTS, event.bits, "event").map(drop)
+    })
+}

@@ -1,0 +1,240 @@
+//! Buffers and copies.
+
+use super::device::{device, sluice_device_t};
+use super::stream::{sluice_stream_t, stream};
+use super::sync::{sluice_sync_t, SYNCS};
+use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, write_out};
+use crate::error::{Error, ErrorCode, Result};
+use crate::handle::HandleTable;
+use crate::memory::{self as mem, Buffer};
+use std::ffi::c_void;
+use std::sync::{Arc, LazyLock};
+
+pub(crate) static BUFFERS: LazyLock<HandleTable<Buffer>> = LazyLock::new(|| HandleTable::new(6));
+
+/// Buffer kind: device memory from the driver's stream-ordered pool.
+pub const SLUICE_BUFFER_DEVICE: u32 = 1;
+/// Buffer kind: pinned host memory from the device's caching pool.
+pub const SLUICE_BUFFER_PINNED: u32 = 2;
+/// Buffer kind: caller-owned host memory registered with the device.
+pub const SLUICE_BUFFER_REGISTERED: u32 = 3;
+
+/// A buffer: device, pinned or registered host memory, with its own sync object.
+/// Thread safety: may be used from any thread at once.
+/// Under the hood: `Arc<Buffer>`; freeing it while streams still use it is safe.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_buffer_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// What a buffer is and where it lives.
+#[repr(C)]
+pub struct sluice_buffer_info_t {
+    /// `SLUICE_BUFFER_*`.
+    pub kind: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device address (`CUdeviceptr`) for device buffers; the host address otherwise.
+    pub device_ptr: u64,
+    /// Host address for pinned and registered buffers; NULL for device buffers.
+    pub host_ptr: *mut c_void,
+}
+
+pub(crate) fn buffer(b: sluice_buffer_t) -> Result<Arc<Buffer>> {
+    lookup(&BUFFERS, b.bits, "buffer")
+}
+
+fn insert(out: *mut sluice_buffer_t, b: Arc<Buffer>) {
+    write_out(
+        out,
+        sluice_buffer_t {
+            bits: BUFFERS.insert(b),
+        },
+    );
+}
+
+/// Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
+/// The buffer's free is ordered on the same stream, after every use on any stream.
+#[no_mangle]
+pub extern "C" fn sluice_buffer_alloc(
+    stream: sluice_stream_t,
+    size: usize,
+    buffer_out: *mut sluice_buffer_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_buffer_alloc", || {
+        let out = out_ptr(buffer_out, "buffer_out")?;
+        insert(out, Buffer::alloc(&self::stream(stream)?, size)?);
+        Ok(())
+    })
+}
+
+/// Takes `size` bytes of pinned host memory from the device's bounded caching pool.
+/// Before writing it from the host after a copy read it, call
+/// `sluice_sync_wait_write` on its sync object.
+#[no_mangle]
+pub extern "C" fn sluice_buffer_alloc_pinned(
+    device: sluice_device_t,
+    size: usize,
+    buffer_out: *mut sluice_buffer_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_buffer_alloc_pinned", || {
+        let out = out_ptr(buffer_out, "buffer_out")?;
+        insert(out, Buffer::alloc_pinned(&self::device(device)?, size)?);
+        Ok(())
+    })
+}
+
+/// Registers caller-owned host memory `[ptr, ptr+len)` so copies to and from it are
+/// asynchronous. Keep it alive until `sluice_buffer_free`, which waits for copies
+/// that still use it.
+#[no_mangle]
+pub extern "C" fn sluice_buffer_register_host(
+    device: sluice_device_t,
+    ptr: *mut c_void,
+    len: usize,
+    buffer_out: *mut sluice_buffer_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_buffer_register_host", || {
+        let out = out_ptr(buffer_out, "buffer_out")?;
+        let d = self::device(device)?;
+        // SAFETY: the caller promises the range stays valid for the buffer's life.
+        insert(out, unsafe { Buffer::register(&d, ptr as *mut u8, len)? });
+        Ok(())
+    })
+}
+
+/// Frees a buffer handle. Device memory is released in stream order after every
+/// outstanding use; pinned memory returns to the pool.
+#[no_mangle]
+pub extern "C" fn sluice_buffer_free(buffer: sluice_buffer_t) -> *mut sluice_error_t {
+    boundary("sluice_buffer_free", || {
+        remove(&BUFFERS, buffer.bits, "buffer").map(drop)
+    })
+}
+
+/// Writes what the buffer is and where it lives.
+#[no_mangle]
+pub extern "C" fn sluice_buffer_info(
+    buffer: sluice_buffer_t,
+    info_out: *mut sluice_buffer_info_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_buffer_info", || {
+        let out = out_ptr(info_out, "info_out")?;
+        let b = self::buffer(buffer)?;
+        write_out(
+            out,
+            sluice_buffer_info_t {
+                kind: b.kind as u32,
+                size: b.size as u64,
+                device_ptr: b.addr,
+                host_ptr: b
+                    .host_ptr()
+                    .map_or(std::ptr::null_mut(), |p| p as *mut c_void),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Writes a new handle to the buffer's sync object, for `sluice_op_begin` and the
+/// host waits. Destroy it with `sluice_sync_destroy`; the buffer is unaffected.
+#[no_mangle]
+pub extern "C" fn sluice_buffer_sync(
+    buffer: sluice_buffer_t,
+    sync_out: *mut sluice_sync_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_buffer_sync", || {
+        let out = out_ptr(sync_out, "sync_out")?;
+        let b = self::buffer(buffer)?;
+        write_out(
+            out,
+            sluice_sync_t {
+                bits: SYNCS.insert(b.sync.clone()),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset` on
+/// `stream`: any direction between device, pinned and registered buffers. An
+/// out-of-range copy fails with `SLUICE_ERROR_OUT_OF_RANGE` and changes nothing.
+#[no_mangle]
+pub extern "C" fn sluice_copy(
+    stream: sluice_stream_t,
+    dst: sluice_buffer_t,
+    dst_offset: usize,
+    src: sluice_buffer_t,
+    src_offset: usize,
+    len: usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_copy", || {
+        let s = self::stream(stream)?;
+        let (d, sb) = (
+            buffer(dst).map_err(|e| e.context("dst"))?,
+            buffer(src).map_err(|e| e.context("src"))?,
+        );
+        mem::copy(&s, &d, dst_offset, &sb, src_offset, len)
+    })
+}
+
+/// Copies `len` bytes from pageable host memory `src` into `dst` at `dst_offset`.
+/// Returns once `src` may be reused; the device write is ordered on `stream`.
+#[no_mangle]
+pub extern "C" fn sluice_copy_from_host(
+    stream: sluice_stream_t,
+    dst: sluice_buffer_t,
+    dst_offset: usize,
+    src: *const c_void,
+    len: usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_copy_from_host", || {
+        let s = self::stream(stream)?;
+        let d = buffer(dst).map_err(|e| e.context("dst"))?;
+        let bytes = slice_in(src as *const u8, len, "src")?;
+        mem::copy_from_host(&s, &d, dst_offset, bytes)
+    })
+}
+
+/// Copies `len` bytes of `src` at `src_offset` into pageable host memory `dst`.
+/// Blocks until the bytes have arrived.
+#[no_mangle]
+pub extern "C" fn sluice_copy_to_host(
+    stream: sluice_stream_t,
+    dst: *mut c_void,
+    src: sluice_buffer_t,
+    src_offset: usize,
+    len: usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_copy_to_host", || {
+        let s = self::stream(stream)?;
+        let sb = buffer(src).map_err(|e| e.context("src"))?;
+        if len == 0 {
+            sb.range(src_offset, 0, "copy source")?;
+            return Ok(());
+        }
+        if dst.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "dst is NULL"));
+        }
+        // SAFETY: non-NULL; the caller promises len writable bytes.
+        let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+        mem::copy_to_host(&s, out, &sb, src_offset)
+    })
+}
+
+/// Sets `len` bytes of `buffer` at `offset` to `value`, in order on `stream`.
+#[no_mangle]
+pub extern "C" fn sluice_memset(
+    stream: sluice_stream_t,
+    buffer: sluice_buffer_t,
+    offset: usize,
+    value: u8,
+    len: usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_memset", || {
+        let s = self::stream(stream)?;
+        mem::memset(&s, &*self::buffer(buffer)?, offset, value, len)
+    })
+}

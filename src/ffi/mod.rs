@@ -1,0 +1,140 @@
+//! The C ABI. Only argument checking, handle tables, the panic boundary and error
+//! objects live here; every semantic lives in the core.
+//!
+//! Conventions: a fallible function returns `sluice_error_t*` (NULL on success);
+//! outputs go through trailing `*_out` pointers, written only on success; every
+//! handle is a typed `{ uint64_t bits; }` value; a stale or forged handle gives
+//! `SLUICE_ERROR_INVALID_HANDLE`. There is no thread-local state.
+#![allow(non_camel_case_types)]
+#![deny(missing_docs)]
+
+mod device;
+mod error;
+mod event;
+mod graph;
+mod memory;
+mod module;
+mod stream;
+mod sync;
+
+pub use device::*;
+pub use error::*;
+pub use event::*;
+pub use memory::*;
+pub use module::*;
+pub use stream::*;
+pub use sync::*;
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::handle::{HandleTable, Stale};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// Version of the C ABI. Bumped on any incompatible change.
+pub const SLUICE_ABI_VERSION: u32 = 1;
+/// Major version of the library.
+pub const SLUICE_VERSION_MAJOR: u32 = 0;
+/// Minor version of the library.
+pub const SLUICE_VERSION_MINOR: u32 = 1;
+/// Patch version of the library.
+pub const SLUICE_VERSION_PATCH: u32 = 0;
+
+/// Runs an export body: catches panics and turns `Err` into an error object whose
+/// message starts with the operation's name.
+pub(crate) fn boundary(op: &'static str, f: impl FnOnce() -> Result<()>) -> *mut sluice_error_t {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => std::ptr::null_mut(),
+        Ok(Err(e)) => error::into_raw(e.context(op)),
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "unknown panic".into());
+            error::into_raw(Error::new(
+                ErrorCode::Panic,
+                format!("{op}: internal panic: {what}"),
+            ))
+        }
+    }
+}
+
+/// Runs an infallible export body; a panic gives `default`.
+pub(crate) fn boundary_or<T>(default: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(default)
+}
+
+/// Checks an output pointer before any work is done.
+pub(crate) fn out_ptr<T>(p: *mut T, name: &str) -> Result<*mut T> {
+    if p.is_null() {
+        Err(Error::new(
+            ErrorCode::NullArgument,
+            format!("{name} is NULL"),
+        ))
+    } else {
+        Ok(p)
+    }
+}
+
+/// Writes an output checked with `out_ptr`.
+pub(crate) fn write_out<T>(p: *mut T, v: T) {
+    // SAFETY: p was checked non-NULL; the caller promises it points to writable T.
+    unsafe { p.write(v) }
+}
+
+pub(crate) fn lookup<T>(table: &HandleTable<T>, bits: u64, what: &str) -> Result<Arc<T>> {
+    table.get(bits).map_err(|e| stale(e, bits, what))
+}
+
+pub(crate) fn remove<T>(table: &HandleTable<T>, bits: u64, what: &str) -> Result<Arc<T>> {
+    table.remove(bits).map_err(|e| stale(e, bits, what))
+}
+
+fn stale(e: Stale, bits: u64, what: &str) -> Error {
+    let msg = match e {
+        Stale::Null => format!("{what} handle is null (0)"),
+        Stale::WrongType => format!("handle 0x{bits:016x} is not a {what} handle"),
+        Stale::Dead => {
+            format!("{what} handle 0x{bits:016x} is stale (destroyed) or was never created")
+        }
+    };
+    Error::new(ErrorCode::InvalidHandle, msg)
+}
+
+/// Borrows `n` elements from C. NULL is allowed only when `n == 0`.
+pub(crate) fn slice_in<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::new(
+            ErrorCode::NullArgument,
+            format!("{name} is NULL but its length is {n}"),
+        ));
+    }
+    if n.checked_mul(std::mem::size_of::<T>())
+        .is_none_or(|b| b > isize::MAX as usize)
+    {
+        return Err(Error::out_of_range(format!(
+            "{name}: length {n} is too large"
+        )));
+    }
+    // SAFETY: non-NULL, length bounded; the caller promises n readable elements.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// Number of live handles of every type (for leak checks in tests).
+#[no_mangle]
+pub extern "C" fn sluice_live_handles() -> u64 {
+    boundary_or(0, || {
+        (device::DEVICES.len()
+            + stream::STREAMS.len()
+            + event::EVENTS.len()
+            + sync::SYNCS.len()
+            + sync::OPS.len()
+            + memory::BUFFERS.len()
+            + module::MODULES.len()
+            + module::FUNCTIONS.len()
+            + graph::live_graph_handles()) as u64
+    })
+}

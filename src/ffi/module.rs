@@ -1,0 +1,156 @@
+//! Kernel modules and launches (cuda only).
+
+use super::device::{device, sluice_device_t};
+use super::stream::{sluice_stream_t, stream};
+use super::sync::{sluice_sync_t, syncs};
+use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, write_out};
+use crate::backend::LaunchDims;
+use crate::error::{Error, ErrorCode, Result};
+use crate::handle::HandleTable;
+use crate::module::{self as m, Function, Module};
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Arc, LazyLock};
+
+pub(crate) static MODULES: LazyLock<HandleTable<Module>> = LazyLock::new(|| HandleTable::new(7));
+pub(crate) static FUNCTIONS: LazyLock<HandleTable<Function>> =
+    LazyLock::new(|| HandleTable::new(8));
+
+/// A loaded module (PTX, cubin or fatbin). Its functions keep it loaded.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_module_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// A kernel function of a module.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_function_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// Kernel launch geometry.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_launch_dims_t {
+    /// Grid size in blocks (x, y, z); each at least 1.
+    pub grid: [u32; 3],
+    /// Block size in threads (x, y, z); each at least 1.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+}
+
+fn function(f: sluice_function_t) -> Result<Arc<Function>> {
+    lookup(&FUNCTIONS, f.bits, "function")
+}
+
+/// Loads a module from PTX text, a cubin or a fatbin. A failed JIT compile gives
+/// `SLUICE_ERROR_MODULE_LOAD` with the JIT log in the message. On host:
+/// `SLUICE_ERROR_UNSUPPORTED`.
+#[no_mangle]
+pub extern "C" fn sluice_module_load(
+    device: sluice_device_t,
+    image: *const c_void,
+    len: usize,
+    module_out: *mut sluice_module_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_module_load", || {
+        let out = out_ptr(module_out, "module_out")?;
+        let img = slice_in(image as *const u8, len, "image")?;
+        let md = Module::load(&self::device(device)?, img)?;
+        write_out(
+            out,
+            sluice_module_t {
+                bits: MODULES.insert(md),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Releases a module handle; it unloads once its functions are destroyed too.
+#[no_mangle]
+pub extern "C" fn sluice_module_unload(module: sluice_module_t) -> *mut sluice_error_t {
+    boundary("sluice_module_unload", || {
+        remove(&MODULES, module.bits, "module").map(drop)
+    })
+}
+
+/// Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
+#[no_mangle]
+pub extern "C" fn sluice_module_function(
+    module: sluice_module_t,
+    name: *const c_char,
+    function_out: *mut sluice_function_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_module_function", || {
+        let out = out_ptr(function_out, "function_out")?;
+        if name.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "name is NULL"));
+        }
+        let md = lookup(&MODULES, module.bits, "module")?;
+        // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+        let f = md.function(unsafe { CStr::from_ptr(name) })?;
+        write_out(
+            out,
+            sluice_function_t {
+                bits: FUNCTIONS.insert(f),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Releases a function handle.
+#[no_mangle]
+pub extern "C" fn sluice_function_destroy(function: sluice_function_t) -> *mut sluice_error_t {
+    boundary("sluice_function_destroy", || {
+        remove(&FUNCTIONS, function.bits, "function").map(drop)
+    })
+}
+
+/// Launches `function` on `stream` as one tracked op over `reads` and `writes`.
+/// `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`;
+/// `num_args` is its length, used for the NULL check.
+#[no_mangle]
+pub extern "C" fn sluice_launch(
+    stream: sluice_stream_t,
+    function: sluice_function_t,
+    dims: *const sluice_launch_dims_t,
+    args: *mut *mut c_void,
+    num_args: usize,
+    reads: *const sluice_sync_t,
+    num_reads: usize,
+    writes: *const sluice_sync_t,
+    num_writes: usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_launch", || {
+        if dims.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "dims is NULL"));
+        }
+        // SAFETY: non-NULL; the caller promises a valid struct.
+        let d = unsafe { *dims };
+        slice_in(args as *const *mut c_void, num_args, "args")?;
+        let s = self::stream(stream)?;
+        let f = self::function(function)?;
+        let (r, w) = (
+            syncs(reads, num_reads, "reads")?,
+            syncs(writes, num_writes, "writes")?,
+        );
+        let dims = LaunchDims {
+            grid: d.grid,
+            block: d.block,
+            shared_mem_bytes: d.shared_mem_bytes,
+        };
+        let argp = if num_args == 0 {
+            std::ptr::null_mut()
+        } else {
+            args
+        };
+        // SAFETY: the caller promises args match the kernel's parameters.
+        unsafe { m::launch(&s, &f, dims, argp, &r, &w) }
+    })
+}

@@ -1,0 +1,228 @@
+//! Streams and host callbacks.
+
+use super::sync::syncs;
+use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use super::{device::device, sluice_device_t, sluice_sync_t};
+use crate::error::{Error, ErrorCode, Result};
+use crate::handle::HandleTable;
+use crate::stream::Stream;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, LazyLock};
+
+pub(crate) static STREAMS: LazyLock<HandleTable<Stream>> = LazyLock::new(|| HandleTable::new(2));
+
+/// Stream flag: do not synchronise with the legacy default stream.
+pub const SLUICE_STREAM_NON_BLOCKING: u32 = 1;
+
+/// A stream handle. Every operation names its stream explicitly; there is no
+/// current stream. Thread safety: may be used from any thread at once.
+/// Under the hood: `Arc<Stream>`; work already enqueued keeps it alive.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_stream_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// Counters of a stream.
+#[repr(C)]
+pub struct sluice_stream_stats_t {
+    /// Process-unique id of the stream (named in error messages as `stream #id`).
+    pub id: u64,
+    /// Stream waits inserted by the dependency engine and `sluice_stream_wait_event`.
+    pub waits: u64,
+    /// Events recorded from the stream's pool.
+    pub records: u64,
+    /// Events created because the pool had none free.
+    pub events_created: u64,
+    /// Host synchronisations made by the `SLUICE_ENGINE_SYNC` mode.
+    pub engine_syncs: u64,
+}
+
+/// A host callback. It runs in stream order on a driver thread and must not call
+/// sluice or CUDA. Returning non-zero reports `SLUICE_ERROR_CALLBACK_FAILED` at the
+/// stream's next synchronisation.
+pub type sluice_host_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>;
+
+pub(crate) fn stream(s: sluice_stream_t) -> Result<Arc<Stream>> {
+    lookup(&STREAMS, s.bits, "stream")
+}
+
+/// Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;
+/// `priority` is clamped into `sluice_device_priority_range`.
+#[no_mangle]
+pub extern "C" fn sluice_stream_create(
+    device: sluice_device_t,
+    flags: u32,
+    priority: i32,
+    stream_out: *mut sluice_stream_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_create", || {
+        let out = out_ptr(stream_out, "stream_out")?;
+        let s = Stream::create(&self::device(device)?, flags, priority)?;
+        write_out(
+            out,
+            sluice_stream_t {
+                bits: STREAMS.insert(s),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Adopts a foreign `CUstream` (for example libtorch's) without owning it:
+/// destroying the sluice handle leaves the foreign stream alone. The legacy and
+/// per-thread default streams are refused. On host, `raw` must come from
+/// `sluice_stream_raw` of a live host stream.
+#[no_mangle]
+pub extern "C" fn sluice_stream_wrap_external(
+    device: sluice_device_t,
+    raw: *mut c_void,
+    stream_out: *mut sluice_stream_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_wrap_external", || {
+        let out = out_ptr(stream_out, "stream_out")?;
+        let s = Stream::wrap_external(&self::device(device)?, raw as u64)?;
+        write_out(
+            out,
+            sluice_stream_t {
+                bits: STREAMS.insert(s),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Writes the underlying `CUstream` (an opaque pointer on host) so callers can run
+/// foreign work on it. It stays valid while the stream handle lives.
+#[no_mangle]
+pub extern "C" fn sluice_stream_raw(
+    stream: sluice_stream_t,
+    raw_out: *mut *mut c_void,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_raw", || {
+        let out = out_ptr(raw_out, "raw_out")?;
+        write_out(out, self::stream(stream)?.raw() as *mut c_void);
+        Ok(())
+    })
+}
+
+/// Destroys a stream handle. Work already enqueued completes; memory it uses stays
+/// valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
+#[no_mangle]
+pub extern "C" fn sluice_stream_destroy(stream: sluice_stream_t) -> *mut sluice_error_t {
+    boundary("sluice_stream_destroy", || {
+        remove(&STREAMS, stream.bits, "stream").map(drop)
+    })
+}
+
+/// Writes true to `idle_out` when all work enqueued so far has completed.
+#[no_mangle]
+pub extern "C" fn sluice_stream_query(
+    stream: sluice_stream_t,
+    idle_out: *mut bool,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_query", || {
+        let out = out_ptr(idle_out, "idle_out")?;
+        write_out(out, self::stream(stream)?.query()?);
+        Ok(())
+    })
+}
+
+/// Blocks until all work enqueued so far has completed. Reports a device fault or
+/// a failed host callback on this stream, naming the stream and its last label.
+#[no_mangle]
+pub extern "C" fn sluice_stream_synchronize(stream: sluice_stream_t) -> *mut sluice_error_t {
+    boundary("sluice_stream_synchronize", || {
+        self::stream(stream)?.synchronize()
+    })
+}
+
+/// Sets the label that fault reports on this stream name as its last operation.
+/// NULL clears it. The string is copied.
+#[no_mangle]
+pub extern "C" fn sluice_stream_set_label(
+    stream: sluice_stream_t,
+    label: *const c_char,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_set_label", || {
+        let s = self::stream(stream)?;
+        if label.is_null() {
+            s.set_label(None);
+        } else {
+            // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+            let l = unsafe { CStr::from_ptr(label) };
+            s.set_label(Some(&l.to_string_lossy()));
+        }
+        Ok(())
+    })
+}
+
+/// Writes the stream's counters.
+#[no_mangle]
+pub extern "C" fn sluice_stream_stats(
+    stream: sluice_stream_t,
+    stats_out: *mut sluice_stream_stats_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_stats", || {
+        let out = out_ptr(stats_out, "stats_out")?;
+        let s = self::stream(stream)?;
+        let st = &s.stats;
+        write_out(
+            out,
+            sluice_stream_stats_t {
+                id: s.id,
+                waits: st.waits.load(Ordering::Relaxed),
+                records: st.records.load(Ordering::Relaxed),
+                events_created: st.events_created.load(Ordering::Relaxed),
+                engine_syncs: st.engine_syncs.load(Ordering::Relaxed),
+            },
+        );
+        Ok(())
+    })
+}
+
+struct UserData(*mut c_void);
+
+impl UserData {
+    fn get(&self) -> *mut c_void {
+        self.0
+    }
+}
+// SAFETY: the caller hands user_data to the callback thread; that is its contract.
+unsafe impl Send for UserData {}
+// SAFETY: sluice never dereferences it; only the callback does, one call at a time.
+unsafe impl Sync for UserData {}
+
+/// Enqueues `callback(user_data)` on `stream` as one tracked op that reads `reads`
+/// and writes `writes` (arrays of sync handles; NULL when the count is 0).
+#[no_mangle]
+pub extern "C" fn sluice_stream_host_callback(
+    stream: sluice_stream_t,
+    callback: sluice_host_fn,
+    user_data: *mut c_void,
+    reads: *const sluice_sync_t,
+    num_reads: usize,
+    writes: *const sluice_sync_t,
+    num_writes: usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_host_callback", || {
+        let cb = callback.ok_or_else(|| Error::new(ErrorCode::NullArgument, "callback is NULL"))?;
+        let s = self::stream(stream)?;
+        let (r, w) = (
+            syncs(reads, num_reads, "reads")?,
+            syncs(writes, num_writes, "writes")?,
+        );
+        let ud = UserData(user_data);
+        crate::module::host_callback(
+            &s,
+            move || {
+                // SAFETY: the caller provided a valid callback for this user_data.
+                unsafe { cb(ud.get()) }
+            },
+            &r,
+            &w,
+        )
+    })
+}

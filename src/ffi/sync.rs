@@ -1,0 +1,202 @@
+//! Sync objects and foreign ops.
+
+use super::stream::{sluice_stream_t, stream};
+use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, write_out};
+use crate::error::{Error, ErrorCode, Result};
+use crate::handle::HandleTable;
+use crate::stream::Stream;
+use crate::sync::{self as engine, EngineMode, SyncObject};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+
+pub(crate) static SYNCS: LazyLock<HandleTable<SyncObject>> = LazyLock::new(|| HandleTable::new(4));
+pub(crate) static OPS: LazyLock<HandleTable<OpToken>> = LazyLock::new(|| HandleTable::new(5));
+
+/// Engine mode: ops only enqueue work (the default).
+pub const SLUICE_ENGINE_ASYNC: u32 = 0;
+/// Engine mode: the host synchronises the stream after every tracked op (debugging).
+pub const SLUICE_ENGINE_SYNC: u32 = 1;
+
+/// A sync object: the dependency record of one buffer or of foreign memory. It
+/// holds at most one writer event and one reader event per stream.
+/// Thread safety: may be used from any thread at once; see `sluice_op_begin`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_sync_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// An open foreign op, between `sluice_op_begin` and `sluice_op_end`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_op_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// The dependency state of a sync object.
+#[repr(C)]
+pub struct sluice_sync_info_t {
+    /// Process-unique id of the object.
+    pub id: u64,
+    /// Reader entries (at most one per stream).
+    pub reader_count: u32,
+    /// 1 when a writer event is recorded.
+    pub has_writer: u32,
+}
+
+pub(crate) struct OpToken {
+    stream: Arc<Stream>,
+    reads: Vec<Arc<SyncObject>>,
+    writes: Vec<Arc<SyncObject>>,
+    ended: AtomicBool,
+}
+
+pub(crate) fn sync(s: sluice_sync_t) -> Result<Arc<SyncObject>> {
+    lookup(&SYNCS, s.bits, "sync object")
+}
+
+pub(crate) fn syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Vec<Arc<SyncObject>>> {
+    slice_in(p, n, name)?
+        .iter()
+        .enumerate()
+        .map(|(i, h)| sync(*h).map_err(|e| e.context(format!("{name}[{i}]"))))
+        .collect()
+}
+
+/// Creates a standalone sync object, for memory sluice does not own (a libtorch
+/// tensor, a caller's cudaMalloc). Destroy it with `sluice_sync_destroy`.
+#[no_mangle]
+pub extern "C" fn sluice_sync_new(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
+    boundary("sluice_sync_new", || {
+        let out = out_ptr(sync_out, "sync_out")?;
+        write_out(
+            out,
+            sluice_sync_t {
+                bits: SYNCS.insert(SyncObject::new()),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Destroys a sync handle. Work already enqueued is unaffected.
+#[no_mangle]
+pub extern "C" fn sluice_sync_destroy(sync: sluice_sync_t) -> *mut sluice_error_t {
+    boundary("sluice_sync_destroy", || {
+        remove(&SYNCS, sync.bits, "sync object").map(drop)
+    })
+}
+
+/// Blocks until the last writer's work has completed (not merely been enqueued).
+#[no_mangle]
+pub extern "C" fn sluice_sync_wait_read(sync: sluice_sync_t) -> *mut sluice_error_t {
+    boundary("sluice_sync_wait_read", || self::sync(sync)?.wait_read())
+}
+
+/// Blocks until the last writer's and every reader's work has completed.
+#[no_mangle]
+pub extern "C" fn sluice_sync_wait_write(sync: sluice_sync_t) -> *mut sluice_error_t {
+    boundary("sluice_sync_wait_write", || self::sync(sync)?.wait_write())
+}
+
+/// Writes the object's dependency state.
+#[no_mangle]
+pub extern "C" fn sluice_sync_info(
+    sync: sluice_sync_t,
+    info_out: *mut sluice_sync_info_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_sync_info", || {
+        let out = out_ptr(info_out, "info_out")?;
+        let s = self::sync(sync)?;
+        write_out(
+            out,
+            sluice_sync_info_t {
+                id: s.id,
+                reader_count: s.reader_count() as u32,
+                has_writer: s.has_writer() as u32,
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Begins a foreign op on `stream` that reads `reads` and writes `writes` (an object
+/// in both counts as a write). `stream` is made to wait, on the device, for every
+/// conflicting earlier op on other streams; the host never blocks. Enqueue the
+/// foreign work on `sluice_stream_raw(stream)`, then call `sluice_op_end`.
+///
+/// Thread safety: ops from many threads may run at once. A conflicting op that
+/// another thread begins while this one is open is not ordered against it; order
+/// such ops yourself.
+#[no_mangle]
+pub extern "C" fn sluice_op_begin(
+    stream: sluice_stream_t,
+    reads: *const sluice_sync_t,
+    num_reads: usize,
+    writes: *const sluice_sync_t,
+    num_writes: usize,
+    op_out: *mut sluice_op_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_op_begin", || {
+        let out = out_ptr(op_out, "op_out")?;
+        let s = self::stream(stream)?;
+        let (r, w) = (
+            syncs(reads, num_reads, "reads")?,
+            syncs(writes, num_writes, "writes")?,
+        );
+        engine::op_begin(&s, &engine::access_set(&r, &w))?;
+        let tok = OpToken {
+            stream: s,
+            reads: r,
+            writes: w,
+            ended: AtomicBool::new(false),
+        };
+        write_out(
+            out,
+            sluice_op_t {
+                bits: OPS.insert(Arc::new(tok)),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Ends a foreign op: records one event on its stream and publishes it to every
+/// object of the op. The op handle is consumed, also when an error is returned.
+#[no_mangle]
+pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
+    boundary("sluice_op_end", || {
+        let tok = remove(&OPS, op.bits, "op")?;
+        if tok.ended.swap(true, Ordering::AcqRel) {
+            return Err(Error::new(ErrorCode::InvalidState, "op already ended"));
+        }
+        engine::op_end(&tok.stream, &engine::access_set(&tok.reads, &tok.writes)).map(drop)
+    })
+}
+
+/// Sets the process-wide engine mode: `SLUICE_ENGINE_ASYNC` or `SLUICE_ENGINE_SYNC`.
+/// The initial mode comes from `SLUICE_ENGINE=async|sync`.
+#[no_mangle]
+pub extern "C" fn sluice_engine_set_mode(mode: u32) -> *mut sluice_error_t {
+    boundary("sluice_engine_set_mode", || {
+        let m = match mode {
+            SLUICE_ENGINE_ASYNC => EngineMode::Async,
+            SLUICE_ENGINE_SYNC => EngineMode::Sync,
+            _ => {
+                return Err(Error::invalid_argument(format!(
+                    "unknown engine mode {mode}"
+                )))
+            }
+        };
+        engine::set_engine_mode(m);
+        Ok(())
+    })
+}
+
+/// The process-wide engine mode.
+#[no_mangle]
+pub extern "C" fn sluice_engine_mode() -> u32 {
+    engine::engine_mode() as u32
+}

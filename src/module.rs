@@ -1,0 +1,102 @@
+//! Kernel modules and launches (cuda backend; host returns Unsupported).
+
+use crate::backend::LaunchDims;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::stream::Stream;
+use crate::sync::{self, SyncObject};
+use std::ffi::{c_void, CStr};
+use std::sync::Arc;
+
+/// A loaded PTX, cubin or fatbin image.
+pub struct Module {
+    pub(crate) device: Arc<Device>,
+    raw: u64,
+}
+
+/// A kernel of a module; keeps its module loaded.
+pub struct Function {
+    pub(crate) module: Arc<Module>,
+    raw: u64,
+    pub name: String,
+}
+
+impl Module {
+    /// Loads an image. A failed JIT compile returns `ModuleLoad` with the JIT log.
+    pub fn load(device: &Arc<Device>, image: &[u8]) -> Result<Arc<Module>> {
+        if image.is_empty() {
+            return Err(Error::invalid_argument("module image is empty"));
+        }
+        let raw = device.backend.module_load(image)?;
+        Ok(Arc::new(Module {
+            device: device.clone(),
+            raw,
+        }))
+    }
+
+    pub fn function(self: &Arc<Self>, name: &CStr) -> Result<Arc<Function>> {
+        let raw = self.device.backend.module_function(self.raw, name)?;
+        Ok(Arc::new(Function {
+            module: self.clone(),
+            raw,
+            name: name.to_string_lossy().into_owned(),
+        }))
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        self.device.backend.module_unload(self.raw);
+    }
+}
+
+fn check_dims(d: &LaunchDims) -> Result<()> {
+    if d.grid.contains(&0) || d.block.contains(&0) {
+        return Err(Error::invalid_argument(format!(
+            "launch dimensions must be non-zero (grid {:?}, block {:?})",
+            d.grid, d.block
+        )));
+    }
+    Ok(())
+}
+
+/// Launches `func` on `stream` as one tracked op over `reads` and `writes`.
+///
+/// # Safety
+/// `args` must hold one valid pointer per kernel parameter, and the kernel may only
+/// touch memory it is allowed to.
+pub unsafe fn launch(
+    stream: &Stream,
+    func: &Function,
+    dims: LaunchDims,
+    args: *mut *mut c_void,
+    reads: &[Arc<SyncObject>],
+    writes: &[Arc<SyncObject>],
+) -> Result<()> {
+    stream
+        .device
+        .same_device(&func.module.device, &format!("kernel '{}'", func.name))?;
+    check_dims(&dims)?;
+    let backend = &stream.device.backend;
+    sync::run_op(stream, &sync::access_set(reads, writes), || {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe { backend.launch_kernel(func.raw, dims, args, stream.raw) }
+            .map_err(|e| e.context(format!("launch of '{}'", func.name)))
+    })?;
+    Ok(())
+}
+
+/// Enqueues a host callback as one tracked op. A non-zero return or a panic becomes
+/// a `CallbackFailed` error at the stream's next synchronisation.
+pub fn host_callback(
+    stream: &Stream,
+    call: impl Fn() -> i32 + Send + Sync + 'static,
+    reads: &[Arc<SyncObject>],
+    writes: &[Arc<SyncObject>],
+) -> Result<()> {
+    let job = stream.callback_job(call);
+    sync::run_op(stream, &sync::access_set(reads, writes), || {
+        stream.launch_host_fn(job)
+    })?;
+    Ok(())
+}

@@ -1,0 +1,378 @@
+//! Streams and their event pools.
+//!
+//! Each stream owns a pool of events. Recording takes an event from the pool and
+//! wraps it in an `Arc<Recording>` with the stream's next sequence number. The event
+//! goes back to the pool only when the last `Arc` drops, so nothing can wait on a
+//! recycled event by mistake (MXNet's 64-slot ring ABA cannot happen).
+
+use crate::backend::HostFn;
+use crate::device::{next_id, Device};
+use crate::error::{Error, ErrorCode, Result};
+use crate::graph::Capture;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Per-stream counters, for tests and tuning.
+#[derive(Default, Debug)]
+pub struct StreamStats {
+    /// `cuStreamWaitEvent`s inserted by the dependency engine.
+    pub waits: AtomicU64,
+    /// Events recorded from the pool.
+    pub records: AtomicU64,
+    /// Events created (pool misses).
+    pub events_created: AtomicU64,
+    /// Host synchronisations done by `SLUICE_ENGINE=sync`.
+    pub engine_syncs: AtomicU64,
+}
+
+/// The part of a stream that recordings keep alive: the pool and the clock.
+pub(crate) struct EventPool {
+    pub(crate) device: Arc<Device>,
+    pub(crate) stream_id: u64,
+    /// Guards the sequence counter and the free lists, so that sequence order
+    /// equals recording order on the stream.
+    inner: Mutex<PoolInner>,
+    /// Highest sequence known complete through a host wait (used to prune, never polled).
+    pub(crate) completed: AtomicU64,
+    /// Errors reported asynchronously (host callbacks), returned at the next sync.
+    pub(crate) deferred: Mutex<Option<Error>>,
+}
+
+impl EventPool {
+    pub(crate) fn take_deferred(&self) -> Result<()> {
+        match self
+            .deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+struct PoolInner {
+    seq: u64,
+    free: Vec<u64>,
+    free_timing: Vec<u64>,
+}
+
+impl Drop for EventPool {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
+        for e in inner.free.drain(..).chain(inner.free_timing.drain(..)) {
+            self.device.backend.event_destroy(e);
+        }
+    }
+}
+
+/// One recording of a pooled event on a stream.
+pub struct Recording {
+    pub(crate) pool: Arc<EventPool>,
+    pub(crate) raw: u64,
+    pub seq: u64,
+    pub timing: bool,
+    /// The capture this recording belongs to, if it was made while capturing.
+    pub(crate) capture_id: Option<u64>,
+}
+
+impl Recording {
+    pub fn stream_id(&self) -> u64 {
+        self.pool.stream_id
+    }
+
+    pub(crate) fn known_complete(&self) -> bool {
+        self.capture_id.is_none() && self.pool.completed.load(Ordering::Acquire) >= self.seq
+    }
+
+    /// True once the recorded work completed. Polls the driver.
+    pub fn query(&self) -> Result<bool> {
+        if self.known_complete() {
+            return Ok(true);
+        }
+        let done = self.pool.device.backend.event_query(self.raw)?;
+        if done {
+            self.pool.completed.fetch_max(self.seq, Ordering::AcqRel);
+        }
+        Ok(done)
+    }
+
+    /// Blocks the host until the recorded work completed.
+    pub fn synchronize(&self) -> Result<()> {
+        if !self.known_complete() {
+            self.pool.device.backend.event_synchronize(self.raw)?;
+            self.pool.completed.fetch_max(self.seq, Ordering::AcqRel);
+        }
+        self.pool.take_deferred()
+    }
+
+    pub fn elapsed_ms(&self, end: &Recording) -> Result<f32> {
+        if !self.timing || !end.timing {
+            return Err(Error::invalid_argument(
+                "elapsed time needs two events recorded with SLUICE_EVENT_TIMING",
+            ));
+        }
+        self.pool.device.backend.event_elapsed_ms(self.raw, end.raw)
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        let mut inner = self.pool.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if self.timing {
+            inner.free_timing.push(self.raw);
+        } else {
+            inner.free.push(self.raw);
+        }
+    }
+}
+
+pub struct Stream {
+    pub(crate) device: Arc<Device>,
+    pub(crate) raw: u64,
+    owned: bool,
+    pub id: u64,
+    pub(crate) pool: Arc<EventPool>,
+    pub stats: Arc<StreamStats>,
+    /// Fast check for "is this stream capturing"; the capture itself is in `capture`.
+    pub(crate) capturing: AtomicBool,
+    pub(crate) capture: Mutex<Option<Arc<Capture>>>,
+    /// Label of the most recent labelled operation, for fault reports.
+    label: Mutex<Option<Arc<str>>>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "stream #{}", self.id)
+    }
+}
+
+/// `SLUICE_STREAM_NON_BLOCKING`: the stream does not synchronise with the legacy default stream.
+pub const STREAM_NON_BLOCKING: u32 = 1;
+
+impl Stream {
+    fn wrap(device: &Arc<Device>, raw: u64, owned: bool) -> Arc<Stream> {
+        let id = next_id();
+        let s = Arc::new(Stream {
+            device: device.clone(),
+            raw,
+            owned,
+            id,
+            pool: Arc::new(EventPool {
+                device: device.clone(),
+                stream_id: id,
+                inner: Mutex::new(PoolInner {
+                    seq: 0,
+                    free: Vec::new(),
+                    free_timing: Vec::new(),
+                }),
+                completed: AtomicU64::new(0),
+                deferred: Mutex::new(None),
+            }),
+            stats: Arc::new(StreamStats::default()),
+            capturing: AtomicBool::new(false),
+            capture: Mutex::new(None),
+            label: Mutex::new(None),
+        });
+        device.register_stream(&s);
+        s
+    }
+
+    /// Creates a stream. `flags` is a set of `STREAM_*` bits; the priority is
+    /// clamped into the device's range, as CUDA does.
+    pub fn create(device: &Arc<Device>, flags: u32, priority: i32) -> Result<Arc<Stream>> {
+        if flags & !STREAM_NON_BLOCKING != 0 {
+            return Err(Error::invalid_argument(format!(
+                "unknown stream flags 0x{:x}",
+                flags & !STREAM_NON_BLOCKING
+            )));
+        }
+        let raw = device
+            .backend
+            .stream_create(flags & STREAM_NON_BLOCKING != 0, priority)?;
+        Ok(Stream::wrap(device, raw, true))
+    }
+
+    /// Adopts a foreign stream without owning it; destroying the sluice stream
+    /// leaves the foreign one alone.
+    pub fn wrap_external(device: &Arc<Device>, raw: u64) -> Result<Arc<Stream>> {
+        device.backend.stream_check_external(raw)?;
+        Ok(Stream::wrap(device, raw, false))
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    pub fn raw(&self) -> u64 {
+        self.raw
+    }
+
+    pub fn is_owned(&self) -> bool {
+        self.owned
+    }
+
+    pub fn set_label(&self, label: Option<&str>) {
+        *self.label.lock().unwrap_or_else(|p| p.into_inner()) = label.map(Arc::from);
+    }
+
+    fn describe(&self) -> String {
+        match &*self.label.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(l) => format!("stream #{} (last operation '{l}')", self.id),
+            None => format!("stream #{}", self.id),
+        }
+    }
+
+    pub fn is_capturing(&self) -> bool {
+        self.capturing.load(Ordering::Acquire)
+    }
+
+    /// The capture this stream takes part in, if any.
+    pub(crate) fn current_capture(&self) -> Option<Arc<Capture>> {
+        if !self.is_capturing() {
+            return None;
+        }
+        self.capture
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn capture_id(&self) -> Option<u64> {
+        self.current_capture().map(|c| c.id)
+    }
+
+    /// Fails with `CaptureUnsupported` when the stream is capturing.
+    pub(crate) fn reject_in_capture(&self, op: &str) -> Result<()> {
+        if self.is_capturing() {
+            return Err(Error::new(
+                ErrorCode::CaptureUnsupported,
+                format!("{op} is not allowed while {self:?} is capturing a graph"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn take_deferred(&self) -> Result<()> {
+        self.pool.take_deferred()
+    }
+
+    /// Maps a driver error seen at a sync point to a report naming this stream.
+    fn fault(&self, e: Error) -> Error {
+        e.context(self.describe())
+    }
+
+    /// Records a pooled event at the current end of the stream.
+    pub fn record(&self, timing: bool) -> Result<Arc<Recording>> {
+        let backend = &self.device.backend;
+        let capture_id = self.capture_id();
+        let mut inner = self.pool.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let popped = if timing {
+            inner.free_timing.pop()
+        } else {
+            inner.free.pop()
+        };
+        let raw = match popped {
+            Some(e) => e,
+            None => {
+                self.stats.events_created.fetch_add(1, Ordering::Relaxed);
+                backend.event_create(timing)?
+            }
+        };
+        if let Err(e) = backend.event_record(raw, self.raw) {
+            if timing {
+                inner.free_timing.push(raw)
+            } else {
+                inner.free.push(raw)
+            }
+            return Err(e);
+        }
+        inner.seq += 1;
+        let seq = inner.seq;
+        drop(inner);
+        self.stats.records.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(Recording {
+            pool: self.pool.clone(),
+            raw,
+            seq,
+            timing,
+            capture_id,
+        }))
+    }
+
+    /// Makes this stream wait on a recording, with no host block.
+    pub fn wait(&self, rec: &Recording) -> Result<()> {
+        self.device.same_device(&rec.pool.device, "the event")?;
+        self.device.backend.stream_wait_event(self.raw, rec.raw)?;
+        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// True when all work enqueued so far completed.
+    pub fn query(&self) -> Result<bool> {
+        self.reject_in_capture("stream query")?;
+        self.take_deferred()?;
+        self.device
+            .backend
+            .stream_query(self.raw)
+            .map_err(|e| self.fault(e))
+    }
+
+    /// Blocks until all work enqueued so far completed; reports deferred errors.
+    pub fn synchronize(&self) -> Result<()> {
+        self.reject_in_capture("stream synchronize")?;
+        let seq = self
+            .pool
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .seq;
+        self.device
+            .backend
+            .stream_synchronize(self.raw)
+            .map_err(|e| self.fault(e))?;
+        self.pool.completed.fetch_max(seq, Ordering::AcqRel);
+        self.take_deferred()
+    }
+
+    /// Enqueues a host function in stream order. It must not call CUDA.
+    pub fn launch_host_fn(&self, f: HostFn) -> Result<()> {
+        self.device.backend.launch_host_fn(self.raw, f)
+    }
+
+    /// A host-function body that runs a C callback and stores a failure as a
+    /// deferred error of this stream.
+    pub(crate) fn callback_job(&self, call: impl Fn() -> i32 + Send + Sync + 'static) -> HostFn {
+        let pool = self.pool.clone();
+        let id = self.id;
+        Box::new(move || {
+            let rc = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&call));
+            let err = match rc {
+                Ok(0) => None,
+                Ok(code) => Some(Error::new(
+                    ErrorCode::CallbackFailed,
+                    format!("host callback on stream #{id} returned {code}"),
+                )),
+                Err(_) => Some(Error::new(
+                    ErrorCode::CallbackFailed,
+                    format!("host callback on stream #{id} panicked"),
+                )),
+            };
+            if let Some(e) = err {
+                pool.deferred
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+            }
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.owned {
+            self.device.backend.stream_destroy(self.raw);
+        }
+    }
+}

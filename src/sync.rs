@@ -1,0 +1,281 @@
+//! Sync objects: the dependency engine (MXNet's async engine, seed 002).
+//!
+//! A sync object holds at most one writer recording and at most one reader
+//! recording per stream. An operation on stream S with read set R and write set W:
+//! - begin: for r in R, S waits on r's writer unless it is on S or S already has a
+//!   reader entry (which came after that writer, since writes clear readers); for w
+//!   in W, S waits on w's writer and every reader not on S. Waits are deduplicated per
+//!   source stream (newest only) and skip work known complete. The host never blocks.
+//! - end: one event is recorded on S; reads replace S's reader entry, writes clear
+//!   the readers and become the writer.
+//!
+//! Library ops (copies, launches, callbacks) run begin/enqueue/end while holding the
+//! objects' locks, taken in id order, so they are atomic with respect to each other.
+//! Foreign ops (`op_begin`/`op_end`) are ordered at begin for their waits and at end
+//! for publication.
+
+use crate::device::next_id;
+use crate::error::{Error, ErrorCode, Result};
+use crate::stream::{Recording, Stream};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+#[derive(Clone, Default)]
+pub(crate) struct SyncState {
+    pub(crate) writer: Option<Arc<Recording>>,
+    pub(crate) readers: Vec<Arc<Recording>>,
+}
+
+/// A per-object dependency record: stands for a buffer, or for foreign memory.
+pub struct SyncObject {
+    pub id: u64,
+    pub(crate) state: Mutex<SyncState>,
+}
+
+impl std::fmt::Debug for SyncObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sync object #{}", self.id)
+    }
+}
+
+/// Engine modes. `Sync` synchronises the host after every tracked op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EngineMode {
+    Async = 0,
+    Sync = 1,
+}
+
+fn engine_cell() -> &'static AtomicU8 {
+    static MODE: OnceLock<AtomicU8> = OnceLock::new();
+    MODE.get_or_init(|| {
+        let m = match std::env::var("SLUICE_ENGINE").as_deref() {
+            Ok("sync") => EngineMode::Sync,
+            _ => EngineMode::Async,
+        };
+        AtomicU8::new(m as u8)
+    })
+}
+
+/// The process-wide engine mode (from `SLUICE_ENGINE`, default async).
+pub fn engine_mode() -> EngineMode {
+    if engine_cell().load(Ordering::Relaxed) == EngineMode::Sync as u8 {
+        EngineMode::Sync
+    } else {
+        EngineMode::Async
+    }
+}
+
+pub fn set_engine_mode(mode: EngineMode) {
+    engine_cell().store(mode as u8, Ordering::Relaxed);
+}
+
+fn lock(m: &Mutex<SyncState>) -> MutexGuard<'_, SyncState> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SyncObject {
+    pub fn new() -> Arc<SyncObject> {
+        Arc::new(SyncObject {
+            id: next_id(),
+            state: Mutex::new(SyncState::default()),
+        })
+    }
+
+    /// Number of reader entries (at most one per stream).
+    pub fn reader_count(&self) -> usize {
+        lock(&self.state).readers.len()
+    }
+
+    pub fn has_writer(&self) -> bool {
+        lock(&self.state).writer.is_some()
+    }
+
+    fn pending(&self, include_readers: bool, op: &str) -> Result<Vec<Arc<Recording>>> {
+        let st = lock(&self.state);
+        let mut v: Vec<Arc<Recording>> = st.writer.iter().cloned().collect();
+        if include_readers {
+            v.extend(st.readers.iter().cloned());
+        }
+        if v.iter().any(|r| r.capture_id.is_some()) {
+            return Err(Error::new(
+                ErrorCode::CaptureUnsupported,
+                format!("{op} on {self:?} is not allowed while a capturing stream uses it"),
+            ));
+        }
+        Ok(v)
+    }
+
+    /// Blocks until the last writer's work completed.
+    pub fn wait_read(&self) -> Result<()> {
+        for r in self.pending(false, "host wait_read")? {
+            r.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until the last writer's and every reader's work completed.
+    pub fn wait_write(&self) -> Result<()> {
+        for r in self.pending(true, "host wait_write")? {
+            r.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// All outstanding recordings (writer and readers), for frees.
+    pub(crate) fn outstanding(&self) -> Vec<Arc<Recording>> {
+        let st = lock(&self.state);
+        st.writer.iter().chain(st.readers.iter()).cloned().collect()
+    }
+}
+
+/// One object of an op and how it is accessed.
+pub struct Access<'a> {
+    pub obj: &'a Arc<SyncObject>,
+    pub write: bool,
+}
+
+/// Sorts by id and merges duplicates; an object both read and written is a write.
+pub(crate) fn access_set<'a>(
+    reads: &'a [Arc<SyncObject>],
+    writes: &'a [Arc<SyncObject>],
+) -> Vec<Access<'a>> {
+    let mut v: Vec<Access<'a>> = Vec::with_capacity(reads.len() + writes.len());
+    v.extend(reads.iter().map(|o| Access {
+        obj: o,
+        write: false,
+    }));
+    v.extend(writes.iter().map(|o| Access {
+        obj: o,
+        write: true,
+    }));
+    v.sort_by_key(|a| (a.obj.id, !a.write));
+    v.dedup_by(|later, first| later.obj.id == first.obj.id);
+    v
+}
+
+struct Locked<'a> {
+    guard: MutexGuard<'a, SyncState>,
+    access: &'a Access<'a>,
+}
+
+fn lock_all<'a>(set: &'a [Access<'a>]) -> Vec<Locked<'a>> {
+    set.iter()
+        .map(|a| Locked {
+            guard: lock(&a.obj.state),
+            access: a,
+        })
+        .collect()
+}
+
+/// Adds `rec` to the wait list unless an equal-or-newer one from its stream is there.
+fn add_wait(need: &mut Vec<Arc<Recording>>, rec: &Arc<Recording>) {
+    match need.iter_mut().find(|r| r.stream_id() == rec.stream_id()) {
+        Some(r) if r.seq >= rec.seq => {}
+        Some(r) => *r = rec.clone(),
+        None => need.push(rec.clone()),
+    }
+}
+
+/// Issues the waits `stream` needs before the op's accesses.
+fn begin_locked(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<()> {
+    let me = stream.id;
+    let cap = stream.capture_id();
+    // Inside a capture only captured recordings order anything; outside one,
+    // recordings of an ongoing capture are ignored (their state is rolled back).
+    let relevant = |r: &Recording| r.stream_id() != me && r.capture_id == cap;
+    let mut need: Vec<Arc<Recording>> = Vec::new();
+    for l in locked.iter_mut() {
+        let st = &mut *l.guard;
+        if cap.is_none() {
+            st.readers.retain(|r| !r.known_complete());
+            if st.writer.as_ref().is_some_and(|w| w.known_complete()) {
+                st.writer = None;
+            }
+        }
+        if l.access.write {
+            for r in st.writer.iter().chain(st.readers.iter()) {
+                if relevant(r) {
+                    add_wait(&mut need, r);
+                }
+            }
+        } else if !st
+            .readers
+            .iter()
+            .any(|r| r.stream_id() == me && r.capture_id == cap)
+        {
+            if let Some(w) = st.writer.as_ref().filter(|w| relevant(w)) {
+                add_wait(&mut need, w);
+            }
+        }
+    }
+    for r in &need {
+        stream.wait(r)?;
+    }
+    Ok(())
+}
+
+/// Publishes `rec` as the op's completion in every object.
+fn end_locked(stream: &Stream, locked: &mut [Locked<'_>], rec: &Arc<Recording>) {
+    if let Some(cap) = stream.current_capture() {
+        for l in locked.iter() {
+            cap.touch(l.access.obj, &l.guard, l.access.write);
+        }
+    }
+    for l in locked.iter_mut() {
+        let st = &mut *l.guard;
+        if l.access.write {
+            st.readers.clear();
+            st.writer = Some(rec.clone());
+        } else {
+            match st.readers.iter_mut().find(|r| r.stream_id() == stream.id) {
+                Some(slot) => *slot = rec.clone(),
+                None => st.readers.push(rec.clone()),
+            }
+        }
+    }
+}
+
+fn after_op(stream: &Stream) -> Result<()> {
+    if engine_mode() == EngineMode::Sync && !stream.is_capturing() {
+        stream.stats.engine_syncs.fetch_add(1, Ordering::Relaxed);
+        stream.synchronize()?;
+    }
+    Ok(())
+}
+
+/// Runs one tracked op atomically: waits, `enqueue`, one recording, publication.
+pub fn run_op(
+    stream: &Stream,
+    set: &[Access<'_>],
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<Arc<Recording>> {
+    let rec = {
+        let mut locked = lock_all(set);
+        begin_locked(stream, &mut locked)?;
+        enqueue()?;
+        let rec = stream.record(false)?;
+        end_locked(stream, &mut locked, &rec);
+        rec
+    };
+    after_op(stream)?;
+    Ok(rec)
+}
+
+/// Begins a foreign op: issues the waits for its accesses.
+pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
+    let mut locked = lock_all(set);
+    begin_locked(stream, &mut locked)
+}
+
+/// Ends a foreign op: records one event and publishes it.
+pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<Arc<Recording>> {
+    let rec = {
+        let mut locked = lock_all(set);
+        let rec = stream.record(false)?;
+        end_locked(stream, &mut locked, &rec);
+        rec
+    };
+    after_op(stream)?;
+    Ok(rec)
+}
