@@ -18,7 +18,7 @@ pub struct Device {
     pub(crate) backend: Arc<dyn Backend>,
     pub id: u64,
     streams: Mutex<Vec<Weak<Stream>>>,
-    pub(crate) pinned: PinnedPool,
+    pub pinned: PinnedPool,
 }
 
 impl std::fmt::Debug for Device {

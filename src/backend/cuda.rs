@@ -48,7 +48,7 @@ const MIN_DRIVER_VERSION: c_int = 12000;
 
 /// `CUgraphExecUpdateResultInfo` with the enum read as a plain integer.
 #[repr(C)]
-struct UpdateResultInfo {
+pub struct UpdateResultInfo {
     result: c_uint,
     error_node: CUgraphNode,
     error_from_node: CUgraphNode,
@@ -64,7 +64,10 @@ macro_rules! driver_api {
         #[allow(non_snake_case)]
         pub struct Driver {
             version: c_int,
-            $($name: unsafe extern "C" fn($($arg),*) -> u32,)*
+            $(
+                #[doc = concat!("`", stringify!($name), "`, returning the raw `CUresult`.")]
+                pub $name: unsafe extern "C" fn($($arg),*) -> u32,
+            )*
         }
 
         impl Driver {

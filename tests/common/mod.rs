@@ -1,0 +1,194 @@
+//! Shared test kit: the same u32 "kernels" on both backends. On cuda they are the
+//! PTX kernels in kernels/test_kernels.ptx; on host they are tracked host callbacks.
+#![allow(dead_code)]
+
+use sluice::module::{self, Function, Module};
+use sluice::{BackendKind, Buffer, Device, LaunchDims, Stream, SyncObject};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const PTX: &[u8] = include_bytes!("../../kernels/test_kernels.ptx");
+
+pub struct Kit {
+    pub dev: Arc<Device>,
+    funcs: Option<Funcs>,
+}
+
+struct Funcs {
+    _module: Arc<Module>,
+    spin_fill: Arc<Function>,
+    spin_add: Arc<Function>,
+    spin_copy: Arc<Function>,
+}
+
+/// Opens the default device (`SLUICE_BACKEND`, host in CI) and loads kernels on cuda.
+pub fn kit() -> Kit {
+    let dev = Device::open_default().expect("open default device");
+    let funcs = (dev.kind() == BackendKind::Cuda).then(|| {
+        let m = Module::load(&dev, PTX).expect("load test PTX");
+        let f = |n: &std::ffi::CStr| m.function(n).expect("kernel");
+        Funcs {
+            spin_fill: f(c"sluice_spin_fill"),
+            spin_add: f(c"sluice_spin_add"),
+            spin_copy: f(c"sluice_spin_copy"),
+            _module: m,
+        }
+    });
+    Kit { dev, funcs }
+}
+
+fn spin(ns: u64) {
+    let end = Instant::now() + Duration::from_nanos(ns);
+    while Instant::now() < end {
+        std::hint::spin_loop();
+    }
+}
+
+fn words(b: &Buffer) -> u64 {
+    (b.size / 4) as u64
+}
+
+fn dims(n: u64) -> LaunchDims {
+    let blocks = n.div_ceil(256).clamp(1, 1024) as u32;
+    LaunchDims {
+        grid: [blocks, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: 0,
+    }
+}
+
+struct Addr(u64);
+impl Addr {
+    fn get(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Kit {
+    pub fn is_cuda(&self) -> bool {
+        self.funcs.is_some()
+    }
+
+    pub fn stream(&self) -> Arc<Stream> {
+        Stream::create(&self.dev, sluice::stream::STREAM_NON_BLOCKING, 0).expect("stream")
+    }
+
+    pub fn buffer(&self, s: &Arc<Stream>, words: usize) -> Arc<Buffer> {
+        Buffer::alloc(s, words * 4).expect("alloc")
+    }
+
+    /// buf[i] = value for all i, after spinning `spin_ns` on the device.
+    pub fn fill(&self, s: &Stream, buf: &Buffer, value: u32, spin_ns: u64) {
+        let n = words(buf);
+        let w = [buf.sync.clone()];
+        match &self.funcs {
+            Some(f) => {
+                let (mut p, mut n, mut v, mut sp) = (buf.addr, n, value, spin_ns);
+                let mut args = [
+                    &mut p as *mut u64 as *mut c_void,
+                    &mut n as *mut u64 as *mut c_void,
+                    &mut v as *mut u32 as *mut c_void,
+                    &mut sp as *mut u64 as *mut c_void,
+                ];
+                // SAFETY: args match sluice_spin_fill's parameters.
+                unsafe { module::launch(s, &f.spin_fill, dims(n), args.as_mut_ptr(), &[], &w) }
+                    .expect("launch spin_fill");
+            }
+            None => {
+                let a = Addr(buf.addr);
+                module::host_callback(
+                    s,
+                    move || {
+                        spin(spin_ns);
+                        // SAFETY: the engine orders this write; the buffer outlives it.
+                        let d = unsafe {
+                            std::slice::from_raw_parts_mut(a.get() as *mut u32, n as usize)
+                        };
+                        d.fill(value);
+                        0
+                    },
+                    &[],
+                    &w,
+                )
+                .expect("host fill");
+            }
+        }
+    }
+
+    /// dst[i] += src[i] (wrapping), after spinning.
+    pub fn add(&self, s: &Stream, dst: &Buffer, src: &Buffer, spin_ns: u64) {
+        self.binary(s, dst, src, spin_ns, true)
+    }
+
+    /// dst[i] = src[i], after spinning.
+    pub fn copy(&self, s: &Stream, dst: &Buffer, src: &Buffer, spin_ns: u64) {
+        self.binary(s, dst, src, spin_ns, false)
+    }
+
+    fn binary(&self, s: &Stream, dst: &Buffer, src: &Buffer, spin_ns: u64, add: bool) {
+        let n = words(dst).min(words(src));
+        let (r, w) = ([src.sync.clone()], [dst.sync.clone()]);
+        match &self.funcs {
+            Some(f) => {
+                let (mut d, mut sp, mut n2, mut t) = (dst.addr, src.addr, n, spin_ns);
+                let mut args = [
+                    &mut d as *mut u64 as *mut c_void,
+                    &mut sp as *mut u64 as *mut c_void,
+                    &mut n2 as *mut u64 as *mut c_void,
+                    &mut t as *mut u64 as *mut c_void,
+                ];
+                let k = if add { &f.spin_add } else { &f.spin_copy };
+                // SAFETY: args match the kernel's parameters.
+                unsafe { module::launch(s, k, dims(n), args.as_mut_ptr(), &r, &w) }
+                    .expect("launch");
+            }
+            None => {
+                let (da, sa) = (Addr(dst.addr), Addr(src.addr));
+                module::host_callback(
+                    s,
+                    move || {
+                        spin(spin_ns);
+                        // SAFETY: the engine orders these accesses; buffers outlive them.
+                        let (d, sr) = unsafe {
+                            (
+                                std::slice::from_raw_parts_mut(da.get() as *mut u32, n as usize),
+                                std::slice::from_raw_parts(sa.get() as *const u32, n as usize),
+                            )
+                        };
+                        for (x, y) in d.iter_mut().zip(sr) {
+                            *x = if add { x.wrapping_add(*y) } else { *y };
+                        }
+                        0
+                    },
+                    &r,
+                    &w,
+                )
+                .expect("host binary op");
+            }
+        }
+    }
+
+    /// Reads the buffer back through a tracked copy (blocks until the data arrived).
+    pub fn read(&self, s: &Stream, buf: &Buffer) -> Vec<u32> {
+        let mut bytes = vec![0u8; buf.size];
+        sluice::memory::copy_to_host(s, &mut bytes, buf, 0).expect("copy_to_host");
+        bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    pub fn write(&self, s: &Stream, buf: &Buffer, data: &[u32]) {
+        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        sluice::memory::copy_from_host(s, buf, 0, &bytes).expect("copy_from_host");
+    }
+}
+
+pub fn sync_of(b: &Buffer) -> Arc<SyncObject> {
+    b.sync.clone()
+}
+
+pub fn waits(s: &Stream) -> u64 {
+    s.stats.waits.load(std::sync::atomic::Ordering::Relaxed)
+}
