@@ -134,6 +134,15 @@ impl Drop for Buffer {
         match self.kind {
             BufferKind::Device => {
                 if let Some(home) = &self.home {
+                    if let Some(cap) = home.current_capture() {
+                        // A free must not become part of a graph: do it after the capture.
+                        cap.ctl().deferred_frees.push((
+                            home.clone(),
+                            self.addr,
+                            self.sync.outstanding(),
+                        ));
+                        return;
+                    }
                     // Order the free after every outstanding use, on the device.
                     let set = [Access {
                         obj: &self.sync,

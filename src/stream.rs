@@ -86,8 +86,20 @@ impl Recording {
         self.capture_id.is_none() && self.pool.completed.load(Ordering::Acquire) >= self.seq
     }
 
-    /// True once the recorded work completed. Polls the driver.
+    /// True when this recording was made inside a graph capture.
+    pub fn in_capture(&self) -> bool {
+        self.capture_id.is_some()
+    }
+
+    /// True once the recorded work completed. Polls the driver; refused for a
+    /// recording made inside a capture.
     pub fn query(&self) -> Result<bool> {
+        if self.in_capture() {
+            return Err(Error::new(
+                ErrorCode::CaptureUnsupported,
+                "event query is not allowed on an event recorded during a capture",
+            ));
+        }
         if self.known_complete() {
             return Ok(true);
         }
@@ -138,6 +150,8 @@ pub struct Stream {
     /// Fast check for "is this stream capturing"; the capture itself is in `capture`.
     pub(crate) capturing: AtomicBool,
     pub(crate) capture: Mutex<Option<Arc<Capture>>>,
+    /// True on the stream that began the current capture.
+    capture_origin: AtomicBool,
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
 }
@@ -173,6 +187,7 @@ impl Stream {
             stats: Arc::new(StreamStats::default()),
             capturing: AtomicBool::new(false),
             capture: Mutex::new(None),
+            capture_origin: AtomicBool::new(false),
             label: Mutex::new(None),
         });
         device.register_stream(&s);
@@ -239,13 +254,31 @@ impl Stream {
             .clone()
     }
 
+    pub(crate) fn set_capture_origin(&self, on: bool) {
+        self.capture_origin.store(on, Ordering::Release);
+    }
+
+    pub(crate) fn is_capture_origin(&self) -> bool {
+        self.capture_origin.load(Ordering::Acquire)
+    }
+
+    /// Sequence number of the newest recording on this stream.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.pool
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .seq
+    }
+
     pub(crate) fn capture_id(&self) -> Option<u64> {
         self.current_capture().map(|c| c.id)
     }
 
     /// Fails with `CaptureUnsupported` when the stream is capturing.
     pub(crate) fn reject_in_capture(&self, op: &str) -> Result<()> {
-        if self.is_capturing() {
+        if let Some(cap) = self.current_capture() {
+            cap.ctl().poisoned.get_or_insert_with(|| op.to_string());
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 format!("{op} is not allowed while {self:?} is capturing a graph"),
@@ -301,8 +334,16 @@ impl Stream {
         }))
     }
 
+    /// Makes this stream wait on a recording, with no host block. Waiting on an event
+    /// recorded inside a capture forks this stream into that capture, or joins it back.
+    pub fn wait_event(self: &Arc<Self>, rec: &Recording) -> Result<()> {
+        self.wait(rec)?;
+        crate::graph::note_wait(self, rec);
+        Ok(())
+    }
+
     /// Makes this stream wait on a recording, with no host block.
-    pub fn wait(&self, rec: &Recording) -> Result<()> {
+    pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
         self.device.same_device(&rec.pool.device, "the event")?;
         self.device.backend.stream_wait_event(self.raw, rec.raw)?;
         self.stats.waits.fetch_add(1, Ordering::Relaxed);

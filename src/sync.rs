@@ -97,7 +97,8 @@ impl SyncObject {
         if include_readers {
             v.extend(st.readers.iter().cloned());
         }
-        if v.iter().any(|r| r.capture_id.is_some()) {
+        if let Some(cid) = v.iter().find_map(|r| r.capture_id) {
+            crate::graph::poison(cid, op);
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 format!("{op} on {self:?} is not allowed while a capturing stream uses it"),

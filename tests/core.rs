@@ -157,7 +157,7 @@ fn cross_stream_handoff_through_an_event() {
     let x = k.buffer(&a, 1 << 16);
     k.fill(&a, &x, 0xC0FFEE, 20_000_000);
     let ev = a.record(false).unwrap();
-    b.wait(&ev).unwrap();
+    b.wait_event(&ev).unwrap();
     // An untracked read on B after the event wait.
     let mut out = vec![0u8; x.size];
     let seen = Arc::new(AtomicUsize::new(0));

@@ -118,6 +118,8 @@ impl Worker {
 #[derive(Clone)]
 pub(crate) enum CapturedStep {
     Run(Job),
+    /// An event recorded inside the capture: a point others may join on.
+    Mark,
     /// Wait until the step at index `.1` of stream `.0` (within the same replay) ran.
     Join(u64, usize),
 }
@@ -126,6 +128,8 @@ struct HostStream {
     worker: Arc<Worker>,
     /// Capture bookkeeping: which other streams joined this capture, if it is the origin.
     joined: Mutex<Vec<u64>>,
+    /// The origin stream of the capture this stream takes part in.
+    origin: Mutex<Option<u64>>,
 }
 
 struct Recording {
@@ -244,6 +248,7 @@ impl Backend for HostDevice {
         let raw = Box::into_raw(Box::new(HostStream {
             worker,
             joined: Mutex::new(Vec::new()),
+            origin: Mutex::new(None),
         })) as u64;
         lock(live_streams()).insert(raw);
         Ok(raw)
@@ -300,16 +305,17 @@ impl Backend for HostDevice {
             return Ok(());
         }
         drop(st);
-        if let Some((origin, _)) = captured {
+        if let Some((from, _)) = captured {
             // A non-capturing stream waits on an event recorded in a capture: it
             // joins that capture (fork), as with CUDA.
-            let origin_st = stream_ref(origin);
-            if lock(&origin_st.worker.state).capture.is_some() {
+            let from_st = stream_ref(from);
+            let origin = *lock(&from_st.origin);
+            if let Some(origin) = origin.filter(|_| lock(&from_st.worker.state).capture.is_some()) {
                 let mut me_st = lock(&me.worker.state);
-                me_st.capture = Some(vec![CapturedStep::Join(origin, seq as usize)]);
+                me_st.capture = Some(vec![CapturedStep::Join(from, seq as usize)]);
                 drop(me_st);
-                lock(&origin_st.joined).push(stream);
-                return Ok(());
+                *lock(&me.origin) = Some(origin);
+                lock(&stream_ref(origin).joined).push(stream);
             }
             return Ok(());
         }
@@ -348,7 +354,21 @@ impl Backend for HostDevice {
         };
         let w = stream_ref(stream).worker.clone();
         let capturing = self.capturing(stream);
-        let pos = self.enqueue(stream, job);
+        let pos = if capturing {
+            let mut st = lock(&w.state);
+            match st.capture.as_mut() {
+                Some(steps) => {
+                    steps.push(CapturedStep::Mark);
+                    (steps.len() - 1) as u64
+                }
+                None => {
+                    drop(st);
+                    self.enqueue(stream, job)
+                }
+            }
+        } else {
+            self.enqueue(stream, job)
+        };
         let rec = if capturing {
             Recording {
                 worker: w,
@@ -505,6 +525,7 @@ impl Backend for HostDevice {
         }
         st.capture = Some(Vec::new());
         lock(&s.joined).clear();
+        *lock(&s.origin) = Some(stream);
         Ok(())
     }
 
@@ -515,20 +536,27 @@ impl Backend for HostDevice {
             .take()
             .ok_or_else(|| Error::new(ErrorCode::InvalidState, "stream is not capturing"))?;
         let joined = std::mem::take(&mut *lock(&s.joined));
+        *lock(&s.origin) = None;
         let mut streams = vec![(stream, steps)];
-        let mut unjoined = 0;
         for j in joined {
             let js = stream_ref(j);
             let jsteps = lock(&js.worker.state).capture.take().unwrap_or_default();
-            // A forked stream must end with a step the origin joined back on.
-            let joined_back = streams[0]
-                .1
-                .iter()
-                .any(|st| matches!(st, CapturedStep::Join(o, _) if *o == j));
+            *lock(&js.origin) = None;
+            streams.push((j, jsteps));
+        }
+        // Every forked stream's last step must be joined on by another stream.
+        let mut unjoined = 0;
+        for (j, jsteps) in streams.iter().skip(1) {
+            let last = jsteps.len().saturating_sub(1);
+            let joined_back = streams.iter().any(|(o, steps)| {
+                o != j
+                    && steps.iter().any(
+                        |st| matches!(st, CapturedStep::Join(f, idx) if f == j && *idx >= last),
+                    )
+            });
             if !joined_back && jsteps.iter().any(|s| matches!(s, CapturedStep::Run(_))) {
                 unjoined += 1;
             }
-            streams.push((j, jsteps));
         }
         if unjoined > 0 {
             return Err(Error::new(
@@ -620,6 +648,7 @@ impl Backend for HostDevice {
                 let id = format!("s{si}_{i}");
                 let label = match st {
                     CapturedStep::Run(_) => "host op".to_string(),
+                    CapturedStep::Mark => "event".to_string(),
                     CapturedStep::Join(..) => "join".to_string(),
                 };
                 if verbose {
@@ -671,6 +700,7 @@ fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
             while pos[si] < steps.len() {
                 match &steps[pos[si]] {
                     CapturedStep::Run(job) => out.push(job.clone()),
+                    CapturedStep::Mark => {}
                     CapturedStep::Join(origin, idx) => {
                         let oi = g.streams.iter().position(|s| s.0 == *origin);
                         match oi {

@@ -61,7 +61,7 @@ pub extern "C" fn sluice_stream_wait_event(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_wait_event", || {
         let s = self::stream(stream)?;
-        s.wait(&*self::event(event)?)
+        s.wait_event(&*self::event(event)?)
     })
 }
 
@@ -73,14 +73,7 @@ pub extern "C" fn sluice_event_query(
 ) -> *mut sluice_error_t {
     boundary("sluice_event_query", || {
         let out = out_ptr(done_out, "done_out")?;
-        let e = self::event(event)?;
-        if e.capture_id.is_some() {
-            return Err(crate::error::Error::new(
-                crate::error::ErrorCode::CaptureUnsupported,
-                "event query is not allowed on an event recorded during a capture",
-            ));
-        }
-        write_out(out, e.query()?);
+        write_out(out, self::event(event)?.query()?);
         Ok(())
     })
 }
@@ -90,7 +83,7 @@ pub extern "C" fn sluice_event_query(
 pub extern "C" fn sluice_event_synchronize(event: sluice_event_t) -> *mut sluice_error_t {
     boundary("sluice_event_synchronize", || {
         let e = self::event(event)?;
-        if e.capture_id.is_some() {
+        if e.in_capture() {
             return Err(crate::error::Error::new(
                 crate::error::ErrorCode::CaptureUnsupported,
                 "event synchronize is not allowed on an event recorded during a capture",

@@ -1,5 +1,345 @@
-//! Graphs (capture, instantiate, launch, update, cache).
+//! Graph capture, executable graphs and the graph cache.
+
+use super::device::{device, sluice_device_t};
+use super::stream::{sluice_stream_t, stream};
+use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use crate::error::{Error, ErrorCode, Result};
+use crate::graph::{self as g, Graph, GraphCache, GraphExec, UpdateOutcome};
+use crate::handle::HandleTable;
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::{Arc, LazyLock};
+
+pub(crate) static GRAPHS: LazyLock<HandleTable<Graph>> = LazyLock::new(|| HandleTable::new(9));
+pub(crate) static EXECS: LazyLock<HandleTable<GraphExec>> = LazyLock::new(|| HandleTable::new(10));
+pub(crate) static CACHES: LazyLock<HandleTable<GraphCache>> =
+    LazyLock::new(|| HandleTable::new(11));
 
 pub(crate) fn live_graph_handles() -> usize {
-    0
+    GRAPHS.len() + EXECS.len() + CACHES.len()
+}
+
+/// Capture mode: relaxed (the default). Safe when goroutines or other threads move
+/// between OS threads, since it ties nothing to the capturing thread.
+pub const SLUICE_CAPTURE_RELAXED: u32 = 0;
+/// Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+pub const SLUICE_CAPTURE_THREAD_LOCAL: u32 = 1;
+/// Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
+pub const SLUICE_CAPTURE_GLOBAL: u32 = 2;
+
+/// `sluice_graph_exec_update` updated the executable graph in place.
+pub const SLUICE_GRAPH_UPDATE_IN_PLACE: u32 = 0;
+/// `sluice_graph_exec_update` re-instantiated because the update was refused.
+pub const SLUICE_GRAPH_UPDATE_REINSTANTIATED: u32 = 1;
+
+/// A captured graph. It does not keep the buffers it uses alive.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_graph_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// An instantiated graph, launchable on any stream of its device.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_graph_exec_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// A graph cache: per caller key, eager once, then captured, then replayed.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct sluice_graph_cache_t {
+    /// Opaque handle bits; 0 is never valid.
+    pub bits: u64,
+}
+
+/// How an update was applied.
+#[repr(C)]
+pub struct sluice_graph_update_info_t {
+    /// `SLUICE_GRAPH_UPDATE_IN_PLACE` or `SLUICE_GRAPH_UPDATE_REINSTANTIATED`.
+    pub result: u32,
+    /// Why the in-place update was refused (NUL-terminated; empty when in place).
+    pub reason: [c_char; 256],
+}
+
+/// Counters of a graph cache.
+#[repr(C)]
+pub struct sluice_graph_cache_stats_t {
+    /// Runs executed eagerly (warm-ups, and every run with graphs disabled).
+    pub eager: u64,
+    /// Runs captured and instantiated.
+    pub captured: u64,
+    /// Runs replayed from an instantiated graph.
+    pub replayed: u64,
+    /// Keys with an entry.
+    pub entries: u64,
+}
+
+/// The body of a cached region. It issues sluice ops on `stream` (the stream given
+/// to `sluice_graph_cache_run`) and returns 0, or non-zero to fail the run.
+pub type sluice_graph_body_fn =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, stream: sluice_stream_t) -> i32>;
+
+fn graph(h: sluice_graph_t) -> Result<Arc<Graph>> {
+    lookup(&GRAPHS, h.bits, "graph")
+}
+
+fn exec(h: sluice_graph_exec_t) -> Result<Arc<GraphExec>> {
+    lookup(&EXECS, h.bits, "graph exec")
+}
+
+/// Begins capturing `stream` with `mode` (`SLUICE_CAPTURE_*`; relaxed is the
+/// default). Other streams join by waiting on an event recorded on a capturing
+/// stream; they must be joined back before `sluice_graph_capture_end`. While
+/// capturing, host synchronisation and queries, host waits on sync objects that the
+/// capture uses, allocation, pageable copies and event queries are rejected with
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED`; the capture then ends with an error.
+#[no_mangle]
+pub extern "C" fn sluice_graph_capture_begin(
+    stream: sluice_stream_t,
+    mode: u32,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_capture_begin", || {
+        g::capture_begin(&self::stream(stream)?, g::capture_mode(mode)?)
+    })
+}
+
+/// Ends the capture begun on `stream` and writes the graph. On failure (an unjoined
+/// fork, a rejected operation, a driver error) the capture is still ended, the sync
+/// objects are rolled back, and the streams are usable again.
+#[no_mangle]
+pub extern "C" fn sluice_graph_capture_end(
+    stream: sluice_stream_t,
+    graph_out: *mut sluice_graph_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_capture_end", || {
+        let out = out_ptr(graph_out, "graph_out")?;
+        let gr = g::capture_end(&self::stream(stream)?)?;
+        write_out(
+            out,
+            sluice_graph_t {
+                bits: GRAPHS.insert(gr),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Writes true when `stream` is capturing (as origin or as a joined fork).
+#[no_mangle]
+pub extern "C" fn sluice_stream_is_capturing(
+    stream: sluice_stream_t,
+    capturing_out: *mut bool,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_is_capturing", || {
+        let out = out_ptr(capturing_out, "capturing_out")?;
+        write_out(out, self::stream(stream)?.is_capturing());
+        Ok(())
+    })
+}
+
+/// Writes the number of operation nodes in the graph.
+#[no_mangle]
+pub extern "C" fn sluice_graph_node_count(
+    graph: sluice_graph_t,
+    count_out: *mut usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_node_count", || {
+        let out = out_ptr(count_out, "count_out")?;
+        write_out(out, self::graph(graph)?.node_count()?);
+        Ok(())
+    })
+}
+
+/// Writes a Graphviz DOT file of the graph to `path`.
+#[no_mangle]
+pub extern "C" fn sluice_graph_debug_dot(
+    graph: sluice_graph_t,
+    path: *const c_char,
+    verbose: bool,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_debug_dot", || {
+        if path.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "path is NULL"));
+        }
+        // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+        self::graph(graph)?.debug_dot(unsafe { CStr::from_ptr(path) }, verbose)
+    })
+}
+
+/// Destroys a graph handle. Executable graphs made from it stay valid.
+#[no_mangle]
+pub extern "C" fn sluice_graph_destroy(graph: sluice_graph_t) -> *mut sluice_error_t {
+    boundary("sluice_graph_destroy", || {
+        remove(&GRAPHS, graph.bits, "graph").map(drop)
+    })
+}
+
+/// Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
+/// `<dir>/graph-<device>-<id>.dot`.
+#[no_mangle]
+pub extern "C" fn sluice_graph_instantiate(
+    graph: sluice_graph_t,
+    exec_out: *mut sluice_graph_exec_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_instantiate", || {
+        let out = out_ptr(exec_out, "exec_out")?;
+        let e = self::graph(graph)?.instantiate()?;
+        write_out(
+            out,
+            sluice_graph_exec_t {
+                bits: EXECS.insert(e),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Uploads the executable graph's resources ahead of its first launch.
+#[no_mangle]
+pub extern "C" fn sluice_graph_exec_upload(
+    exec: sluice_graph_exec_t,
+    stream: sluice_stream_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_exec_upload", || {
+        self::exec(exec)?.upload(&*self::stream(stream)?)
+    })
+}
+
+/// Launches the executable graph on `stream` as one tracked op: it waits for the
+/// earlier users of every buffer the graph touches and records one event after.
+#[no_mangle]
+pub extern "C" fn sluice_graph_exec_launch(
+    exec: sluice_graph_exec_t,
+    stream: sluice_stream_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_exec_launch", || {
+        self::exec(exec)?.launch(&*self::stream(stream)?)
+    })
+}
+
+/// Applies `graph` to `exec` in place (`cuGraphExecUpdate`); when the driver refuses
+/// (topology or node kind changed), re-instantiates instead. `info_out` (may be NULL)
+/// says which happened and why.
+#[no_mangle]
+pub extern "C" fn sluice_graph_exec_update(
+    exec: sluice_graph_exec_t,
+    graph: sluice_graph_t,
+    info_out: *mut sluice_graph_update_info_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_exec_update", || {
+        let outcome = self::exec(exec)?.update(&*self::graph(graph)?)?;
+        if !info_out.is_null() {
+            let mut reason = [0 as c_char; 256];
+            let (result, why) = match &outcome {
+                UpdateOutcome::InPlace => (SLUICE_GRAPH_UPDATE_IN_PLACE, ""),
+                UpdateOutcome::Reinstantiated(r) => {
+                    (SLUICE_GRAPH_UPDATE_REINSTANTIATED, r.as_str())
+                }
+            };
+            for (d, s) in reason.iter_mut().zip(why.bytes().take(255)) {
+                *d = s as c_char;
+            }
+            write_out(info_out, sluice_graph_update_info_t { result, reason });
+        }
+        Ok(())
+    })
+}
+
+/// Destroys an executable graph handle; launches already enqueued complete.
+#[no_mangle]
+pub extern "C" fn sluice_graph_exec_destroy(exec: sluice_graph_exec_t) -> *mut sluice_error_t {
+    boundary("sluice_graph_exec_destroy", || {
+        remove(&EXECS, exec.bits, "graph exec").map(drop)
+    })
+}
+
+/// Creates a graph cache for `device`.
+#[no_mangle]
+pub extern "C" fn sluice_graph_cache_new(
+    device: sluice_device_t,
+    cache_out: *mut sluice_graph_cache_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_cache_new", || {
+        let out = out_ptr(cache_out, "cache_out")?;
+        let c = GraphCache::new(&self::device(device)?);
+        write_out(
+            out,
+            sluice_graph_cache_t {
+                bits: CACHES.insert(c),
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Destroys a graph cache and its executable graphs.
+#[no_mangle]
+pub extern "C" fn sluice_graph_cache_destroy(cache: sluice_graph_cache_t) -> *mut sluice_error_t {
+    boundary("sluice_graph_cache_destroy", || {
+        remove(&CACHES, cache.bits, "graph cache").map(drop)
+    })
+}
+
+/// Runs the region `key` on `stream`: the first call runs `body` eagerly, the second
+/// captures and instantiates it (and launches the graph), later calls replay it
+/// without calling `body`. With `SLUICE_GRAPHS=0` every call is eager. A non-zero
+/// return from `body` fails the run with `SLUICE_ERROR_CALLBACK_FAILED`.
+#[no_mangle]
+pub extern "C" fn sluice_graph_cache_run(
+    cache: sluice_graph_cache_t,
+    key: u64,
+    stream: sluice_stream_t,
+    body: sluice_graph_body_fn,
+    user_data: *mut c_void,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_cache_run", || {
+        let f = body.ok_or_else(|| Error::new(ErrorCode::NullArgument, "body is NULL"))?;
+        let c = lookup(&CACHES, cache.bits, "graph cache")?;
+        let s = self::stream(stream)?;
+        let mut run = || {
+            // SAFETY: the caller provided a valid body for this user_data.
+            match unsafe { f(user_data, stream) } {
+                0 => Ok(()),
+                rc => Err(Error::new(
+                    ErrorCode::CallbackFailed,
+                    format!("graph cache body for key {key} returned {rc}"),
+                )),
+            }
+        };
+        c.run(key, &s, &mut run)
+    })
+}
+
+/// Writes the cache's counters.
+#[no_mangle]
+pub extern "C" fn sluice_graph_cache_stats(
+    cache: sluice_graph_cache_t,
+    stats_out: *mut sluice_graph_cache_stats_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_cache_stats", || {
+        let out = out_ptr(stats_out, "stats_out")?;
+        let st = lookup(&CACHES, cache.bits, "graph cache")?.stats();
+        write_out(
+            out,
+            sluice_graph_cache_stats_t {
+                eager: st.eager,
+                captured: st.captured,
+                replayed: st.replayed,
+                entries: st.entries,
+            },
+        );
+        Ok(())
+    })
+}
+
+/// Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).
+#[no_mangle]
+pub extern "C" fn sluice_graphs_set_enabled(enabled: bool) -> *mut sluice_error_t {
+    boundary("sluice_graphs_set_enabled", || {
+        g::set_graphs_enabled(enabled);
+        Ok(())
+    })
 }

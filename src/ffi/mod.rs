@@ -12,6 +12,7 @@ mod device;
 mod error;
 mod event;
 mod graph;
+pub use graph::*;
 mod memory;
 mod module;
 mod stream;

@@ -1,0 +1,334 @@
+//! Graph tests (issue 4) on the default backend: host in CI, cuda on the GPU.
+
+mod common;
+use common::kit;
+use sluice::backend::CaptureMode;
+use sluice::graph::{self, GraphCache, UpdateOutcome};
+use sluice::{memory, Buffer, ErrorCode, Stream};
+use std::sync::Arc;
+
+const W: usize = 4096;
+
+/// One pipeline step over three buffers: kernels and a device copy.
+fn pipeline(k: &common::Kit, s: &Stream, a: &Buffer, b: &Buffer, c: &Buffer, steps: usize) {
+    for i in 0..steps {
+        match i % 4 {
+            0 => k.add(s, b, a, 0),
+            1 => k.copy(s, c, b, 0),
+            2 => memory::copy(s, a, 0, c, 0, W * 4).unwrap(),
+            _ => k.add(s, a, b, 0),
+        }
+    }
+}
+
+fn three(k: &common::Kit, s: &Arc<Stream>, seed: u32) -> [Arc<Buffer>; 3] {
+    let bufs = [k.buffer(s, W), k.buffer(s, W), k.buffer(s, W)];
+    let init: Vec<u32> = (0..W as u32)
+        .map(|i| i.wrapping_mul(seed) ^ 0x5bd1e995)
+        .collect();
+    for b in &bufs {
+        k.write(s, b, &init);
+    }
+    bufs
+}
+
+#[test]
+fn captured_pipeline_replays_bit_for_bit_like_eager() {
+    let k = kit();
+    let s = k.stream();
+    let [a1, b1, c1] = three(&k, &s, 7);
+    let [a2, b2, c2] = three(&k, &s, 7);
+    for _ in 0..10 {
+        pipeline(&k, &s, &a1, &b1, &c1, 100);
+    }
+    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    pipeline(&k, &s, &a2, &b2, &c2, 100);
+    let g = graph::capture_end(&s).unwrap();
+    assert_eq!(g.node_count().unwrap(), 100);
+    let exec = g.instantiate().unwrap();
+    for _ in 0..10 {
+        exec.launch(&s).unwrap();
+    }
+    for (x, y) in [(&a1, &a2), (&b1, &b2), (&c1, &c2)] {
+        assert_eq!(k.read(&s, x), k.read(&s, y));
+    }
+}
+
+#[test]
+fn replay_is_ordered_against_other_streams_both_ways() {
+    let k = kit();
+    let (cap, other) = (k.stream(), k.stream());
+    let x = k.buffer(&cap, W);
+    let y = k.buffer(&cap, W);
+    // The graph reads X into Y, then writes X.
+    graph::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
+    k.copy(&cap, &y, &x, 0);
+    k.fill(&cap, &x, 99, 0);
+    let exec = graph::capture_end(&cap).unwrap().instantiate().unwrap();
+    // A writer on another stream, issued before the launch, is waited on.
+    k.fill(&other, &x, 5, 20_000_000);
+    let launch = k.stream();
+    exec.launch(&launch).unwrap();
+    // A reader on another stream after the launch sees the graph's write.
+    let z = k.buffer(&other, W);
+    k.copy(&other, &z, &x, 0);
+    assert!(k.read(&other, &z).iter().all(|&v| v == 99));
+    assert!(k.read(&launch, &y).iter().all(|&v| v == 5));
+}
+
+#[test]
+fn capture_rolls_back_sync_state() {
+    let k = kit();
+    let s = k.stream();
+    let x = k.buffer(&s, W);
+    k.fill(&s, &x, 1, 0);
+    assert!(x.sync.has_writer());
+    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    let r = k.stream();
+    k.fill(&s, &x, 2, 0);
+    let g = graph::capture_end(&s).unwrap();
+    // After the capture, X's last writer is the eager fill again (value 1).
+    assert!(k.read(&r, &x).iter().all(|&v| v == 1));
+    drop(g);
+}
+
+#[test]
+fn rejected_operations_name_themselves_and_leave_the_stream_usable() {
+    let k = kit();
+    let s = k.stream();
+    let x = k.buffer(&s, W);
+    let mut host = vec![0u8; 16];
+    type Check<'a> = Box<dyn Fn(&Arc<Stream>) -> sluice::Error + 'a>;
+    let checks: Vec<(&str, Check)> = vec![
+        (
+            "stream synchronize",
+            Box::new(|s| s.synchronize().unwrap_err()),
+        ),
+        ("stream query", Box::new(|s| s.query().unwrap_err())),
+        (
+            "buffer allocation",
+            Box::new(|s| Buffer::alloc(s, 64).err().unwrap()),
+        ),
+        (
+            "copy from pageable host memory",
+            Box::new(|s| memory::copy_from_host(s, &x, 0, &[1, 2, 3]).unwrap_err()),
+        ),
+        (
+            "host wait_read",
+            Box::new(|s| {
+                k.fill(s, &x, 3, 0);
+                x.sync.wait_read().unwrap_err()
+            }),
+        ),
+    ];
+    for (name, check) in &checks {
+        graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+        let e = check(&s);
+        assert_eq!(e.code, ErrorCode::CaptureUnsupported, "{name}: {e}");
+        assert!(
+            e.message.contains(name),
+            "message does not name '{name}': {e}"
+        );
+        let end = graph::capture_end(&s)
+            .err()
+            .expect("capture must fail after a rejected op");
+        assert_eq!(end.code, ErrorCode::CaptureFailed);
+        assert!(end.message.contains(name), "{end}");
+        assert!(!s.is_capturing());
+        k.fill(&s, &x, 4, 0);
+        assert!(
+            k.read(&s, &x).iter().all(|&v| v == 4),
+            "{name}: stream unusable after"
+        );
+    }
+    // Copies to pageable memory and event queries too.
+    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    let e = memory::copy_to_host(&s, &mut host, &x, 0).unwrap_err();
+    assert_eq!(e.code, ErrorCode::CaptureUnsupported);
+    let ev = s.record(false).unwrap();
+    let e = ev.query().unwrap_err();
+    assert_eq!(e.code, ErrorCode::CaptureUnsupported);
+    assert!(e.message.contains("event query"), "{e}");
+    assert!(graph::capture_end(&s).is_err());
+}
+
+#[test]
+fn fork_join_capture_and_unjoined_fork_is_rejected() {
+    let k = kit();
+    let (a, b) = (k.stream(), k.stream());
+    let x = k.buffer(&a, W);
+    let y = k.buffer(&a, W);
+    graph::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    k.fill(&a, &x, 10, 0);
+    let fork = a.record(false).unwrap();
+    b.wait_event(&fork).unwrap();
+    assert!(
+        b.is_capturing(),
+        "waiting on a captured event joins the capture"
+    );
+    k.copy(&b, &y, &x, 0); // on the fork; the engine orders it after A's fill
+    k.add(&b, &y, &x, 0);
+    let join = b.record(false).unwrap();
+    a.wait_event(&join).unwrap();
+    let exec = graph::capture_end(&a).unwrap().instantiate().unwrap();
+    assert!(!b.is_capturing());
+    exec.launch(&a).unwrap();
+    assert!(k.read(&a, &y).iter().all(|&v| v == 20));
+
+    // Unjoined: B does work after its last join point.
+    graph::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    let fork = a.record(false).unwrap();
+    b.wait_event(&fork).unwrap();
+    k.fill(&b, &y, 1, 0);
+    let e = graph::capture_end(&a).err().unwrap();
+    assert_eq!(e.code, ErrorCode::CaptureFailed);
+    assert!(e.message.contains("not joined back"), "{e}");
+    assert!(!a.is_capturing() && !b.is_capturing());
+    k.fill(&b, &y, 2, 0);
+    assert!(k.read(&b, &y).iter().all(|&v| v == 2));
+    a.synchronize().unwrap();
+}
+
+#[test]
+fn update_with_new_pointers_and_params_then_fallback() {
+    let k = kit();
+    let s = k.stream();
+    let (x, y) = (k.buffer(&s, W), k.buffer(&s, W));
+    let capture = |f: &dyn Fn()| {
+        graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+        f();
+        graph::capture_end(&s).unwrap()
+    };
+    let g1 = capture(&|| k.fill(&s, &x, 1, 0));
+    let exec = g1.instantiate().unwrap();
+    exec.launch(&s).unwrap();
+    assert!(k.read(&s, &x).iter().all(|&v| v == 1));
+    let g2 = capture(&|| k.fill(&s, &y, 2, 0)); // new pointer and new value
+    assert_eq!(exec.update(&g2).unwrap(), UpdateOutcome::InPlace);
+    exec.launch(&s).unwrap();
+    assert!(k.read(&s, &y).iter().all(|&v| v == 2));
+    assert!(
+        k.read(&s, &x).iter().all(|&v| v == 1),
+        "the old pointer is no longer written"
+    );
+    let g3 = capture(&|| {
+        k.fill(&s, &x, 3, 0);
+        k.add(&s, &y, &x, 0);
+    });
+    match exec.update(&g3).unwrap() {
+        UpdateOutcome::Reinstantiated(why) => assert!(!why.is_empty()),
+        other => panic!("a topology change must fall back, got {other:?}"),
+    }
+    exec.launch(&s).unwrap();
+    assert!(k.read(&s, &y).iter().all(|&v| v == 5));
+}
+
+#[test]
+fn graph_cache_runs_eager_then_captures_then_replays() {
+    let k = kit();
+    let s = k.stream();
+    let (x, acc) = (k.buffer(&s, W), k.buffer(&s, W));
+    k.fill(&s, &x, 3, 0);
+    k.fill(&s, &acc, 0, 0);
+    let cache = GraphCache::new(&k.dev);
+    let mut calls = 0;
+    for _ in 0..5 {
+        cache
+            .run(42, &s, &mut || {
+                calls += 1;
+                k.add(&s, &acc, &x, 0);
+                Ok(())
+            })
+            .unwrap();
+    }
+    let st = cache.stats();
+    assert_eq!(
+        (st.eager, st.captured, st.replayed, st.entries),
+        (1, 1, 3, 1)
+    );
+    assert_eq!(
+        calls, 2,
+        "the body runs for the warm-up and the capture only"
+    );
+    assert!(
+        k.read(&s, &acc).iter().all(|&v| v == 15),
+        "five runs add five times"
+    );
+    let e = cache.run(43, &s, &mut || {
+        Err(sluice::Error::invalid_argument("body failed"))
+    });
+    assert!(e.is_err());
+}
+
+#[test]
+fn dot_dump_exists_and_parses() {
+    let k = kit();
+    let s = k.stream();
+    let (x, y) = (k.buffer(&s, W), k.buffer(&s, W));
+    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    k.fill(&s, &x, 1, 0);
+    k.copy(&s, &y, &x, 0);
+    let g = graph::capture_end(&s).unwrap();
+    let path = std::env::temp_dir().join(format!("sluice-test-{}.dot", std::process::id()));
+    let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    g.debug_dot(&c, true).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.trim_start().starts_with("digraph"), "{text}");
+    assert!(text.trim_end().ends_with('}'));
+    if let Ok(out) = std::process::Command::new("dot")
+        .arg("-Tsvg")
+        .arg(&path)
+        .output()
+    {
+        assert!(
+            out.status.success(),
+            "dot rejected the file: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn concurrent_captures_and_unrelated_work_do_not_interfere() {
+    let k = Arc::new(kit());
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let noise = {
+        let (k, stop) = (k.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let s = k.stream();
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 10 {
+                let a = k.buffer(&s, 1024);
+                let b = Buffer::alloc_pinned(&k.dev, 4096).unwrap();
+                memory::copy(&s, &b, 0, &a, 0, 4096).unwrap();
+                s.synchronize().unwrap();
+                n += 1;
+            }
+        })
+    };
+    let workers: Vec<_> = (0..2u32)
+        .map(|t| {
+            let k = k.clone();
+            std::thread::spawn(move || {
+                let s = k.stream();
+                let (x, y) = (k.buffer(&s, W), k.buffer(&s, W));
+                k.fill(&s, &y, 0, 0);
+                for _ in 0..5 {
+                    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+                    k.fill(&s, &x, t + 1, 0);
+                    k.add(&s, &y, &x, 0);
+                    let exec = graph::capture_end(&s).unwrap().instantiate().unwrap();
+                    exec.launch(&s).unwrap();
+                }
+                assert!(k.read(&s, &y).iter().all(|&v| v == 5 * (t + 1)));
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    noise.join().unwrap();
+}
