@@ -6,9 +6,9 @@
  * - Host callbacks run on other threads (driver threads on CUDA). They report through
  *   C11 atomics; the data they touch lives in static storage so that a test that
  *   returns early can never leave a callback with a dangling pointer.
- * - CUDA runs the host functions of all streams of a context on one driver thread.
- *   So: never block the test thread (synchronize, copy_to_host, wait_*) while any
- *   gate is closed; a closed gate holds every other stream's callbacks too.
+ * - CUDA may run the host functions of all streams on one driver thread. So never
+ *   block the test thread (synchronize, copy_to_host, wait_*) while any gate is
+ *   closed: a closed gate may hold every other stream's callbacks too.
  */
 #ifndef SLUICE_TEST_HELPERS_H
 #define SLUICE_TEST_HELPERS_H
@@ -93,7 +93,7 @@ static inline void gate_reset(gate_t *g) {
     atomic_store(&g->entered, 0);
 }
 
-static int32_t gate_cb(void *p) {
+static inline int32_t gate_cb(void *p) {
     gate_t *g = p;
     atomic_store(&g->entered, 1);
     double deadline = now_ms() + 20000.0;
@@ -112,7 +112,7 @@ static inline bool enqueue_gate(sluice_stream_t s, gate_t *g) {
 static inline void gate_open(gate_t *g) { atomic_store(&g->open, 1); }
 
 /* Sleeps for (uintptr_t)user_data milliseconds. */
-static int32_t sleep_cb(void *p) {
+static inline int32_t sleep_cb(void *p) {
     sleep_ms((unsigned)(uintptr_t)p);
     return 0;
 }
@@ -124,7 +124,7 @@ typedef struct {
     int value;
 } slow_set_t;
 
-static int32_t slow_set_cb(void *p) {
+static inline int32_t slow_set_cb(void *p) {
     slow_set_t *a = p;
     if (a->ms) sleep_ms(a->ms);
     atomic_store(a->flag, a->value);
@@ -132,19 +132,19 @@ static int32_t slow_set_cb(void *p) {
 }
 
 /* Sets *(atomic_int*)user_data = 1. */
-static int32_t set_flag_cb(void *p) {
+static inline int32_t set_flag_cb(void *p) {
     atomic_store((atomic_int *)p, 1);
     return 0;
 }
 
 /* Adds one to *(atomic_int*)user_data. */
-static int32_t incr_cb(void *p) {
+static inline int32_t incr_cb(void *p) {
     atomic_fetch_add((atomic_int *)p, 1);
     return 0;
 }
 
 /* Returns (int)(intptr_t)user_data. */
-static int32_t return_cb(void *p) { return (int32_t)(intptr_t)p; }
+static inline int32_t return_cb(void *p) { return (int32_t)(intptr_t)p; }
 
 /* An append-only log shared by callbacks on any streams. */
 #define LOG_CAP 4096
@@ -163,7 +163,7 @@ static inline void log_reset(log_t *l) {
     memset(l->vals, 0, sizeof l->vals);
 }
 
-static int32_t log_cb(void *p) {
+static inline int32_t log_cb(void *p) {
     log_item_t *it = p;
     unsigned i = atomic_fetch_add(&it->log->n, 1);
     if (i >= LOG_CAP) return 98;

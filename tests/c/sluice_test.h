@@ -239,14 +239,37 @@ static int st_cmp_tests(const void *pa, const void *pb) {
     return (a->line > b->line) - (a->line < b->line);
 }
 
+static volatile int st_passed, st_failed;
+
+/* async-signal-safe decimal formatting */
+static size_t st_fmt_int(char *buf, int v) {
+    char tmp[16];
+    size_t n = 0, k = 0;
+    unsigned u = v < 0 ? 0u : (unsigned)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u && n < sizeof tmp);
+    while (n) buf[k++] = tmp[--n];
+    return k;
+}
+
 static void st_on_alarm(int sig) {
     (void)sig;
-    /* async-signal-safe output only */
+    /* async-signal-safe output only; the summary counts the hung test as failed */
     static const char pre[] = "\nTIMEOUT: test ";
     static const char post[] = " did not finish in time (SLUICE_TEST_TIMEOUT)\n";
+    char line[64];
+    size_t n = st_fmt_int(line, st_passed);
+    memcpy(line + n, " passed, ", 9);
+    n += 9;
+    n += st_fmt_int(line + n, st_failed + 1);
+    memcpy(line + n, " failed\n", 8);
+    n += 8;
     ssize_t r = write(1, pre, sizeof pre - 1);
     r = write(1, st_current, strlen(st_current));
     r = write(1, post, sizeof post - 1);
+    r = write(1, line, n);
     (void)r;
     _exit(3);
 }
@@ -295,7 +318,9 @@ int main(int argc, char **argv) {
     int nfilters = argc - 1;
     char **filters = argv + 1;
     uint64_t live_start = sluice_live_handles();
-    int passed = 0, failed = 0, skipped = 0;
+    int skipped = 0;
+#define passed st_passed
+#define failed st_failed
     for (size_t i = 0; i < st_ntests; i++) {
         const struct st_test *tc = &st_tests[i];
         if (!st_selected(tc->name, nfilters, filters)) continue;
@@ -340,6 +365,8 @@ int main(int argc, char **argv) {
     printf("%d passed, %d failed\n", passed, failed);
     fflush(stdout);
     return failed ? 1 : 0;
+#undef passed
+#undef failed
 }
 
 #endif /* SLUICE_TEST_MAIN */

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# The GPU suite. Two halves:
+#   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
+#   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
+# Parts can be chosen with SLUICE_GPU_PARTS="rust c go bench sanitize torch" (default: all).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-}
+parts=${SLUICE_GPU_PARTS:-"rust c go cpp bench sanitize torch"}
+has() { [[ " $parts " == *" $1 "* ]]; }
+
+build() {
+  set -e
+  rm -rf .gpu && mkdir -p .gpu/rust
+  export CARGO_PROFILE_RELEASE_DEBUG=0
+  cargo build --release --lib
+  cp target/release/libsluice.so .gpu/
+  # Rust integration tests and unit tests, as plain executables.
+  cargo test --release --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import json,sys
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get("reason")=="compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])' \
+    | while read -r name exe; do cp "$exe" ".gpu/rust/$name"; done
+  cargo build --release --bench overhead 2>/dev/null || true
+  bench=$(ls -t target/release/deps/overhead-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+  [ -n "$bench" ] && cp "$bench" .gpu/overhead
+  cp -r kernels .gpu/kernels
+  if has c && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
+  if has go && [ -x bindings/go/test.sh ]; then bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"; fi
+  du -sh .gpu
+}
+
+run() {
+  out=${OUT:-/tmp/sluice-gpu-out}; mkdir -p "$out"
+  export LD_LIBRARY_PATH="$PWD/.gpu:${LD_LIBRARY_PATH:-}"
+  summary="$out/summary.txt"; : > "$summary"
+  note() { echo "$*" | tee -a "$summary"; }
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
+  if has rust; then
+    for t in .gpu/rust/*; do
+      n=$(basename "$t")
+      SLUICE_BACKEND=cuda "$t" --test-threads=4 > "$out/rust-$n.log" 2>&1
+      note "rust $n (cuda): rc=$? $(grep -E '^test result' "$out/rust-$n.log" | tail -1)"
+    done
+  fi
+  if has c && [ -d .gpu/c ]; then
+    for t in .gpu/c/test_*; do
+      n=$(basename "$t")
+      SLUICE_BACKEND=cuda "$t" > "$out/c-$n.log" 2>&1
+      note "c $n (cuda): rc=$? $(tail -1 "$out/c-$n.log")"
+    done
+  fi
+  if has go && [ -d .gpu/go ]; then
+    (cd .gpu/go && SLUICE_BACKEND=cuda ./sluice-go.test -test.v -test.bench . -test.benchtime 20000x > "$out/go.log" 2>&1)
+    note "go tests (cuda): rc=$? $(grep -E '^(PASS|FAIL|ok)' "$out/go.log" | tail -1)"
+    if [ -x .gpu/go/trainer ]; then
+      SLUICE_BACKEND=cuda .gpu/go/trainer > "$out/go-trainer.log" 2>&1
+      note "go trainer (cuda): rc=$? $(tail -1 "$out/go-trainer.log")"
+    fi
+  fi
+  if has bench && [ -x .gpu/overhead ]; then
+    .gpu/overhead > "$out/bench.md" 2>&1
+    note "bench: rc=$?"
+  fi
+  if has sanitize && command -v compute-sanitizer >/dev/null; then
+    for tool in racecheck synccheck; do
+      for n in engine graphs; do
+        [ -x ".gpu/rust/$n" ] || continue
+        SLUICE_BACKEND=cuda compute-sanitizer --tool "$tool" --error-exitcode 99 \
+          ".gpu/rust/$n" --test-threads=1 > "$out/sanitize-$tool-$n.log" 2>&1
+        note "compute-sanitizer $tool $n: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$n.log" | tail -1)"
+      done
+    done
+  fi
+  if has torch && [ -f examples/cpp/torch_interop/CMakeLists.txt ]; then
+    bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1
+    note "torch interop: rc=$? $(tail -1 "$out/torch.log")"
+  fi
+  echo "==== summary"; cat "$summary"
+}
+
+case "$mode" in
+  build) build ;;
+  run) run ;;
+  *) echo "usage: $0 build|run" >&2; exit 2 ;;
+esac
