@@ -68,8 +68,8 @@ run() {
     for tool in racecheck synccheck; do
       for n in engine graphs; do
         [ -x ".gpu/rust/$n" ] || continue
-        SLUICE_BACKEND=cuda compute-sanitizer --tool "$tool" --error-exitcode 99 \
-          ".gpu/rust/$n" --test-threads=1 > "$out/sanitize-$tool-$n.log" 2>&1
+        SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout 150 compute-sanitizer --tool "$tool" \
+          --error-exitcode 99 ".gpu/rust/$n" --test-threads=1 > "$out/sanitize-$tool-$n.log" 2>&1
         note "compute-sanitizer $tool $n: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$n.log" | tail -1)"
       done
     done

@@ -39,8 +39,10 @@ fn backend_choice() -> Result<Option<BackendKind>> {
     }
 }
 
-fn registry() -> &'static Mutex<HashMap<(BackendKind, u32), Arc<Device>>> {
-    static REG: OnceLock<Mutex<HashMap<(BackendKind, u32), Arc<Device>>>> = OnceLock::new();
+type Registry = Mutex<HashMap<(BackendKind, u32), Arc<Device>>>;
+
+fn registry() -> &'static Registry {
+    static REG: OnceLock<Registry> = OnceLock::new();
     REG.get_or_init(|| Mutex::new(HashMap::new()))
 }
 

@@ -120,6 +120,7 @@ impl<T> HandleTable<T> {
             .sum()
     }
 
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -137,6 +138,7 @@ mod tests {
         assert_eq!(t.get(0).unwrap_err(), Stale::Null);
         assert_eq!(t.get(h ^ (1 << 56)).unwrap_err(), Stale::WrongType);
         t.remove(h).unwrap();
+        assert!(t.is_empty());
         assert_eq!(t.get(h).unwrap_err(), Stale::Dead);
         assert_eq!(t.remove(h).unwrap_err(), Stale::Dead);
         let h2 = t.insert(Arc::new(8));

@@ -59,7 +59,7 @@ impl Buffer {
             kind: BufferKind::Device,
             addr,
             size,
-            sync: SyncObject::new(),
+            sync: SyncObject::allocated_on(stream),
             home: Some(stream.clone()),
             block_size: 0,
         }))
@@ -162,7 +162,7 @@ impl Drop for Buffer {
             }
             BufferKind::Registered => {
                 for r in self.sync.outstanding() {
-                    let _ = r.synchronize();
+                    let _ = r.wait_complete();
                 }
                 backend.host_unregister(self.addr as *mut u8);
             }
@@ -252,8 +252,12 @@ impl PinnedPool {
         };
         if let Some(b) = found {
             // The host will write this memory: earlier copies must have finished.
-            for r in &b.pending {
-                r.synchronize()?;
+            if let Err(e) = b.pending.iter().try_for_each(|r| r.wait_complete()) {
+                let mut st = self.state();
+                st.stats.bytes_in_use -= b.size as u64;
+                st.stats.bytes_cached += b.size as u64;
+                st.cached.push(b);
+                return Err(e);
             }
             return Ok((b.addr, b.size));
         }
@@ -276,7 +280,7 @@ impl PinnedPool {
         }
         drop(st);
         for r in &pending {
-            let _ = r.synchronize();
+            let _ = r.wait_complete();
         }
         device.backend.pinned_free(addr as *mut u8);
     }
@@ -310,7 +314,7 @@ impl PinnedPool {
         };
         for b in victims {
             for r in &b.pending {
-                let _ = r.synchronize();
+                let _ = r.wait_complete();
             }
             device.backend.pinned_free(b.addr as *mut u8);
         }

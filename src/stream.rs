@@ -39,6 +39,7 @@ pub(crate) struct EventPool {
 }
 
 impl EventPool {
+    /// Returns and clears the stream's deferred error (stream sync points).
     pub(crate) fn take_deferred(&self) -> Result<()> {
         match self
             .deferred
@@ -47,6 +48,20 @@ impl EventPool {
             .take()
         {
             Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Reports the stream's deferred error without clearing it (event and
+    /// sync-object waits), so the stream's own next sync still sees it.
+    pub(crate) fn peek_deferred(&self) -> Result<()> {
+        match self
+            .deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(e) => Err(e.clone()),
             None => Ok(()),
         }
     }
@@ -112,11 +127,17 @@ impl Recording {
 
     /// Blocks the host until the recorded work completed.
     pub fn synchronize(&self) -> Result<()> {
+        self.wait_complete()?;
+        self.pool.peek_deferred()
+    }
+
+    /// Blocks until the recorded work completed; ignores deferred callback errors.
+    pub(crate) fn wait_complete(&self) -> Result<()> {
         if !self.known_complete() {
             self.pool.device.backend.event_synchronize(self.raw)?;
             self.pool.completed.fetch_max(self.seq, Ordering::AcqRel);
         }
-        self.pool.take_deferred()
+        Ok(())
     }
 
     pub fn elapsed_ms(&self, end: &Recording) -> Result<f32> {
@@ -143,6 +164,8 @@ impl Drop for Recording {
 pub struct Stream {
     pub(crate) device: Arc<Device>,
     pub(crate) raw: u64,
+    /// What `raw()` exports: the caller's handle for adopted streams.
+    exported: u64,
     owned: bool,
     pub id: u64,
     pub(crate) pool: Arc<EventPool>,
@@ -166,11 +189,12 @@ impl std::fmt::Debug for Stream {
 pub const STREAM_NON_BLOCKING: u32 = 1;
 
 impl Stream {
-    fn wrap(device: &Arc<Device>, raw: u64, owned: bool) -> Arc<Stream> {
+    fn wrap(device: &Arc<Device>, raw: u64, exported: u64, owned: bool) -> Arc<Stream> {
         let id = next_id();
         let s = Arc::new(Stream {
             device: device.clone(),
             raw,
+            exported,
             owned,
             id,
             pool: Arc::new(EventPool {
@@ -206,22 +230,23 @@ impl Stream {
         let raw = device
             .backend
             .stream_create(flags & STREAM_NON_BLOCKING != 0, priority)?;
-        Ok(Stream::wrap(device, raw, true))
+        Ok(Stream::wrap(device, raw, raw, true))
     }
 
     /// Adopts a foreign stream without owning it; destroying the sluice stream
     /// leaves the foreign one alone.
     pub fn wrap_external(device: &Arc<Device>, raw: u64) -> Result<Arc<Stream>> {
-        device.backend.stream_check_external(raw)?;
-        Ok(Stream::wrap(device, raw, false))
+        let adopted = device.backend.stream_adopt_external(raw)?;
+        Ok(Stream::wrap(device, adopted, raw, false))
     }
 
     pub fn device(&self) -> &Arc<Device> {
         &self.device
     }
 
+    /// The `CUstream` (an opaque pointer on host) for foreign work.
     pub fn raw(&self) -> u64 {
-        self.raw
+        self.exported
     }
 
     pub fn is_owned(&self) -> bool {
@@ -288,7 +313,7 @@ impl Stream {
     }
 
     fn take_deferred(&self) -> Result<()> {
-        self.pool.take_deferred()
+        self.pool.take_deferred().map_err(|e| self.fault(e))
     }
 
     /// Maps a driver error seen at a sync point to a report naming this stream.
@@ -414,6 +439,8 @@ impl Drop for Stream {
     fn drop(&mut self) {
         if self.owned {
             self.device.backend.stream_destroy(self.raw);
+        } else {
+            self.device.backend.stream_release_external(self.raw);
         }
     }
 }

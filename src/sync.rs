@@ -24,6 +24,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 pub(crate) struct SyncState {
     pub(crate) writer: Option<Arc<Recording>>,
     pub(crate) readers: Vec<Arc<Recording>>,
+    /// A fresh stream-ordered allocation: valid only in this stream's order until
+    /// the first write on it or the first use on another stream.
+    pub(crate) alloc_on: Option<Arc<Stream>>,
 }
 
 /// A per-object dependency record: stands for a buffer, or for foreign memory.
@@ -79,6 +82,17 @@ impl SyncObject {
         Arc::new(SyncObject {
             id: next_id(),
             state: Mutex::new(SyncState::default()),
+        })
+    }
+
+    /// A sync object for memory just allocated in `stream`'s order.
+    pub(crate) fn allocated_on(stream: &Arc<Stream>) -> Arc<SyncObject> {
+        Arc::new(SyncObject {
+            id: next_id(),
+            state: Mutex::new(SyncState {
+                alloc_on: Some(stream.clone()),
+                ..SyncState::default()
+            }),
         })
     }
 
@@ -188,6 +202,19 @@ fn begin_locked(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<()> {
     let mut need: Vec<Arc<Recording>> = Vec::new();
     for l in locked.iter_mut() {
         let st = &mut *l.guard;
+        if let Some(home) = st.alloc_on.clone().filter(|_| cap.is_none()) {
+            if home.id != me && !home.is_capturing() {
+                // Order this first foreign use after the allocation point.
+                let rec = home.record(false)?;
+                match &st.writer {
+                    None => st.writer = Some(rec),
+                    Some(_) => add_wait(&mut need, &rec),
+                }
+                st.alloc_on = None;
+            } else if home.id == me && l.access.write {
+                st.alloc_on = None;
+            }
+        }
         if cap.is_none() {
             st.readers.retain(|r| !r.known_complete());
             if st.writer.as_ref().is_some_and(|w| w.known_complete()) {

@@ -2,7 +2,7 @@
 //! cuda on the GPU (`SLUICE_BACKEND=cuda`).
 
 mod common;
-use common::{kit, waits};
+use common::{kit, scaled, waits};
 use sluice::sync::{self, Access};
 use sluice::{Buffer, SyncObject};
 use std::sync::{Arc, Mutex};
@@ -105,7 +105,7 @@ fn event_reuse_over_100k_ops_keeps_data_right() {
     let x = k.buffer(&p, words);
     let acc = k.buffer(&c, words);
     k.fill(&c, &acc, 0, 0);
-    let ops = if k.is_cuda() { 60_000 } else { 50_000 };
+    let ops = scaled(if k.is_cuda() { 60_000 } else { 50_000 });
     // Producer writes x = i; the delayed consumer adds x into acc. Each pair is two
     // tracked ops, so over 100k recordings cycle through the pools.
     let mut expect: u32 = 0;
@@ -203,7 +203,7 @@ fn random_dependency_graph_matches_serial_execution() {
     let k = Arc::new(kit());
     let nbuf = 100;
     let words = 256;
-    let ops_total = if k.is_cuda() { 10_000 } else { 4_000 };
+    let ops_total = scaled(if k.is_cuda() { 10_000 } else { 4_000 });
     let setup = k.stream();
     let bufs: Vec<Arc<Buffer>> = (0..nbuf).map(|_| k.buffer(&setup, words)).collect();
     for (i, b) in bufs.iter().enumerate() {

@@ -438,7 +438,7 @@ impl Backend for CudaDevice {
         }
     }
 
-    fn stream_check_external(&self, raw_stream: u64) -> Result<()> {
+    fn stream_adopt_external(&self, raw_stream: u64) -> Result<u64> {
         match raw_stream {
             0 => {
                 return Err(Error::invalid_argument(
@@ -490,8 +490,10 @@ impl Backend for CudaDevice {
                 self.ordinal
             )));
         }
-        Ok(())
+        Ok(raw_stream)
     }
+
+    fn stream_release_external(&self, _raw: u64) {}
 
     fn stream_query(&self, stream: u64) -> Result<bool> {
         let d = self.bind()?;
@@ -1193,13 +1195,13 @@ DONE:
 
         for bad in [0u64, 1, 2] {
             assert_eq!(
-                expect_err(dev.stream_check_external(bad)).code,
+                expect_err(dev.stream_adopt_external(bad)).code,
                 ErrorCode::InvalidArgument
             );
         }
         let s = dev.stream_create(true, greatest).expect("stream");
         let s2 = dev.stream_create(false, 0).expect("stream 2");
-        dev.stream_check_external(s)
+        dev.stream_adopt_external(s)
             .expect("own stream is adoptable");
 
         // Memory, copies, memset, events.

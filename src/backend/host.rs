@@ -64,6 +64,8 @@ struct WorkerState {
 
 /// The shared part of a host stream.
 pub(crate) struct Worker {
+    /// Host streams (owned and adopted) using this worker; it stops at zero.
+    users: std::sync::atomic::AtomicUsize,
     state: Mutex<WorkerState>,
     work_cv: Condvar,
     done_cv: Condvar,
@@ -230,6 +232,7 @@ impl Backend for HostDevice {
 
     fn stream_create(&self, _non_blocking: bool, _priority: i32) -> Result<u64> {
         let worker = Arc::new(Worker {
+            users: std::sync::atomic::AtomicUsize::new(1),
             state: Mutex::new(WorkerState {
                 queue: VecDeque::new(),
                 submitted: 0,
@@ -256,21 +259,43 @@ impl Backend for HostDevice {
 
     fn stream_destroy(&self, stream: u64) {
         lock(live_streams()).remove(&stream);
-        // SAFETY: `stream` came from Box::into_raw in stream_create and is destroyed once.
+        // SAFETY: `stream` came from Box::into_raw and is destroyed once.
         let s = unsafe { Box::from_raw(stream as *mut HostStream) };
-        // The worker drains what is queued, then exits; destroy does not block.
-        lock(&s.worker.state).shutdown = true;
-        s.worker.work_cv.notify_all();
+        if s.worker
+            .users
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            // The worker drains what is queued, then exits; destroy does not block.
+            lock(&s.worker.state).shutdown = true;
+            s.worker.work_cv.notify_all();
+        }
     }
 
-    fn stream_check_external(&self, raw: u64) -> Result<()> {
-        if lock(live_streams()).contains(&raw) {
-            Ok(())
-        } else {
-            Err(Error::invalid_argument(format!(
+    fn stream_adopt_external(&self, raw: u64) -> Result<u64> {
+        let live = lock(live_streams());
+        if !live.contains(&raw) {
+            return Err(Error::invalid_argument(format!(
                 "0x{raw:x} is not a live host stream"
-            )))
+            )));
         }
+        let worker = stream_ref(raw).worker.clone();
+        worker
+            .users
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        drop(live);
+        let adopted = Box::into_raw(Box::new(HostStream {
+            worker,
+            joined: Mutex::new(Vec::new()),
+            origin: Mutex::new(None),
+        })) as u64;
+        lock(live_streams()).insert(adopted);
+        Ok(adopted)
+    }
+
+    fn stream_release_external(&self, raw: u64) {
+        // An adopted host stream shares its worker; releasing it is a destroy.
+        self.stream_destroy(raw)
     }
 
     fn stream_query(&self, stream: u64) -> Result<bool> {

@@ -70,8 +70,11 @@ pub trait Backend: Send + Sync + 'static {
     // Streams.
     fn stream_create(&self, non_blocking: bool, priority: i32) -> Result<u64>;
     fn stream_destroy(&self, stream: u64);
-    /// Checks that a foreign raw stream can be adopted (not the legacy default on cuda).
-    fn stream_check_external(&self, raw: u64) -> Result<()>;
+    /// Adopts a foreign raw stream without owning it (not the legacy default on
+    /// cuda) and returns the raw handle to use; release it with
+    /// `stream_release_external`.
+    fn stream_adopt_external(&self, raw: u64) -> Result<u64>;
+    fn stream_release_external(&self, raw: u64);
     /// True when all work enqueued so far has completed.
     fn stream_query(&self, stream: u64) -> Result<bool>;
     fn stream_synchronize(&self, stream: u64) -> Result<()>;

@@ -91,8 +91,9 @@ pub extern "C" fn sluice_error_free(err: *mut sluice_error_t) {
     }
 }
 
-/// The constant name of a code, for example "SLUICE_ERROR_INVALID_HANDLE", or
-/// "SLUICE_ERROR_UNKNOWN" for a value that is not a code. The string is static.
+/// The constant name of a code, for example "SLUICE_ERROR_INVALID_HANDLE"; "SLUICE_OK"
+/// for 0 and "SLUICE_ERROR_UNKNOWN" for any other value that is not a code. The
+/// string is static.
 #[no_mangle]
 pub extern "C" fn sluice_error_code_name(code: u32) -> *const c_char {
     match ErrorCode::from_u32(code) {

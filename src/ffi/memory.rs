@@ -160,7 +160,9 @@ pub extern "C" fn sluice_buffer_sync(
 
 /// Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset` on
 /// `stream`: any direction between device, pinned and registered buffers. An
-/// out-of-range copy fails with `SLUICE_ERROR_OUT_OF_RANGE` and changes nothing.
+/// out-of-range copy fails with `SLUICE_ERROR_OUT_OF_RANGE` and changes nothing;
+/// overlapping ranges of one buffer give `SLUICE_ERROR_INVALID_ARGUMENT`; a zero
+/// length is a no-op.
 #[no_mangle]
 pub extern "C" fn sluice_copy(
     stream: sluice_stream_t,

@@ -90,6 +90,8 @@ pub extern "C" fn sluice_sync_destroy(sync: sluice_sync_t) -> *mut sluice_error_
 }
 
 /// Blocks until the last writer's work has completed (not merely been enqueued).
+/// A failed host callback on the writer's stream is reported here too; the stream's
+/// own next synchronisation still reports it.
 #[no_mangle]
 pub extern "C" fn sluice_sync_wait_read(sync: sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_wait_read", || self::sync(sync)?.wait_read())

@@ -185,6 +185,15 @@ impl Kit {
     }
 }
 
+/// Scales an op count down under `SLUICE_TEST_QUICK=1` (compute-sanitizer runs).
+pub fn scaled(n: usize) -> usize {
+    if std::env::var("SLUICE_TEST_QUICK").as_deref() == Ok("1") {
+        (n / 50).max(100)
+    } else {
+        n
+    }
+}
+
 pub fn sync_of(b: &Buffer) -> Arc<SyncObject> {
     b.sync.clone()
 }
