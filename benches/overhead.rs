@@ -1164,8 +1164,25 @@ impl Bench {
         let m = measure(self.cfg.reps, &mut [&mut sl, &mut raw]);
         self.report(Row {
             name:
-                "alloc + free pair, 1 MiB (sluice_buffer_alloc/free vs cuMemAllocAsync/FreeAsync)"
+                "alloc + free pair, 1 MiB, stream block cache (sluice_buffer_alloc/free vs cuMemAllocAsync/FreeAsync)"
                     .into(),
+            sluice: m[0],
+            raw: m[1],
+            bytes: 0,
+            goal: Goal::AtMost(0.6e-6),
+        });
+        // The same with the stream's block cache off: every pair goes to the driver.
+        ck(
+            sluice_stream_set_block_cache_limit(sa, 0),
+            "set_block_cache_limit",
+        );
+        let m = measure(self.cfg.reps, &mut [&mut sl, &mut raw]);
+        ck(
+            sluice_stream_set_block_cache_limit(sa, 64 << 20),
+            "set_block_cache_limit",
+        );
+        self.report(Row {
+            name: "alloc + free pair, 1 MiB, cache off (driver path)".into(),
             sluice: m[0],
             raw: m[1],
             bytes: 0,

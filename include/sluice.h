@@ -33,6 +33,13 @@
 
 
 /**
+ * Bounds of a stream's cache of freed device blocks.
+ */
+#define BLOCK_CACHE_MAX_BLOCKS 16
+
+#define BLOCK_CACHE_MAX_BYTES (64 << 20)
+
+/**
  * Version of the C ABI. Bumped on any incompatible change.
  */
 #define SLUICE_ABI_VERSION 1
@@ -156,6 +163,32 @@
  * Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
  */
 #define SLUICE_EVENT_TIMING 1
+
+/**
+ * Capture mode: relaxed (the default). Safe when goroutines or other threads move
+ * between OS threads, since it ties nothing to the capturing thread.
+ */
+#define SLUICE_CAPTURE_RELAXED 0
+
+/**
+ * Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+ */
+#define SLUICE_CAPTURE_THREAD_LOCAL 1
+
+/**
+ * Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
+ */
+#define SLUICE_CAPTURE_GLOBAL 2
+
+/**
+ * `sluice_graph_exec_update` updated the executable graph in place.
+ */
+#define SLUICE_GRAPH_UPDATE_IN_PLACE 0
+
+/**
+ * `sluice_graph_exec_update` re-instantiated because the update was refused.
+ */
+#define SLUICE_GRAPH_UPDATE_REINSTANTIATED 1
 
 /**
  * Buffer kind: device memory from the driver's stream-ordered pool.
@@ -289,6 +322,78 @@ typedef struct sluice_event_t {
    */
   uint64_t bits;
 } sluice_event_t;
+
+/**
+ * A captured graph. It does not keep the buffers it uses alive.
+ */
+typedef struct sluice_graph_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_graph_t;
+
+/**
+ * An instantiated graph, launchable on any stream of its device.
+ */
+typedef struct sluice_graph_exec_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_graph_exec_t;
+
+/**
+ * How an update was applied.
+ */
+typedef struct sluice_graph_update_info_t {
+  /**
+   * `SLUICE_GRAPH_UPDATE_IN_PLACE` or `SLUICE_GRAPH_UPDATE_REINSTANTIATED`.
+   */
+  uint32_t result;
+  /**
+   * Why the in-place update was refused (NUL-terminated; empty when in place).
+   */
+  char reason[256];
+} sluice_graph_update_info_t;
+
+/**
+ * A graph cache: per caller key, eager once, then captured, then replayed.
+ */
+typedef struct sluice_graph_cache_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_graph_cache_t;
+
+/**
+ * The body of a cached region. It issues sluice ops on `stream` (the stream given
+ * to `sluice_graph_cache_run`) and returns 0, or non-zero to fail the run.
+ */
+typedef int32_t (*sluice_graph_body_fn)(void *user_data, struct sluice_stream_t stream);
+
+/**
+ * Counters of a graph cache.
+ */
+typedef struct sluice_graph_cache_stats_t {
+  /**
+   * Runs executed eagerly (warm-ups, and every run with graphs disabled).
+   */
+  uint64_t eager;
+  /**
+   * Runs captured and instantiated.
+   */
+  uint64_t captured;
+  /**
+   * Runs replayed from an instantiated graph.
+   */
+  uint64_t replayed;
+  /**
+   * Keys with an entry.
+   */
+  uint64_t entries;
+} sluice_graph_cache_stats_t;
 
 /**
  * A buffer: device, pinned or registered host memory, with its own sync object.
@@ -529,8 +634,9 @@ const char *sluice_error_message(const struct sluice_error_t *err);
 void sluice_error_free(struct sluice_error_t *err);
 
 /**
- * The constant name of a code, for example "SLUICE_ERROR_INVALID_HANDLE", or
- * "SLUICE_ERROR_UNKNOWN" for a value that is not a code. The string is static.
+ * The constant name of a code, for example "SLUICE_ERROR_INVALID_HANDLE"; "SLUICE_OK"
+ * for 0 and "SLUICE_ERROR_UNKNOWN" for any other value that is not a code. The
+ * string is static.
  */
 const char *sluice_error_code_name(uint32_t code);
 
@@ -588,6 +694,115 @@ struct sluice_error_t *sluice_event_sequence(struct sluice_event_t event,
 struct sluice_error_t *sluice_event_destroy(struct sluice_event_t event);
 
 /**
+ * Begins capturing `stream` with `mode` (`SLUICE_CAPTURE_*`; relaxed is the
+ * default). Other streams join by waiting on an event recorded on a capturing
+ * stream; they must be joined back before `sluice_graph_capture_end`. While
+ * capturing, host synchronisation and queries, host waits on sync objects that the
+ * capture uses, allocation, pageable copies and event queries are rejected with
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED`; the capture then ends with an error.
+ */
+struct sluice_error_t *sluice_graph_capture_begin(struct sluice_stream_t stream, uint32_t mode);
+
+/**
+ * Ends the capture begun on `stream` and writes the graph. On failure (an unjoined
+ * fork, a rejected operation, a driver error) the capture is still ended, the sync
+ * objects are rolled back, and the streams are usable again.
+ */
+struct sluice_error_t *sluice_graph_capture_end(struct sluice_stream_t stream,
+                                                struct sluice_graph_t *graph_out);
+
+/**
+ * Writes true when `stream` is capturing (as origin or as a joined fork).
+ */
+struct sluice_error_t *sluice_stream_is_capturing(struct sluice_stream_t stream,
+                                                  bool *capturing_out);
+
+/**
+ * Writes the number of operation nodes in the graph.
+ */
+struct sluice_error_t *sluice_graph_node_count(struct sluice_graph_t graph, size_t *count_out);
+
+/**
+ * Writes a Graphviz DOT file of the graph to `path`.
+ */
+struct sluice_error_t *sluice_graph_debug_dot(struct sluice_graph_t graph,
+                                              const char *path,
+                                              bool verbose);
+
+/**
+ * Destroys a graph handle. Executable graphs made from it stay valid.
+ */
+struct sluice_error_t *sluice_graph_destroy(struct sluice_graph_t graph);
+
+/**
+ * Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
+ * `<dir>/graph-<device>-<id>.dot`.
+ */
+struct sluice_error_t *sluice_graph_instantiate(struct sluice_graph_t graph,
+                                                struct sluice_graph_exec_t *exec_out);
+
+/**
+ * Uploads the executable graph's resources ahead of its first launch.
+ */
+struct sluice_error_t *sluice_graph_exec_upload(struct sluice_graph_exec_t exec,
+                                                struct sluice_stream_t stream);
+
+/**
+ * Launches the executable graph on `stream` as one tracked op: it waits for the
+ * earlier users of every buffer the graph touches and records one event after.
+ */
+struct sluice_error_t *sluice_graph_exec_launch(struct sluice_graph_exec_t exec,
+                                                struct sluice_stream_t stream);
+
+/**
+ * Applies `graph` to `exec` in place (`cuGraphExecUpdate`); when the driver refuses
+ * (topology or node kind changed), re-instantiates instead. `info_out` (may be NULL)
+ * says which happened and why.
+ */
+struct sluice_error_t *sluice_graph_exec_update(struct sluice_graph_exec_t exec,
+                                                struct sluice_graph_t graph,
+                                                struct sluice_graph_update_info_t *info_out);
+
+/**
+ * Destroys an executable graph handle; launches already enqueued complete.
+ */
+struct sluice_error_t *sluice_graph_exec_destroy(struct sluice_graph_exec_t exec);
+
+/**
+ * Creates a graph cache for `device`.
+ */
+struct sluice_error_t *sluice_graph_cache_new(struct sluice_device_t device,
+                                              struct sluice_graph_cache_t *cache_out);
+
+/**
+ * Destroys a graph cache and its executable graphs.
+ */
+struct sluice_error_t *sluice_graph_cache_destroy(struct sluice_graph_cache_t cache);
+
+/**
+ * Runs the region `key` on `stream`: the first call runs `body` eagerly, the second
+ * captures and instantiates it (and launches the graph), later calls replay it
+ * without calling `body`. With `SLUICE_GRAPHS=0` every call is eager. A non-zero
+ * return from `body` fails the run with `SLUICE_ERROR_CALLBACK_FAILED`.
+ */
+struct sluice_error_t *sluice_graph_cache_run(struct sluice_graph_cache_t cache,
+                                              uint64_t key,
+                                              struct sluice_stream_t stream,
+                                              sluice_graph_body_fn body,
+                                              void *user_data);
+
+/**
+ * Writes the cache's counters.
+ */
+struct sluice_error_t *sluice_graph_cache_stats(struct sluice_graph_cache_t cache,
+                                                struct sluice_graph_cache_stats_t *stats_out);
+
+/**
+ * Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).
+ */
+struct sluice_error_t *sluice_graphs_set_enabled(bool enabled);
+
+/**
  * Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
  * The buffer's free is ordered on the same stream, after every use on any stream.
  */
@@ -636,7 +851,9 @@ struct sluice_error_t *sluice_buffer_sync(struct sluice_buffer_t buffer,
 /**
  * Copies `len` bytes from `src` at `src_offset` to `dst` at `dst_offset` on
  * `stream`: any direction between device, pinned and registered buffers. An
- * out-of-range copy fails with `SLUICE_ERROR_OUT_OF_RANGE` and changes nothing.
+ * out-of-range copy fails with `SLUICE_ERROR_OUT_OF_RANGE` and changes nothing;
+ * overlapping ranges of one buffer give `SLUICE_ERROR_INVALID_ARGUMENT`; a zero
+ * length is a no-op.
  */
 struct sluice_error_t *sluice_copy(struct sluice_stream_t stream,
                                    struct sluice_buffer_t dst,
@@ -783,6 +1000,15 @@ struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream
                                                    size_t num_writes);
 
 /**
+ * Sets the byte bound (default 64 MiB, at most 16 blocks) of the stream's cache of
+ * freed device blocks, and returns what is cached beyond it to the driver's pool.
+ * A device buffer freed with this stream as its home is kept for reuse by an
+ * allocation of exactly the same size on this stream; 0 disables the cache.
+ */
+struct sluice_error_t *sluice_stream_set_block_cache_limit(struct sluice_stream_t stream,
+                                                           uint64_t bytes);
+
+/**
  * Creates a standalone sync object, for memory sluice does not own (a libtorch
  * tensor, a caller's cudaMalloc). Destroy it with `sluice_sync_destroy`.
  */
@@ -795,6 +1021,8 @@ struct sluice_error_t *sluice_sync_destroy(struct sluice_sync_t sync);
 
 /**
  * Blocks until the last writer's work has completed (not merely been enqueued).
+ * A failed host callback on the writer's stream is reported here too; the stream's
+ * own next synchronisation still reports it.
  */
 struct sluice_error_t *sluice_sync_wait_read(struct sluice_sync_t sync);
 

@@ -41,14 +41,14 @@ run() {
   if has rust; then
     for t in .gpu/rust/*; do
       n=$(basename "$t")
-      SLUICE_BACKEND=cuda "$t" --test-threads=4 > "$out/rust-$n.log" 2>&1
+      SLUICE_BACKEND=cuda timeout 300 "$t" --test-threads=4 > "$out/rust-$n.log" 2>&1
       note "rust $n (cuda): rc=$? $(grep -E '^test result' "$out/rust-$n.log" | tail -1)"
     done
   fi
   if has c && [ -d .gpu/c ]; then
-    for t in .gpu/c/test_*; do
+    for t in .gpu/c/sluice_c_tests; do
       n=$(basename "$t")
-      SLUICE_BACKEND=cuda "$t" > "$out/c-$n.log" 2>&1
+      SLUICE_BACKEND=cuda timeout 300 "$t" > "$out/c-$n.log" 2>&1
       note "c $n (cuda): rc=$? $(tail -1 "$out/c-$n.log")"
     done
   fi
@@ -61,8 +61,8 @@ run() {
     fi
   fi
   if has bench && [ -x .gpu/overhead ]; then
-    .gpu/overhead > "$out/bench.md" 2>&1
-    note "bench: rc=$?"
+    timeout 300 .gpu/overhead > "$out/bench.md" 2>&1
+    note "bench: rc=$? $(grep -cE '\| PASS' "$out/bench.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench.md") FAIL rows"
   fi
   if has sanitize && command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do

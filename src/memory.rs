@@ -53,7 +53,10 @@ impl Buffer {
         check_size(size, "device allocation")?;
         stream.reject_in_capture("buffer allocation")?;
         let dev = stream.device.clone();
-        let addr = dev.backend.mem_alloc_async(size, stream.raw)?;
+        let addr = match stream.take_block(size) {
+            Some(a) => a,
+            None => dev.backend.mem_alloc_async(size, stream.raw)?,
+        };
         Ok(Arc::new(Buffer {
             device: dev,
             kind: BufferKind::Device,
@@ -149,7 +152,9 @@ impl Drop for Buffer {
                         write: true,
                     }];
                     let _ = sync::op_begin(home, &set);
-                    let _ = backend.mem_free_async(self.addr, home.raw);
+                    if !home.cache_block(self.size, self.addr) {
+                        let _ = backend.mem_free_async(self.addr, home.raw);
+                    }
                 }
             }
             BufferKind::Pinned => {
@@ -393,7 +398,10 @@ pub fn copy_to_host(stream: &Stream, dst: &mut [u8], src: &Buffer, src_off: usiz
         &sync::access_set(std::slice::from_ref(&src.sync), &[]),
         || backend.memcpy_async(d, s, len, stream.raw),
     )?;
-    rec.synchronize()
+    match rec {
+        Some(r) => r.synchronize(),
+        None => stream.synchronize(),
+    }
 }
 
 /// Sets `len` bytes of `dst` to `value`, in stream order.

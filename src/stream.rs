@@ -177,7 +177,14 @@ pub struct Stream {
     capture_origin: AtomicBool,
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
+    /// Freed device blocks (size, address) reusable in this stream's order.
+    block_cache: Mutex<Vec<(usize, u64)>>,
+    block_cache_limit: std::sync::atomic::AtomicUsize,
 }
+
+/// Bounds of a stream's cache of freed device blocks.
+pub const BLOCK_CACHE_MAX_BLOCKS: usize = 16;
+pub const BLOCK_CACHE_MAX_BYTES: usize = 64 << 20;
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -213,6 +220,8 @@ impl Stream {
             capture: Mutex::new(None),
             capture_origin: AtomicBool::new(false),
             label: Mutex::new(None),
+            block_cache: Mutex::new(Vec::new()),
+            block_cache_limit: std::sync::atomic::AtomicUsize::new(BLOCK_CACHE_MAX_BYTES),
         });
         device.register_stream(&s);
         s
@@ -244,7 +253,9 @@ impl Stream {
         &self.device
     }
 
-    /// The `CUstream` (an opaque pointer on host) for foreign work.
+    /// The `CUstream` (an opaque pointer on host) for foreign work. For an adopted
+    /// stream this is the caller's handle, not the backend's own reference.
+    #[allow(clippy::misnamed_getters)]
     pub fn raw(&self) -> u64 {
         self.exported
     }
@@ -435,8 +446,46 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Takes a cached block of exactly `size` bytes, freed earlier in this stream's order.
+    pub(crate) fn take_block(&self, size: usize) -> Option<u64> {
+        let mut c = self.block_cache.lock().unwrap_or_else(|p| p.into_inner());
+        let i = c.iter().position(|b| b.0 == size)?;
+        Some(c.swap_remove(i).1)
+    }
+
+    /// Keeps a block whose free is ordered on this stream; false when the cache is full.
+    pub(crate) fn cache_block(&self, size: usize, addr: u64) -> bool {
+        let mut c = self.block_cache.lock().unwrap_or_else(|p| p.into_inner());
+        let bytes: usize = c.iter().map(|b| b.0).sum();
+        let limit = self.block_cache_limit.load(Ordering::Relaxed);
+        if c.len() >= BLOCK_CACHE_MAX_BLOCKS || bytes + size > limit {
+            return false;
+        }
+        c.push((size, addr));
+        true
+    }
+
+    /// Sets the byte bound of the block cache (0 disables it) and trims it.
+    pub fn set_block_cache_limit(&self, bytes: usize) -> Result<()> {
+        self.block_cache_limit.store(bytes, Ordering::Relaxed);
+        self.trim_block_cache()
+    }
+
+    /// Returns every cached block to the driver's pool, in stream order.
+    pub fn trim_block_cache(&self) -> Result<()> {
+        let blocks =
+            std::mem::take(&mut *self.block_cache.lock().unwrap_or_else(|p| p.into_inner()));
+        for (_, addr) in blocks {
+            self.device.backend.mem_free_async(addr, self.raw)?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
+        let _ = self.trim_block_cache();
         if self.owned {
             self.device.backend.stream_destroy(self.raw);
         } else {

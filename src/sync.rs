@@ -17,6 +17,7 @@
 use crate::device::next_id;
 use crate::error::{Error, ErrorCode, Result};
 use crate::stream::{Recording, Stream};
+use smallvec::SmallVec;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -150,12 +151,16 @@ pub struct Access<'a> {
     pub write: bool,
 }
 
+/// An op's accesses; inline for up to 8 objects (no allocation on the hot path).
+pub type AccessSet<'a> = SmallVec<[Access<'a>; 8]>;
+type Waits = SmallVec<[Arc<Recording>; 4]>;
+
 /// Sorts by id and merges duplicates; an object both read and written is a write.
 pub(crate) fn access_set<'a>(
     reads: &'a [Arc<SyncObject>],
     writes: &'a [Arc<SyncObject>],
-) -> Vec<Access<'a>> {
-    let mut v: Vec<Access<'a>> = Vec::with_capacity(reads.len() + writes.len());
+) -> AccessSet<'a> {
+    let mut v: AccessSet<'a> = SmallVec::new();
     v.extend(reads.iter().map(|o| Access {
         obj: o,
         write: false,
@@ -164,8 +169,10 @@ pub(crate) fn access_set<'a>(
         obj: o,
         write: true,
     }));
-    v.sort_by_key(|a| (a.obj.id, !a.write));
-    v.dedup_by(|later, first| later.obj.id == first.obj.id);
+    if v.len() > 1 {
+        v.sort_unstable_by_key(|a| (a.obj.id, !a.write));
+        v.dedup_by(|later, first| later.obj.id == first.obj.id);
+    }
     v
 }
 
@@ -174,7 +181,7 @@ struct Locked<'a> {
     access: &'a Access<'a>,
 }
 
-fn lock_all<'a>(set: &'a [Access<'a>]) -> Vec<Locked<'a>> {
+fn lock_all<'a>(set: &'a [Access<'a>]) -> SmallVec<[Locked<'a>; 8]> {
     set.iter()
         .map(|a| Locked {
             guard: lock(&a.obj.state),
@@ -184,7 +191,7 @@ fn lock_all<'a>(set: &'a [Access<'a>]) -> Vec<Locked<'a>> {
 }
 
 /// Adds `rec` to the wait list unless an equal-or-newer one from its stream is there.
-fn add_wait(need: &mut Vec<Arc<Recording>>, rec: &Arc<Recording>) {
+fn add_wait(need: &mut Waits, rec: &Arc<Recording>) {
     match need.iter_mut().find(|r| r.stream_id() == rec.stream_id()) {
         Some(r) if r.seq >= rec.seq => {}
         Some(r) => *r = rec.clone(),
@@ -192,14 +199,14 @@ fn add_wait(need: &mut Vec<Arc<Recording>>, rec: &Arc<Recording>) {
     }
 }
 
-/// Issues the waits `stream` needs before the op's accesses.
-fn begin_locked(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<()> {
+/// Collects the recordings `stream` must wait on before the op's accesses.
+fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
     let me = stream.id;
     let cap = stream.capture_id();
     // Inside a capture only captured recordings order anything; outside one,
     // recordings of an ongoing capture are ignored (their state is rolled back).
     let relevant = |r: &Recording| r.stream_id() != me && r.capture_id == cap;
-    let mut need: Vec<Arc<Recording>> = Vec::new();
+    let mut need = Waits::new();
     for l in locked.iter_mut() {
         let st = &mut *l.guard;
         if let Some(home) = st.alloc_on.clone().filter(|_| cap.is_none()) {
@@ -237,7 +244,11 @@ fn begin_locked(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<()> {
             }
         }
     }
-    for r in &need {
+    Ok(need)
+}
+
+fn issue_waits(stream: &Stream, need: &Waits) -> Result<()> {
+    for r in need {
         stream.wait(r)?;
     }
     Ok(())
@@ -273,37 +284,51 @@ fn after_op(stream: &Stream) -> Result<()> {
 }
 
 /// Runs one tracked op atomically: waits, `enqueue`, one recording, publication.
+/// With no objects there is nothing to order or publish, so nothing is recorded.
 pub fn run_op(
     stream: &Stream,
     set: &[Access<'_>],
     enqueue: impl FnOnce() -> Result<()>,
-) -> Result<Arc<Recording>> {
+) -> Result<Option<Arc<Recording>>> {
+    if set.is_empty() {
+        enqueue()?;
+        after_op(stream)?;
+        return Ok(None);
+    }
     let rec = {
         let mut locked = lock_all(set);
-        begin_locked(stream, &mut locked)?;
+        let need = collect_waits(stream, &mut locked)?;
+        issue_waits(stream, &need)?;
         enqueue()?;
         let rec = stream.record(false)?;
         end_locked(stream, &mut locked, &rec);
         rec
     };
     after_op(stream)?;
-    Ok(rec)
+    Ok(Some(rec))
 }
 
-/// Begins a foreign op: issues the waits for its accesses.
+/// Begins a foreign op: issues the waits for its accesses. No lock is held while
+/// the driver is called.
 pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
-    let mut locked = lock_all(set);
-    begin_locked(stream, &mut locked)
+    let need = {
+        let mut locked = lock_all(set);
+        collect_waits(stream, &mut locked)?
+    };
+    issue_waits(stream, &need)
 }
 
-/// Ends a foreign op: records one event and publishes it.
-pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<Arc<Recording>> {
-    let rec = {
+/// Ends a foreign op: records one event (no lock held) and publishes it.
+pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<Option<Arc<Recording>>> {
+    if set.is_empty() {
+        after_op(stream)?;
+        return Ok(None);
+    }
+    let rec = stream.record(false)?;
+    {
         let mut locked = lock_all(set);
-        let rec = stream.record(false)?;
         end_locked(stream, &mut locked, &rec);
-        rec
-    };
+    }
     after_op(stream)?;
-    Ok(rec)
+    Ok(Some(rec))
 }

@@ -290,3 +290,24 @@ fn wait_all_drains_every_stream() {
         assert!(s.query().unwrap());
     }
 }
+
+#[test]
+fn freed_blocks_are_reused_in_stream_order_and_trimmed() {
+    let k = kit();
+    let s = k.stream();
+    let a = Buffer::alloc(&s, 1 << 20).unwrap();
+    let addr = a.addr;
+    drop(a);
+    let b = Buffer::alloc(&s, 1 << 20).unwrap();
+    assert_eq!(
+        b.addr, addr,
+        "an exact-size block freed on the same stream is reused"
+    );
+    let c = Buffer::alloc(&s, 1 << 19).unwrap();
+    assert_ne!(c.addr, addr);
+    k.fill(&s, &b, 12, 0);
+    assert!(k.read(&s, &b).iter().all(|&v| v == 12));
+    drop(b);
+    s.trim_block_cache().unwrap();
+    s.synchronize().unwrap();
+}

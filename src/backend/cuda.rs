@@ -580,6 +580,13 @@ impl Backend for CudaDevice {
         let mut ms: f32 = 0.0;
         // SAFETY: two live events of this device; writes one float.
         let res = unsafe { (d.cuEventElapsedTime)(&mut ms, h(start), h(end)) };
+        if res == 600 {
+            // CUDA_ERROR_NOT_READY: same error as the host backend gives.
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                "event has not completed yet",
+            ));
+        }
         d.check(res, "cuEventElapsedTime")?;
         Ok(ms)
     }

@@ -226,3 +226,17 @@ pub extern "C" fn sluice_stream_host_callback(
         )
     })
 }
+
+/// Sets the byte bound (default 64 MiB, at most 16 blocks) of the stream's cache of
+/// freed device blocks, and returns what is cached beyond it to the driver's pool.
+/// A device buffer freed with this stream as its home is kept for reuse by an
+/// allocation of exactly the same size on this stream; 0 disables the cache.
+#[no_mangle]
+pub extern "C" fn sluice_stream_set_block_cache_limit(
+    stream: sluice_stream_t,
+    bytes: u64,
+) -> *mut sluice_error_t {
+    boundary("sluice_stream_set_block_cache_limit", || {
+        self::stream(stream)?.set_block_cache_limit(usize::try_from(bytes).unwrap_or(usize::MAX))
+    })
+}

@@ -2,11 +2,10 @@
 
 use super::stream::{sluice_stream_t, stream};
 use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, write_out};
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, Result};
 use crate::handle::HandleTable;
 use crate::stream::Stream;
 use crate::sync::{self as engine, EngineMode, SyncObject};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
 pub(crate) static SYNCS: LazyLock<HandleTable<SyncObject>> = LazyLock::new(|| HandleTable::new(4));
@@ -50,14 +49,16 @@ pub(crate) struct OpToken {
     stream: Arc<Stream>,
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
-    ended: AtomicBool,
 }
 
 pub(crate) fn sync(s: sluice_sync_t) -> Result<Arc<SyncObject>> {
     lookup(&SYNCS, s.bits, "sync object")
 }
 
-pub(crate) fn syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Vec<Arc<SyncObject>>> {
+/// Sync objects of an op; inline for up to 4 (no allocation on the hot path).
+pub(crate) type Syncs = smallvec::SmallVec<[Arc<SyncObject>; 4]>;
+
+pub(crate) fn syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Syncs> {
     slice_in(p, n, name)?
         .iter()
         .enumerate()
@@ -151,9 +152,8 @@ pub extern "C" fn sluice_op_begin(
         engine::op_begin(&s, &engine::access_set(&r, &w))?;
         let tok = OpToken {
             stream: s,
-            reads: r,
-            writes: w,
-            ended: AtomicBool::new(false),
+            reads: r.into_vec(),
+            writes: w.into_vec(),
         };
         write_out(
             out,
@@ -171,10 +171,10 @@ pub extern "C" fn sluice_op_begin(
 pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
     boundary("sluice_op_end", || {
         let tok = remove(&OPS, op.bits, "op")?;
-        if tok.ended.swap(true, Ordering::AcqRel) {
-            return Err(Error::new(ErrorCode::InvalidState, "op already ended"));
-        }
-        engine::op_end(&tok.stream, &engine::access_set(&tok.reads, &tok.writes)).map(drop)
+        let set = engine::access_set(&tok.reads, &tok.writes);
+        let r = engine::op_end(&tok.stream, &set).map(drop);
+        drop(set);
+        r
     })
 }
 

@@ -1,0 +1,66 @@
+package sluice
+
+// cgo annotations of the hot C functions. Together they let the compiler keep
+// the Go pointers passed to these functions (the *_out variables, arrays of
+// sync handles) on the goroutine stack instead of moving them to the heap:
+//
+//   - noescape: the function keeps no copy of a Go pointer argument after it
+//     returns (sluice copies handle arrays and strings, and writes *_out
+//     pointers before returning);
+//   - nocallback: the function never calls back into Go on the calling thread
+//     (host callbacks run on driver or worker threads, and only
+//     sluice_stream_host_callback enqueues them; it is not listed).
+//
+// cgo honours the pair only together. The copy functions that take host
+// memory and sluice_buffer_register_host are left out on purpose.
+
+/*
+#cgo noescape sluice_device_count
+#cgo nocallback sluice_device_count
+#cgo noescape sluice_device_open
+#cgo nocallback sluice_device_open
+#cgo noescape sluice_device_open_default
+#cgo nocallback sluice_device_open_default
+#cgo noescape sluice_device_props
+#cgo nocallback sluice_device_props
+#cgo noescape sluice_device_priority_range
+#cgo nocallback sluice_device_priority_range
+#cgo noescape sluice_device_pinned_stats
+#cgo nocallback sluice_device_pinned_stats
+#cgo noescape sluice_event_record
+#cgo nocallback sluice_event_record
+#cgo noescape sluice_event_query
+#cgo nocallback sluice_event_query
+#cgo noescape sluice_event_elapsed_ms
+#cgo nocallback sluice_event_elapsed_ms
+#cgo noescape sluice_event_sequence
+#cgo nocallback sluice_event_sequence
+#cgo noescape sluice_buffer_alloc
+#cgo nocallback sluice_buffer_alloc
+#cgo noescape sluice_buffer_alloc_pinned
+#cgo nocallback sluice_buffer_alloc_pinned
+#cgo noescape sluice_buffer_info
+#cgo nocallback sluice_buffer_info
+#cgo noescape sluice_buffer_sync
+#cgo nocallback sluice_buffer_sync
+#cgo noescape sluice_stream_create
+#cgo nocallback sluice_stream_create
+#cgo noescape sluice_stream_raw
+#cgo nocallback sluice_stream_raw
+#cgo noescape sluice_stream_query
+#cgo nocallback sluice_stream_query
+#cgo noescape sluice_stream_stats
+#cgo nocallback sluice_stream_stats
+#cgo noescape sluice_sync_new
+#cgo nocallback sluice_sync_new
+#cgo noescape sluice_sync_info
+#cgo nocallback sluice_sync_info
+#cgo noescape sluice_op_begin
+#cgo nocallback sluice_op_begin
+#cgo noescape sluice_module_function
+#cgo nocallback sluice_module_function
+#cgo noescape sluice_launch
+#cgo nocallback sluice_launch
+#include "sluice.h"
+*/
+import "C"

@@ -1,0 +1,160 @@
+package sluice
+
+/*
+#include "sluice.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// All offsets and lengths of this file are in bytes.
+
+// Copy copies n bytes from src at srcOff to dst at dstOff on the stream: any
+// direction between device, pinned and registered buffers. The copy is a
+// tracked op (it reads src and writes dst), ordered after conflicting work on
+// other streams. An out-of-range copy fails with ErrOutOfRange and changes
+// nothing.
+func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) error {
+	const op = "Copy"
+	sh, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	if dst == nil || src == nil {
+		return argError(CodeNullArgument, op, "nil buffer")
+	}
+	dm, sm := dst.mem(), src.mem()
+	dh, err := dm.raw(op + "(dst)")
+	if err != nil {
+		return err
+	}
+	srh, err := sm.raw(op + "(src)")
+	if err != nil {
+		return err
+	}
+	if dstOff < 0 || srcOff < 0 || n < 0 {
+		return argError(CodeOutOfRange, op, "negative offset or length (dst %d, src %d, len %d)", dstOff, srcOff, n)
+	}
+	e := C.sluice_copy(sh, dh, C.size_t(dstOff), srh, C.size_t(srcOff), C.size_t(n))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(dm)
+	runtime.KeepAlive(sm)
+	return check(e, &s.h, &dm.h, &sm.h)
+}
+
+// CopyFromHost copies src (pageable Go memory) into dst at off. It returns
+// once src may be reused (sluice copies or waits before returning); the
+// write of dst is ordered on the stream.
+func CopyFromHost(s *Stream, dst Memory, off int, src []byte) error {
+	const op = "CopyFromHost"
+	sh, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	if dst == nil {
+		return argError(CodeNullArgument, op, "nil buffer")
+	}
+	dm := dst.mem()
+	dh, err := dm.raw(op)
+	if err != nil {
+		return err
+	}
+	if off < 0 {
+		return argError(CodeOutOfRange, op, "negative offset %d", off)
+	}
+	e := C.sluice_copy_from_host(sh, dh, C.size_t(off), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(dm)
+	runtime.KeepAlive(src)
+	return check(e, &s.h, &dm.h)
+}
+
+// CopyToHost copies len(dst) bytes of src at off into dst (pageable Go
+// memory). It blocks until the bytes have arrived.
+func CopyToHost(s *Stream, dst []byte, src Memory, off int) error {
+	const op = "CopyToHost"
+	sh, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	if src == nil {
+		return argError(CodeNullArgument, op, "nil buffer")
+	}
+	sm := src.mem()
+	srh, err := sm.raw(op)
+	if err != nil {
+		return err
+	}
+	if off < 0 {
+		return argError(CodeOutOfRange, op, "negative offset %d", off)
+	}
+	e := C.sluice_copy_to_host(sh, unsafe.Pointer(unsafe.SliceData(dst)), srh, C.size_t(off), C.size_t(len(dst)))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(sm)
+	runtime.KeepAlive(dst)
+	return check(e, &s.h, &sm.h)
+}
+
+// Memset sets n bytes of dst at off to value, in order on the stream.
+func Memset(s *Stream, dst Memory, off int, value byte, n int) error {
+	const op = "Memset"
+	sh, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	if dst == nil {
+		return argError(CodeNullArgument, op, "nil buffer")
+	}
+	dm := dst.mem()
+	dh, err := dm.raw(op)
+	if err != nil {
+		return err
+	}
+	if off < 0 || n < 0 {
+		return argError(CodeOutOfRange, op, "negative offset or length (%d, %d)", off, n)
+	}
+	e := C.sluice_memset(sh, dh, C.size_t(off), C.uint8_t(value), C.size_t(n))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(dm)
+	return check(e, &s.h, &dm.h)
+}
+
+// Element is the constraint of the typed helpers: fixed-size numbers.
+type Element interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~float32 | ~float64
+}
+
+// AsBytes returns the memory of v as a []byte, without copying.
+func AsBytes[T Element](v []T) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), len(v)*int(unsafe.Sizeof(v[0])))
+}
+
+// SliceOf returns b as a []T, without copying; a trailing partial element is
+// dropped. b must be aligned for T (pinned and registered memory is
+// page-aligned).
+func SliceOf[T Element](b []byte) []T {
+	var zero T
+	n := len(b) / int(unsafe.Sizeof(zero))
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(b))), n)
+}
+
+// CopyFromHostSlice is CopyFromHost for a slice of numbers (no copy on the Go
+// side). off is in bytes.
+func CopyFromHostSlice[T Element](s *Stream, dst Memory, off int, src []T) error {
+	return CopyFromHost(s, dst, off, AsBytes(src))
+}
+
+// CopyToHostSlice is CopyToHost into a slice of numbers (no copy on the Go
+// side). off is in bytes.
+func CopyToHostSlice[T Element](s *Stream, dst []T, src Memory, off int) error {
+	return CopyToHost(s, AsBytes(dst), src, off)
+}

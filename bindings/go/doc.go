@@ -1,0 +1,93 @@
+// Package sluice is the Go binding of sluice, a GPU stream runtime with a
+// stable C ABI (include/sluice.h). Every copy, kernel and host callback is
+// bound to an explicit *Stream, passed as the receiver or the first argument.
+// There is no "current stream" and no thread-local state anywhere, so
+// goroutines may call sluice from any OS thread, and hop between threads
+// between two calls, with no runtime.LockOSThread.
+//
+// # Types and handles
+//
+// Each type wraps one C handle: Device, Stream, Event, Buffer (device
+// memory), PinnedBuffer (pinned host memory), HostBuffer (registered host
+// memory), SyncObject, Op, Module and Function. (Graph types will follow the
+// same pattern, one file per type.)
+//
+//   - Close releases the handle. It is idempotent, and safe to call while
+//     other goroutines use the object: each call either sees the object or
+//     returns an error matching ErrClosed (and ErrInvalidHandle). Use after
+//     Close never crashes.
+//   - A runtime cleanup releases handles of wrappers that become unreachable
+//     without Close. It is a safety net; call Close.
+//   - Children keep their parents alive: an Event its Stream, a Stream and a
+//     Buffer their Device, a Function its Module. The library does the same
+//     on its side, so cleanups may run in any order.
+//   - Closing a stream or freeing a buffer with work in flight is safe: the
+//     work completes and the memory stays valid until then.
+//
+// # Errors
+//
+// Every fallible call returns nil or an *Error with a stable Code, the
+// library's Message (copied into Go; the C error is freed at once) and the
+// CUDA DriverCode. *Error implements Is by code, so
+//
+//	errors.Is(err, sluice.ErrOutOfRange)
+//
+// works for every code, through wrapping too.
+//
+// # Dependencies between streams
+//
+// Every buffer has a sync object; copies, memsets, launches, host callbacks
+// and foreign ops (Stream.BeginOp/Op.End, Stream.RunOp) declare what they
+// read and write. Conflicting work on other streams is then ordered on the
+// device (stream waits on events), and the host never blocks. Host waits
+// are explicit: SyncObject.WaitRead (before the host reads memory a stream
+// wrote), WaitWrite (before the host writes memory streams use),
+// Stream.Synchronize and Device.WaitAll.
+//
+// # Memory and the cgo pointer rules
+//
+// The C library never keeps a Go pointer:
+//
+//   - CopyFromHost and CopyToHost (and their typed forms CopyFromHostSlice
+//     and CopyToHostSlice) take Go memory ([]byte, []float32, ...) for the
+//     duration of the call only: CopyFromHost returns once the source may be
+//     reused, CopyToHost once the bytes have arrived. They are synchronous
+//     with respect to the Go memory, so the Go garbage collector and the
+//     cgo rules are satisfied. The typed forms reinterpret the slice with
+//     unsafe.Slice; nothing is copied on the Go side.
+//   - Only C memory is used asynchronously: PinnedBuffer (from the device's
+//     pinned pool) and HostBuffer (AllocHost allocates C memory;
+//     RegisterHost takes caller-owned memory that must not be Go memory, for
+//     example a syscall.Mmap mapping). Their Bytes method returns a []byte
+//     view of that C memory. The view is valid until Close: keep the buffer
+//     reachable while using it, call WaitWrite before writing it while copies
+//     may read it, and WaitRead before reading what a copy wrote into it.
+//   - Host callbacks are Go functions registered through runtime/cgo.Handle:
+//     C receives an integer, never a Go pointer.
+//   - Kernel arguments are copied into C memory for the launch.
+//
+// # Host callbacks
+//
+// Stream.HostCallback runs a Go function once, in stream order, on a driver
+// thread (a worker thread on the host backend). It must not call sluice. A
+// callback that returns an error or panics does not crash the process: the
+// panic is recovered, and the stream's next synchronisation returns an
+// ErrCallbackFailed error whose Cause is the callback's error or a
+// *CallbackPanicError carrying the panic value and stack.
+//
+// # Backends
+//
+// SLUICE_BACKEND=auto|cuda|host picks the default device
+// (OpenDefaultDevice). The host backend runs every stream on a CPU worker
+// thread with CUDA stream semantics, so programs and tests run without a GPU;
+// CUDA-only operations such as LoadModule return ErrUnsupported there.
+//
+// # Building
+//
+// By default the package links the library built in this repository
+// (target/release, with an rpath); build it first with `go generate` in this
+// directory or `cargo build --release` at the repository root. The build tag
+// sluice_pkgconfig links an installed library through pkg-config instead.
+// The build tag sluice_debug forces a garbage collection in every handle
+// accessor, to catch missing runtime.KeepAlive calls in tests.
+package sluice

@@ -1,0 +1,142 @@
+package sluice
+
+/*
+#include "sluice.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"time"
+)
+
+// EventFlags are the flags of an event recording.
+type EventFlags uint32
+
+// EventTiming records a timing event usable with ElapsedTime.
+const EventTiming EventFlags = C.SLUICE_EVENT_TIMING
+
+// Event is one recording of a pooled event (sluice_event_t): a point in a
+// stream, with a per-stream sequence number that only increases. An Event
+// keeps its Stream alive.
+type Event struct {
+	h      handle
+	stream *Stream
+}
+
+// Record records an event at the current end of the stream. flags is 0 or
+// EventTiming. Close the event when done; the pooled event is recycled once
+// nothing references the recording.
+func (s *Stream) Record(flags EventFlags) (*Event, error) {
+	h, err := s.raw("Stream.Record")
+	if err != nil {
+		return nil, err
+	}
+	var ev C.sluice_event_t
+	e := C.sluice_event_record(h, C.uint32_t(flags), &ev)
+	runtime.KeepAlive(s)
+	if err := check(e, &s.h); err != nil {
+		return nil, err
+	}
+	out := &Event{stream: s}
+	out.h.bits.Store(uint64(ev.bits))
+	out.h.cleanup = runtime.AddCleanup(out, destroyEvent, uint64(ev.bits))
+	return out, nil
+}
+
+// WaitEvent makes the stream wait, on the device, for the work before ev; the
+// host does not block.
+func (s *Stream) WaitEvent(ev *Event) error {
+	h, err := s.raw("Stream.WaitEvent")
+	if err != nil {
+		return err
+	}
+	eh, err := ev.raw("Stream.WaitEvent(event)")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_stream_wait_event(h, eh)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(ev)
+	return check(e, &s.h, &ev.h)
+}
+
+func (ev *Event) raw(op string) (C.sluice_event_t, error) {
+	b, err := ev.h.get(op)
+	return C.sluice_event_t{bits: C.uint64_t(b)}, err
+}
+
+// Close destroys the event handle. Close is idempotent.
+func (ev *Event) Close() error {
+	b := ev.h.take()
+	if b == 0 {
+		return nil
+	}
+	return takeError(C.sluice_event_destroy(C.sluice_event_t{bits: C.uint64_t(b)}))
+}
+
+// Stream returns the stream the event was recorded on.
+func (ev *Event) Stream() *Stream { return ev.stream }
+
+// Query reports whether the work before the event has completed.
+func (ev *Event) Query() (done bool, err error) {
+	h, err := ev.raw("Event.Query")
+	if err != nil {
+		return false, err
+	}
+	var v C.bool
+	e := C.sluice_event_query(h, &v)
+	runtime.KeepAlive(ev)
+	if err := check(e, &ev.h); err != nil {
+		return false, err
+	}
+	return bool(v), nil
+}
+
+// Synchronize blocks until the work before the event has completed.
+func (ev *Event) Synchronize() error {
+	h, err := ev.raw("Event.Synchronize")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_event_synchronize(h)
+	runtime.KeepAlive(ev)
+	return check(e, &ev.h)
+}
+
+// Sequence returns the id of the event's stream and the event's sequence
+// number within that stream.
+func (ev *Event) Sequence() (streamID, seq uint64, err error) {
+	h, err := ev.raw("Event.Sequence")
+	if err != nil {
+		return 0, 0, err
+	}
+	var sid, sq C.uint64_t
+	e := C.sluice_event_sequence(h, &sid, &sq)
+	runtime.KeepAlive(ev)
+	if err := check(e, &ev.h); err != nil {
+		return 0, 0, err
+	}
+	return uint64(sid), uint64(sq), nil
+}
+
+// ElapsedTime returns the time between two completed timing events (both
+// recorded with EventTiming).
+func ElapsedTime(start, end *Event) (time.Duration, error) {
+	sh, err := start.raw("ElapsedTime(start)")
+	if err != nil {
+		return 0, err
+	}
+	eh, err := end.raw("ElapsedTime(end)")
+	if err != nil {
+		return 0, err
+	}
+	var ms C.float
+	e := C.sluice_event_elapsed_ms(sh, eh, &ms)
+	runtime.KeepAlive(start)
+	runtime.KeepAlive(end)
+	if err := check(e, &start.h, &end.h); err != nil {
+		return 0, err
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
+}

@@ -1,0 +1,3 @@
+module github.com/sluice-rt/sluice/bindings/go
+
+go 1.24

@@ -1,0 +1,230 @@
+package sluice
+
+/*
+#include "sluice.h"
+#include "shims.h"
+*/
+import "C"
+
+import (
+	"math"
+	"runtime"
+	"strconv"
+	"unsafe"
+)
+
+// Module is a loaded module (PTX, cubin or fatbin; sluice_module_t). Its
+// Functions keep it loaded, and it keeps its Device alive. Modules exist on
+// the cuda backend only: on host, LoadModule fails with ErrUnsupported.
+type Module struct {
+	h   handle
+	dev *Device
+}
+
+// Function is a kernel of a Module (sluice_function_t).
+type Function struct {
+	h    handle
+	mod  *Module
+	name string
+}
+
+// LoadModule loads a module from PTX text, a cubin or a fatbin. A failed JIT
+// compile gives ErrModuleLoad with the JIT log in the message. The image is
+// not retained.
+func (d *Device) LoadModule(image []byte) (*Module, error) {
+	const op = "Device.LoadModule"
+	h, err := d.raw(op)
+	if err != nil {
+		return nil, err
+	}
+	var m C.sluice_module_t
+	e := C.sluice_module_load(h, unsafe.Pointer(unsafe.SliceData(image)), C.size_t(len(image)), &m)
+	runtime.KeepAlive(d)
+	runtime.KeepAlive(image)
+	if err := check(e, &d.h); err != nil {
+		return nil, err
+	}
+	out := &Module{dev: d}
+	out.h.bits.Store(uint64(m.bits))
+	out.h.cleanup = runtime.AddCleanup(out, destroyModule, uint64(m.bits))
+	return out, nil
+}
+
+func (m *Module) raw(op string) (C.sluice_module_t, error) {
+	b, err := m.h.get(op)
+	return C.sluice_module_t{bits: C.uint64_t(b)}, err
+}
+
+// Close releases the module handle; the module unloads once its functions
+// are closed too. Close is idempotent.
+func (m *Module) Close() error {
+	b := m.h.take()
+	if b == 0 {
+		return nil
+	}
+	return takeError(C.sluice_module_unload(C.sluice_module_t{bits: C.uint64_t(b)}))
+}
+
+// Device returns the module's device.
+func (m *Module) Device() *Device { return m.dev }
+
+// Function looks up kernel name. A missing name gives ErrNotFound.
+func (m *Module) Function(name string) (*Function, error) {
+	const op = "Module.Function"
+	h, err := m.raw(op)
+	if err != nil {
+		return nil, err
+	}
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var f C.sluice_function_t
+	e := C.sluice_module_function(h, cs, &f)
+	runtime.KeepAlive(m)
+	if err := check(e, &m.h); err != nil {
+		return nil, err
+	}
+	out := &Function{mod: m, name: name}
+	out.h.bits.Store(uint64(f.bits))
+	out.h.cleanup = runtime.AddCleanup(out, destroyFunction, uint64(f.bits))
+	return out, nil
+}
+
+// Close releases the function handle. Close is idempotent.
+func (f *Function) Close() error {
+	b := f.h.take()
+	if b == 0 {
+		return nil
+	}
+	return takeError(C.sluice_function_destroy(C.sluice_function_t{bits: C.uint64_t(b)}))
+}
+
+// Name returns the kernel's name.
+func (f *Function) Name() string { return f.name }
+
+// Module returns the function's module.
+func (f *Function) Module() *Module { return f.mod }
+
+// Dim3 is a 3-D size. A zero component counts as 1.
+type Dim3 struct{ X, Y, Z uint32 }
+
+// LaunchConfig is the geometry of a kernel launch.
+type LaunchConfig struct {
+	// Grid is the grid size in blocks.
+	Grid Dim3
+	// Block is the block size in threads.
+	Block Dim3
+	// SharedMemBytes is the dynamic shared memory per block.
+	SharedMemBytes uint32
+}
+
+func one(v uint32) C.uint32_t {
+	if v == 0 {
+		return 1
+	}
+	return C.uint32_t(v)
+}
+
+// Launch launches the function on the stream as one tracked op over reads and
+// writes. args are the kernel's parameters, in order, each one of: a
+// *Buffer (passed as its CUdeviceptr), int8, uint8, int16, uint16, int32,
+// uint32, int64, uint64, float32, float64, uintptr. Plain int and uint are
+// refused, since their C width is ambiguous. The parameter values are copied
+// into C memory for the call.
+func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable, args ...any) error {
+	const op = "Function.Launch"
+	sh, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	fh, err := f.h.get(op)
+	if err != nil {
+		return err
+	}
+	dims := C.sluice_launch_dims_t{
+		grid:             [3]C.uint32_t{one(cfg.Grid.X), one(cfg.Grid.Y), one(cfg.Grid.Z)},
+		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
+		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
+	}
+	var rbuf, wbuf [4]C.sluice_sync_t
+	r, err := syncArray(op, reads, rbuf[:0])
+	if err != nil {
+		return err
+	}
+	w, err := syncArray(op, writes, wbuf[:0])
+	if err != nil {
+		return err
+	}
+	// One C block: len(args) pointers, then one 8-byte slot per value.
+	n := len(args)
+	var block unsafe.Pointer
+	var argv *unsafe.Pointer
+	if n > 0 {
+		block = C.calloc(C.size_t(2*n), 8)
+		if block == nil {
+			return argError(CodeOutOfMemory, op, "no memory for %d kernel arguments", n)
+		}
+		defer C.free(block)
+		ptrs := unsafe.Slice((*unsafe.Pointer)(block), n)
+		vals := unsafe.Slice((*uint64)(unsafe.Add(block, 8*n)), n)
+		for i, a := range args {
+			slot := unsafe.Pointer(&vals[i])
+			if err := putArg(op, i, a, slot); err != nil {
+				return err
+			}
+			ptrs[i] = slot
+		}
+		argv = &ptrs[0]
+	}
+	e := C.sluice_launch(sh, C.sluice_function_t{bits: C.uint64_t(fh)}, &dims, argv, C.size_t(n),
+		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(f)
+	runtime.KeepAlive(reads)
+	runtime.KeepAlive(writes)
+	runtime.KeepAlive(args)
+	if err := checkSets(e, op, s, reads, writes); err != nil {
+		if se, ok := err.(*Error); ok && f.h.bits.Load() == 0 && se.Code == CodeInvalidHandle {
+			se.closed = true
+		}
+		return err
+	}
+	return nil
+}
+
+func putArg(op string, i int, a any, slot unsafe.Pointer) error {
+	switch v := a.(type) {
+	case *Buffer:
+		if v == nil {
+			return argError(CodeNullArgument, op, "argument %d is a nil *Buffer", i)
+		}
+		if v.h.load() == 0 {
+			return closedError(op + ": argument " + strconv.Itoa(i))
+		}
+		*(*uint64)(slot) = v.info.DevicePtr
+	case int8:
+		*(*int8)(slot) = v
+	case uint8:
+		*(*uint8)(slot) = v
+	case int16:
+		*(*int16)(slot) = v
+	case uint16:
+		*(*uint16)(slot) = v
+	case int32:
+		*(*int32)(slot) = v
+	case uint32:
+		*(*uint32)(slot) = v
+	case int64:
+		*(*int64)(slot) = v
+	case uint64:
+		*(*uint64)(slot) = v
+	case float32:
+		*(*uint32)(slot) = math.Float32bits(v)
+	case float64:
+		*(*uint64)(slot) = math.Float64bits(v)
+	case uintptr:
+		*(*uint64)(slot) = uint64(v)
+	default:
+		return argError(CodeInvalidArgument, op, "argument %d has unsupported type %T", i, a)
+	}
+	return nil
+}

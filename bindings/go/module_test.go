@@ -1,0 +1,103 @@
+package sluice
+
+import (
+	"errors"
+	"testing"
+)
+
+// scalePTX: y[i] = a*x[i] + b for i < n. Hand-written PTX (no toolkit needed
+// to build the tests); the driver JIT-compiles it for the GPU at hand.
+const scalePTX = `.version 7.0
+.target sm_75
+.address_size 64
+
+.visible .entry scale_bias(
+	.param .u64 p_y,
+	.param .u64 p_x,
+	.param .f32 p_a,
+	.param .f32 p_b,
+	.param .u32 p_n
+)
+{
+	.reg .pred %p<2>;
+	.reg .b32 %r<6>;
+	.reg .f32 %f<5>;
+	.reg .b64 %rd<8>;
+
+	ld.param.u64 %rd1, [p_y];
+	ld.param.u64 %rd2, [p_x];
+	ld.param.f32 %f1, [p_a];
+	ld.param.f32 %f2, [p_b];
+	ld.param.u32 %r1, [p_n];
+	mov.u32 %r2, %ctaid.x;
+	mov.u32 %r3, %ntid.x;
+	mov.u32 %r4, %tid.x;
+	mad.lo.s32 %r5, %r2, %r3, %r4;
+	setp.ge.u32 %p1, %r5, %r1;
+	@%p1 bra DONE;
+	cvta.to.global.u64 %rd3, %rd2;
+	cvta.to.global.u64 %rd4, %rd1;
+	mul.wide.u32 %rd5, %r5, 4;
+	add.s64 %rd6, %rd3, %rd5;
+	ld.global.f32 %f3, [%rd6];
+	fma.rn.f32 %f4, %f3, %f1, %f2;
+	add.s64 %rd7, %rd4, %rd5;
+	st.global.f32 [%rd7], %f4;
+DONE:
+	ret;
+}
+`
+
+func TestModule(t *testing.T) {
+	d := openDev(t)
+	if backendOf(t, d) != BackendCUDA {
+		_, err := d.LoadModule([]byte(scalePTX))
+		wantCode(t, err, ErrUnsupported)
+		t.Skip("modules need the cuda backend")
+	}
+	s := testStream(t, d)
+	m, err := d.LoadModule([]byte(scalePTX))
+	must(t, err)
+	defer m.Close()
+	_, err = m.Function("no_such_kernel")
+	wantCode(t, err, ErrNotFound)
+	f, err := m.Function("scale_bias")
+	must(t, err)
+	defer f.Close()
+	if f.Name() != "scale_bias" || f.Module() != m || m.Device() != d {
+		t.Fatal("accessors")
+	}
+
+	const n = 10000
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i % 977)
+	}
+	xb := alloc(t, s, 4*n)
+	yb := alloc(t, s, 4*n)
+	must(t, CopyFromHostSlice(s, xb, 0, x))
+	cfg := LaunchConfig{Grid: Dim3{X: (n + 255) / 256}, Block: Dim3{X: 256}}
+	err = f.Launch(s, cfg, []Syncable{xb}, []Syncable{yb}, yb, xb, float32(2), float32(1), uint32(n))
+	must(t, err)
+	y := make([]float32, n)
+	must(t, CopyToHostSlice(s, y, yb, 0))
+	for i := range y {
+		if y[i] != 2*x[i]+1 {
+			t.Fatalf("y[%d] = %v, want %v", i, y[i], 2*x[i]+1)
+		}
+	}
+	// Argument checks happen before the launch.
+	err = f.Launch(s, cfg, nil, nil, 3) // plain int
+	wantCode(t, err, ErrInvalidArgument)
+
+	// Use after close.
+	must(t, f.Close())
+	must(t, f.Close())
+	wantClosed(t, f.Launch(s, cfg, nil, nil))
+	must(t, m.Close())
+	_, err = m.Function("scale_bias")
+	wantClosed(t, err)
+	if !errors.Is(err, ErrClosed) {
+		t.Fatal(err)
+	}
+}

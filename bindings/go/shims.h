@@ -1,0 +1,27 @@
+// C helpers of the Go binding. Declarations only: callbacks.go, which holds
+// an //export, includes this file, so it may not define C functions.
+#ifndef SLUICE_GO_SHIMS_H
+#define SLUICE_GO_SHIMS_H
+
+#include <stdint.h>
+#include <stdlib.h>
+#include "sluice.h"
+
+// Enqueues the Go host-callback trampoline on `stream` with a cgo.Handle as
+// its user data. The handle is an integer; no Go pointer reaches C.
+sluice_error_t *sluice_go_host_callback(sluice_stream_t stream, uintptr_t handle,
+                                        const sluice_sync_t *reads, size_t num_reads,
+                                        const sluice_sync_t *writes, size_t num_writes);
+
+// Converts an address into a pointer on the C side (keeps go vet's unsafeptr
+// check quiet about integer-to-pointer conversions of C addresses).
+void *sluice_go_ptr(uint64_t addr);
+
+// Benchmark loops: run the C API `n` times from C and return the elapsed
+// nanoseconds, or write the first error to *err_out and return 0.
+uint64_t sluice_go_bench_event(sluice_stream_t stream, uint64_t n, sluice_error_t **err_out);
+uint64_t sluice_go_bench_op(sluice_stream_t stream, sluice_sync_t obj, uint64_t n,
+                            sluice_error_t **err_out);
+uint64_t sluice_go_bench_query(sluice_stream_t stream, uint64_t n, sluice_error_t **err_out);
+
+#endif

@@ -1,0 +1,205 @@
+package sluice
+
+/*
+#include "sluice.h"
+#include "shims.h"
+*/
+import "C"
+
+import (
+	"math"
+	"runtime"
+	"unsafe"
+)
+
+// StreamFlags are the creation flags of a stream.
+type StreamFlags uint32
+
+// StreamNonBlocking: the stream does not synchronise with the legacy default
+// stream.
+const StreamNonBlocking StreamFlags = C.SLUICE_STREAM_NON_BLOCKING
+
+// Stream is a stream handle (sluice_stream_t). Every operation names its
+// stream: as the receiver or as the first argument. There is no current
+// stream, so a Stream may be used from any goroutine, on any OS thread, at
+// any time; no runtime.LockOSThread is needed.
+//
+// A Stream keeps its Device alive. Closing it lets the work already enqueued
+// complete.
+type Stream struct {
+	h        handle
+	dev      *Device
+	id       uint64
+	external bool
+}
+
+// StreamStats are the counters of a stream.
+type StreamStats struct {
+	// ID is the process-unique id of the stream (named in error messages as
+	// "stream #ID").
+	ID uint64
+	// Waits counts stream waits inserted by the dependency engine and WaitEvent.
+	Waits uint64
+	// Records counts events recorded from the stream's pool.
+	Records uint64
+	// EventsCreated counts events created because the pool had none free.
+	EventsCreated uint64
+	// EngineSyncs counts host synchronisations made by EngineSync mode.
+	EngineSyncs uint64
+}
+
+// NewStream creates a stream on the device. priority is clamped into
+// PriorityRange.
+func (d *Device) NewStream(flags StreamFlags, priority int) (*Stream, error) {
+	h, err := d.raw("Device.NewStream")
+	if err != nil {
+		return nil, err
+	}
+	prio := C.int32_t(max(math.MinInt32, min(math.MaxInt32, priority)))
+	var s C.sluice_stream_t
+	e := C.sluice_stream_create(h, C.uint32_t(flags), prio, &s)
+	runtime.KeepAlive(d)
+	if err := check(e, &d.h); err != nil {
+		return nil, err
+	}
+	return newStream(d, s, false)
+}
+
+// WrapStream adopts a foreign CUstream (for example libtorch's) without
+// owning it: closing the Stream leaves the foreign stream alone. The legacy
+// and per-thread default streams are refused. On the host backend, raw must
+// come from Raw of a live host stream.
+func (d *Device) WrapStream(raw unsafe.Pointer) (*Stream, error) {
+	h, err := d.raw("Device.WrapStream")
+	if err != nil {
+		return nil, err
+	}
+	var s C.sluice_stream_t
+	e := C.sluice_stream_wrap_external(h, raw, &s)
+	runtime.KeepAlive(d)
+	if err := check(e, &d.h); err != nil {
+		return nil, err
+	}
+	return newStream(d, s, true)
+}
+
+func newStream(d *Device, s C.sluice_stream_t, external bool) (*Stream, error) {
+	st := &Stream{dev: d, external: external}
+	st.h.bits.Store(uint64(s.bits))
+	st.h.cleanup = runtime.AddCleanup(st, destroyStream, uint64(s.bits))
+	stats, err := st.Stats()
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	st.id = stats.ID
+	return st, nil
+}
+
+func (s *Stream) raw(op string) (C.sluice_stream_t, error) {
+	b, err := s.h.get(op)
+	return C.sluice_stream_t{bits: C.uint64_t(b)}, err
+}
+
+// Close destroys the stream handle. Work already enqueued completes, and the
+// memory it uses stays valid until then. Close is idempotent.
+func (s *Stream) Close() error {
+	b := s.h.take()
+	if b == 0 {
+		return nil
+	}
+	return takeError(C.sluice_stream_destroy(C.sluice_stream_t{bits: C.uint64_t(b)}))
+}
+
+// Device returns the device the stream was created on.
+func (s *Stream) Device() *Device { return s.dev }
+
+// ID returns the process-unique id of the stream ("stream #ID" in messages).
+func (s *Stream) ID() uint64 { return s.id }
+
+// IsExternal reports whether the stream wraps a foreign stream (WrapStream).
+func (s *Stream) IsExternal() bool { return s.external }
+
+// Raw returns the underlying CUstream (an opaque pointer on the host
+// backend), so that foreign work can be enqueued on it between BeginOp and
+// Op.End. It stays valid while the Stream is open.
+func (s *Stream) Raw() (unsafe.Pointer, error) {
+	h, err := s.raw("Stream.Raw")
+	if err != nil {
+		return nil, err
+	}
+	var p unsafe.Pointer
+	e := C.sluice_stream_raw(h, &p)
+	runtime.KeepAlive(s)
+	if err := check(e, &s.h); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Query reports whether all work enqueued so far has completed. It also
+// reports a deferred error (a failed host callback) of the stream.
+func (s *Stream) Query() (idle bool, err error) {
+	h, err := s.raw("Stream.Query")
+	if err != nil {
+		return false, err
+	}
+	var v C.bool
+	e := C.sluice_stream_query(h, &v)
+	runtime.KeepAlive(s)
+	if err := check(e, &s.h); err != nil {
+		return false, err
+	}
+	return bool(v), nil
+}
+
+// Synchronize blocks until all work enqueued so far has completed. It reports
+// a device fault or a failed host callback on this stream (ErrDeviceFault,
+// ErrCallbackFailed), naming the stream and its last label.
+func (s *Stream) Synchronize() error {
+	h, err := s.raw("Stream.Synchronize")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_stream_synchronize(h)
+	runtime.KeepAlive(s)
+	return check(e, &s.h)
+}
+
+// SetLabel sets the label that fault reports on this stream name as its last
+// operation. An empty label clears it.
+func (s *Stream) SetLabel(label string) error {
+	h, err := s.raw("Stream.SetLabel")
+	if err != nil {
+		return err
+	}
+	var cs *C.char
+	if label != "" {
+		cs = C.CString(label)
+		defer C.free(unsafe.Pointer(cs))
+	}
+	e := C.sluice_stream_set_label(h, cs)
+	runtime.KeepAlive(s)
+	return check(e, &s.h)
+}
+
+// Stats returns the stream's counters.
+func (s *Stream) Stats() (StreamStats, error) {
+	h, err := s.raw("Stream.Stats")
+	if err != nil {
+		return StreamStats{}, err
+	}
+	var st C.sluice_stream_stats_t
+	e := C.sluice_stream_stats(h, &st)
+	runtime.KeepAlive(s)
+	if err := check(e, &s.h); err != nil {
+		return StreamStats{}, err
+	}
+	return StreamStats{
+		ID:            uint64(st.id),
+		Waits:         uint64(st.waits),
+		Records:       uint64(st.records),
+		EventsCreated: uint64(st.events_created),
+		EngineSyncs:   uint64(st.engine_syncs),
+	}, nil
+}

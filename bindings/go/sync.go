@@ -1,0 +1,273 @@
+package sluice
+
+/*
+#include "sluice.h"
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// Syncable is anything with a sync object: a *SyncObject, or a buffer
+// (*Buffer, *PinnedBuffer, *HostBuffer), whose own sync object is used. Read
+// and write sets of ops, launches and host callbacks are []Syncable.
+type Syncable interface {
+	syncObject(op string) (*SyncObject, error)
+}
+
+// SyncObject is a sync object (sluice_sync_t): the dependency record of one
+// buffer or of foreign memory (a libtorch tensor, a caller's cudaMalloc). It
+// holds at most one writer event and one reader event per stream.
+type SyncObject struct {
+	h handle
+	// owned: the object belongs to a buffer, whose Close closes it.
+	owned bool
+}
+
+// SyncInfo is the dependency state of a sync object.
+type SyncInfo struct {
+	// ID is the process-unique id of the object.
+	ID uint64
+	// Readers is the number of reader entries (at most one per stream).
+	Readers int
+	// HasWriter reports whether a writer event is recorded.
+	HasWriter bool
+}
+
+// NewSyncObject creates a standalone sync object, for memory sluice does not
+// own. Close it when done.
+func NewSyncObject() (*SyncObject, error) {
+	var s C.sluice_sync_t
+	if err := takeError(C.sluice_sync_new(&s)); err != nil {
+		return nil, err
+	}
+	return newSyncObject(s, false), nil
+}
+
+func newSyncObject(s C.sluice_sync_t, owned bool) *SyncObject {
+	o := &SyncObject{owned: owned}
+	o.h.bits.Store(uint64(s.bits))
+	o.h.cleanup = runtime.AddCleanup(o, destroySync, uint64(s.bits))
+	return o
+}
+
+func (o *SyncObject) syncObject(op string) (*SyncObject, error) { return o, nil }
+
+func (o *SyncObject) raw(op string) (C.sluice_sync_t, error) {
+	b, err := o.h.get(op)
+	return C.sluice_sync_t{bits: C.uint64_t(b)}, err
+}
+
+// Close destroys the sync handle; work already enqueued is unaffected. Close
+// is idempotent. The sync object of a buffer (from its Sync method) belongs
+// to the buffer: its Close does nothing, the buffer's Close closes it.
+func (o *SyncObject) Close() error {
+	if o.owned {
+		return nil
+	}
+	return o.close()
+}
+
+func (o *SyncObject) close() error {
+	b := o.h.take()
+	if b == 0 {
+		return nil
+	}
+	return takeError(C.sluice_sync_destroy(C.sluice_sync_t{bits: C.uint64_t(b)}))
+}
+
+// WaitRead blocks until the last writer's work has completed (not merely been
+// enqueued). Call it before reading, from the host, memory a stream wrote.
+func (o *SyncObject) WaitRead() error {
+	h, err := o.raw("SyncObject.WaitRead")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_sync_wait_read(h)
+	runtime.KeepAlive(o)
+	return check(e, &o.h)
+}
+
+// WaitWrite blocks until the last writer's and every reader's work has
+// completed. Call it before writing, from the host, memory streams use.
+func (o *SyncObject) WaitWrite() error {
+	h, err := o.raw("SyncObject.WaitWrite")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_sync_wait_write(h)
+	runtime.KeepAlive(o)
+	return check(e, &o.h)
+}
+
+// Info returns the object's dependency state.
+func (o *SyncObject) Info() (SyncInfo, error) {
+	h, err := o.raw("SyncObject.Info")
+	if err != nil {
+		return SyncInfo{}, err
+	}
+	var in C.sluice_sync_info_t
+	e := C.sluice_sync_info(h, &in)
+	runtime.KeepAlive(o)
+	if err := check(e, &o.h); err != nil {
+		return SyncInfo{}, err
+	}
+	return SyncInfo{ID: uint64(in.id), Readers: int(in.reader_count), HasWriter: in.has_writer != 0}, nil
+}
+
+// syncArray appends the handles of list to dst.
+func syncArray(op string, list []Syncable, dst []C.sluice_sync_t) ([]C.sluice_sync_t, error) {
+	for i, s := range list {
+		if s == nil {
+			return nil, argError(CodeNullArgument, op, "sync set entry %d is nil", i)
+		}
+		o, err := s.syncObject(op)
+		if err != nil {
+			return nil, err
+		}
+		h, err := o.raw(op)
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, h)
+	}
+	return dst, nil
+}
+
+func syncPtr(a []C.sluice_sync_t) *C.sluice_sync_t {
+	if len(a) == 0 {
+		return nil
+	}
+	return &a[0]
+}
+
+// checkSets is check for calls that also took sync sets: an INVALID_HANDLE
+// caused by a concurrent Close of one of the set's objects is ErrClosed.
+func checkSets(e *C.sluice_error_t, op string, s *Stream, sets ...[]Syncable) error {
+	err := check(e, &s.h)
+	if se, ok := err.(*Error); ok && se.Code == CodeInvalidHandle && !se.closed {
+		for _, set := range sets {
+			for _, x := range set {
+				if o, oerr := x.syncObject(op); oerr != nil || o.h.bits.Load() == 0 {
+					se.closed = true
+				}
+			}
+		}
+	}
+	return err
+}
+
+// Op is an open foreign op (sluice_op_t), between Stream.BeginOp and End.
+type Op struct {
+	h      handle
+	stream *Stream
+}
+
+// BeginOp begins a foreign op on the stream that reads reads and writes
+// writes (an object in both counts as a write). The stream is made to wait,
+// on the device, for every conflicting earlier op on other streams; the host
+// never blocks. Enqueue the foreign work on s.Raw(), then call End.
+//
+// Ops from many goroutines may run at once, but a conflicting op that another
+// goroutine begins while this one is open is not ordered against it; order
+// such ops yourself.
+func (s *Stream) BeginOp(reads, writes []Syncable) (*Op, error) {
+	const op = "Stream.BeginOp"
+	h, err := s.raw(op)
+	if err != nil {
+		return nil, err
+	}
+	var rbuf, wbuf [4]C.sluice_sync_t
+	r, err := syncArray(op, reads, rbuf[:0])
+	if err != nil {
+		return nil, err
+	}
+	w, err := syncArray(op, writes, wbuf[:0])
+	if err != nil {
+		return nil, err
+	}
+	var o C.sluice_op_t
+	e := C.sluice_op_begin(h, syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), &o)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(reads)
+	runtime.KeepAlive(writes)
+	if err := checkSets(e, op, s, reads, writes); err != nil {
+		return nil, err
+	}
+	out := &Op{stream: s}
+	out.h.bits.Store(uint64(o.bits))
+	out.h.cleanup = runtime.AddCleanup(out, endOp, uint64(o.bits))
+	return out, nil
+}
+
+// Stream returns the op's stream.
+func (o *Op) Stream() *Stream { return o.stream }
+
+// End ends the op: records one event on its stream and publishes it to every
+// object of the op. The op is consumed, also when an error is returned; a
+// second End returns ErrClosed.
+func (o *Op) End() error {
+	b := o.h.take()
+	if b == 0 {
+		maybeGC()
+		return closedError("Op.End")
+	}
+	return takeError(C.sluice_op_end(C.sluice_op_t{bits: C.uint64_t(b)}))
+}
+
+// Close ends the op if it is still open (see End) and does nothing
+// otherwise, so `defer op.Close()` is safe next to an explicit End.
+func (o *Op) Close() error {
+	b := o.h.take()
+	if b == 0 {
+		return nil
+	}
+	return takeError(C.sluice_op_end(C.sluice_op_t{bits: C.uint64_t(b)}))
+}
+
+// RunOp runs fn inside a foreign op on the stream: BeginOp(reads, writes),
+// fn(raw) with the stream's raw CUstream to enqueue foreign work on, then
+// End, also when fn fails or panics. It is the allocation-free form of
+// BeginOp/End for hot loops: no Op wrapper is made.
+func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) error) (err error) {
+	const op = "Stream.RunOp"
+	h, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	var rbuf, wbuf [4]C.sluice_sync_t
+	r, err := syncArray(op, reads, rbuf[:0])
+	if err != nil {
+		return err
+	}
+	w, err := syncArray(op, writes, wbuf[:0])
+	if err != nil {
+		return err
+	}
+	var raw unsafe.Pointer
+	if fn != nil {
+		e := C.sluice_stream_raw(h, &raw)
+		if err := check(e, &s.h); err != nil {
+			return err
+		}
+	}
+	var o C.sluice_op_t
+	e := C.sluice_op_begin(h, syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), &o)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(reads)
+	runtime.KeepAlive(writes)
+	if err := checkSets(e, op, s, reads, writes); err != nil {
+		return err
+	}
+	defer func() {
+		if endErr := takeError(C.sluice_op_end(o)); err == nil {
+			err = endErr
+		}
+	}()
+	if fn != nil {
+		return fn(raw)
+	}
+	return nil
+}

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Checks of the Go binding and the Go example, on the host backend.
+#
+#   bindings/go/test.sh                    build libsluice, gofmt, vet, tests
+#                                          (-race, sluice_debug, cgocheck2),
+#                                          the pkg-config build tag, a short
+#                                          benchmark, and the trainer example
+#   bindings/go/test.sh --build-gpu DIR    all of the above, then build into DIR
+#                                          the test binary (DIR/sluice-go.test,
+#                                          plus a -race one) and the trainer,
+#                                          linked with an rpath of $ORIGIN,
+#                                          next to a copy of libsluice.so, to
+#                                          carry to a GPU machine (DIR/run.sh
+#                                          runs them there)
+#   bindings/go/test.sh --quick ...        skip the slower runs (cgocheck2, bench)
+#
+# Environment: SLUICE_BACKEND defaults to host here. CGO_ENABLED must not be 0
+# (the race detector and the binding both need cgo).
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+examples=$root/examples/go
+gpu_out=""
+quick=0
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--build-gpu)
+		[ $# -ge 2 ] || { echo "--build-gpu needs a directory" >&2; exit 2; }
+		gpu_out=$2
+		shift 2
+		;;
+	--quick) quick=1; shift ;;
+	-h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+	*) echo "unknown argument: $1" >&2; exit 2 ;;
+	esac
+done
+
+export SLUICE_BACKEND=${SLUICE_BACKEND:-host}
+export CGO_ENABLED=1
+step() { printf '\n==> %s\n' "$*"; }
+
+step "cargo build --release"
+(cd "$root" && cargo build --release --quiet)
+
+cd "$here"
+
+step "gofmt -l"
+unformatted=$(gofmt -l "$here" "$examples")
+if [ -n "$unformatted" ]; then
+	echo "not gofmt-ed:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+
+step "go vet"
+go vet ./...
+go vet -tags sluice_debug ./...
+(cd "$examples" && go vet ./...)
+
+step "go test -race"
+go test -count=1 -race ./...
+
+step "go test -tags sluice_debug"
+go test -count=1 -tags sluice_debug ./...
+
+if [ "$quick" = 0 ]; then
+	step "go test with GOEXPERIMENT=cgocheck2"
+	GOEXPERIMENT=cgocheck2 go test -count=1 ./...
+fi
+
+# A pkg-config file for the library built here, to check the sluice_pkgconfig
+# tag (and to link the GPU binaries without the build-tree rpath).
+pcdir=$(mktemp -d)
+trap 'rm -rf "$pcdir"' EXIT
+cat >"$pcdir/sluice.pc" <<EOF
+Name: sluice
+Description: GPU stream runtime with a stable C ABI (build tree)
+Version: $(sed -n 's/^#define SLUICE_VERSION_STRING "\(.*\)"/\1/p' "$root/include/sluice.h")
+Cflags: -I$root/include
+Libs: -L$root/target/release -lsluice
+EOF
+
+step "go build/vet -tags sluice_pkgconfig"
+PKG_CONFIG_PATH=$pcdir go vet -tags sluice_pkgconfig ./...
+PKG_CONFIG_PATH=$pcdir go test -count=1 -tags sluice_pkgconfig -c -o "$pcdir/pc.test" -ldflags="-extldflags=-Wl,-rpath,$root/target/release" .
+"$pcdir/pc.test" -test.run 'TestDevice|TestBuffers' >/dev/null
+
+if [ "$quick" = 0 ]; then
+	step "benchmark (cost per call from Go and from C)"
+	go test -count=1 -run '^$' -bench . -benchtime=100000x .
+fi
+
+step "trainer example"
+(cd "$examples" && go run ./trainer -batches 100)
+step "trainer example must fail on a mismatch"
+if (cd "$examples" && go run ./trainer -batches 10 -serial=false -corrupt-batch 3) >/dev/null 2>&1; then
+	echo "the trainer did not detect a corrupted batch" >&2
+	exit 1
+fi
+echo "mismatch detected (non-zero exit), as it should be"
+
+if [ -n "$gpu_out" ]; then
+	step "building GPU binaries into $gpu_out"
+	mkdir -p "$gpu_out"
+	gpu_out=$(cd "$gpu_out" && pwd)
+	cp "$root/target/release/libsluice.so" "$gpu_out/"
+	# Single quotes: $ORIGIN reaches the linker literally.
+	ld='-extldflags=-Wl,-rpath,$ORIGIN'
+	PKG_CONFIG_PATH=$pcdir go test -c -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go.test" .
+	PKG_CONFIG_PATH=$pcdir go test -c -race -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go-race.test" .
+	(cd "$examples" && PKG_CONFIG_PATH=$pcdir go build -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/trainer" ./trainer)
+	cat >"$gpu_out/run.sh" <<'EOF'
+#!/usr/bin/env bash
+# Runs the Go binding's tests and the trainer example on the GPU (cuda backend).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+export SLUICE_BACKEND=${SLUICE_BACKEND:-cuda}
+./sluice-go.test -test.v -test.count=1 "$@"
+./sluice-go-race.test -test.count=1
+./sluice-go.test -test.run '^$' -test.bench . -test.benchtime=100000x
+./trainer -batches 400
+EOF
+	chmod +x "$gpu_out/run.sh"
+	readelf -d "$gpu_out/sluice-go.test" | grep -E 'RPATH|RUNPATH'
+	ls -la "$gpu_out"
+	du -sh "$gpu_out"
+fi
+
+step "all Go checks passed"
