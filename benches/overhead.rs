@@ -12,7 +12,7 @@
 //! never printed from broken work.
 
 use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUmodule, CUstream,
 };
 use sluice::backend::cuda::{self, Driver};
 use sluice::ffi::*;
@@ -440,6 +440,17 @@ struct PingPong {
     raw_host_sync: f64,
     ops: usize,
     waits_per_op: f64,
+}
+
+struct GraphRow {
+    k: usize,
+    s_eager: f64,
+    r_eager: f64,
+    s_replay: f64,
+    r_replay: f64,
+    /// Capture + instantiate, seconds.
+    s_inst: f64,
+    r_inst: f64,
 }
 
 struct OpRow {
@@ -1190,6 +1201,145 @@ impl Bench {
         });
     }
 
+    /// Issue 4: K tiny kernels, eager and as a replayed graph, sluice and raw.
+    fn bench_graphs(&mut self) -> Vec<GraphRow> {
+        let (sa, ra, d) = (self.sa, self.ra, self.d);
+        let (sf, rf) = (self.s_empty, self.r_empty);
+        let dm = dims(1, 32);
+        let mut rows = Vec::new();
+        for k in [10usize, 100, 1000] {
+            let iters = self.cfg.n((20_000 / k).max(20));
+            let s_eager = || {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    for _ in 0..k {
+                        ck(
+                            sluice_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
+                            "sluice_launch",
+                        );
+                    }
+                }
+                s_sync(sa);
+                secs(t0.elapsed()) / (iters * k) as f64
+            };
+            let me = &*self;
+            let r_eager = || {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    for _ in 0..k {
+                        me.r_launch(rf, 1, 32, ra, null_mut());
+                    }
+                }
+                me.r_sync(ra);
+                secs(t0.elapsed()) / (iters * k) as f64
+            };
+            // sluice graph
+            let t0 = Instant::now();
+            ck(
+                sluice_graph_capture_begin(sa, SLUICE_CAPTURE_RELAXED),
+                "sluice_graph_capture_begin",
+            );
+            for _ in 0..k {
+                ck(
+                    sluice_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
+                    "sluice_launch (captured)",
+                );
+            }
+            let mut g = sluice_graph_t { bits: 0 };
+            ck(
+                sluice_graph_capture_end(sa, &mut g),
+                "sluice_graph_capture_end",
+            );
+            let s_capture = secs(t0.elapsed());
+            let mut nodes = 0usize;
+            ck(
+                sluice_graph_node_count(g, &mut nodes),
+                "sluice_graph_node_count",
+            );
+            if nodes != k {
+                fail(&format!("captured graph has {nodes} nodes, expected {k}"));
+            }
+            let mut ex = sluice_graph_exec_t { bits: 0 };
+            let t0 = Instant::now();
+            ck(
+                sluice_graph_instantiate(g, &mut ex),
+                "sluice_graph_instantiate",
+            );
+            let s_inst = secs(t0.elapsed());
+            ck(sluice_graph_exec_upload(ex, sa), "sluice_graph_exec_upload");
+            let s_replay = || {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    ck(sluice_graph_exec_launch(ex, sa), "sluice_graph_exec_launch");
+                }
+                s_sync(sa);
+                secs(t0.elapsed()) / (iters * k) as f64
+            };
+            // raw graph
+            let t0 = Instant::now();
+            // SAFETY: a live stream; relaxed mode (2).
+            cu(
+                d,
+                unsafe { (d.cuStreamBeginCapture_v2)(ra, 2) },
+                "cuStreamBeginCapture",
+            );
+            for _ in 0..k {
+                self.r_launch(rf, 1, 32, ra, null_mut());
+            }
+            let mut rg: CUgraph = null_mut();
+            // SAFETY: ends the capture begun above.
+            cu(
+                d,
+                unsafe { (d.cuStreamEndCapture)(ra, &mut rg) },
+                "cuStreamEndCapture",
+            );
+            let r_capture = secs(t0.elapsed());
+            let mut rex: CUgraphExec = null_mut();
+            let t0 = Instant::now();
+            // SAFETY: a captured graph; writes one exec handle.
+            cu(
+                d,
+                unsafe { (d.cuGraphInstantiateWithFlags)(&mut rex, rg, 0) },
+                "cuGraphInstantiateWithFlags",
+            );
+            let r_inst = secs(t0.elapsed());
+            // SAFETY: a live exec and stream.
+            cu(d, unsafe { (d.cuGraphUpload)(rex, ra) }, "cuGraphUpload");
+            let me = &*self;
+            let r_replay = || {
+                let t0 = Instant::now();
+                for _ in 0..iters {
+                    // SAFETY: a live exec and stream.
+                    me.cu(unsafe { (me.d.cuGraphLaunch)(rex, ra) }, "cuGraphLaunch");
+                }
+                me.r_sync(ra);
+                secs(t0.elapsed()) / (iters * k) as f64
+            };
+            let (mut a, mut b, mut c, mut e) = (s_eager, r_eager, s_replay, r_replay);
+            let m = measure(self.cfg.reps, &mut [&mut a, &mut b, &mut c, &mut e]);
+            rows.push(GraphRow {
+                k,
+                s_eager: m[0],
+                r_eager: m[1],
+                s_replay: m[2],
+                r_replay: m[3],
+                s_inst: s_inst + s_capture,
+                r_inst: r_inst + r_capture,
+            });
+            ck(sluice_graph_exec_destroy(ex), "sluice_graph_exec_destroy");
+            ck(sluice_graph_destroy(g), "sluice_graph_destroy");
+            // SAFETY: destroyed once each.
+            cu(
+                d,
+                unsafe { (d.cuGraphExecDestroy)(rex) },
+                "cuGraphExecDestroy",
+            );
+            // SAFETY: as above.
+            cu(d, unsafe { (d.cuGraphDestroy)(rg) }, "cuGraphDestroy");
+        }
+        rows
+    }
+
     fn bench_ping_pong(&mut self) -> PingPong {
         let ops = self.cfg.n(10_000);
         let (sa, sb, ra, rb) = (self.sa, self.sb, self.ra, self.rb);
@@ -1617,6 +1767,31 @@ fn print_ping_pong(p: &PingPong, fails: &mut usize) {
     println!();
 }
 
+fn print_graphs(rows: &[GraphRow], goals: &mut usize, fails: &mut usize) {
+    println!("## Graphs: K empty kernels, eager vs replay (µs per kernel)\n");
+    println!("| K | sluice eager | raw eager | eager ratio (≤ 1.10x) | sluice replay | raw replay | replay ratio (≤ 1.05x) | capture+instantiate sluice / raw |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let (er, rr) = (r.s_eager / r.r_eager, r.s_replay / r.r_replay);
+        *goals += 2;
+        println!(
+            "| {} | {:.3} | {:.3} | {:.3}x {} | {:.3} | {:.3} | {:.3}x {} | {:.1} µs / {:.1} µs |",
+            r.k,
+            r.s_eager * 1e6,
+            r.r_eager * 1e6,
+            er,
+            verdict(er <= 1.10, fails),
+            r.s_replay * 1e6,
+            r.r_replay * 1e6,
+            rr,
+            verdict(rr <= 1.05, fails),
+            r.s_inst * 1e6,
+            r.r_inst * 1e6
+        );
+    }
+    println!();
+}
+
 fn print_ops(rows: &[OpRow]) {
     println!("## Op bookkeeping without kernels (sluice_op_begin + sluice_op_end, read sets)\n");
     println!("| sync objects | threads | objects | ns/pair (mean per thread) | slowest thread ns/pair | total Mpairs/s |");
@@ -1826,6 +2001,8 @@ fn main() {
     println!();
     let ops = b.bench_ops();
     print_ops(&ops);
+    let graphs = b.bench_graphs();
+    print_graphs(&graphs, &mut b.goals, &mut b.fails);
     let pp = b.bench_ping_pong();
     b.goals += 2;
     print_ping_pong(&pp, &mut b.fails);

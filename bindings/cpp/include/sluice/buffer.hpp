@@ -1,0 +1,183 @@
+// sluice::Buffer (owning) and sluice::BufferRef (non-owning view).
+//
+// A buffer is device memory, pinned host memory or registered host memory, with
+// its own sync object. Copies are in copy.hpp.
+#ifndef SLUICE_CPP_BUFFER_HPP
+#define SLUICE_CPP_BUFFER_HPP
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <new>
+
+#include "sluice/config.hpp"
+#include "sluice/detail/handle.hpp"
+#include "sluice/device.hpp"
+#include "sluice/result.hpp"
+#include "sluice/span.hpp"
+#include "sluice/stream.hpp"
+#include "sluice/sync.hpp"
+
+namespace sluice {
+
+/// What kind of memory a buffer is (`SLUICE_BUFFER_*`).
+enum class BufferKind : std::uint32_t {
+  device = SLUICE_BUFFER_DEVICE,          ///< stream-ordered device memory
+  pinned = SLUICE_BUFFER_PINNED,          ///< pinned host memory from the device's pool
+  registered = SLUICE_BUFFER_REGISTERED,  ///< caller-owned host memory, registered
+};
+
+/// What a buffer is and where it lives.
+struct BufferInfo {
+  BufferKind kind = BufferKind::device;
+  std::uint64_t size = 0;
+  std::uint64_t device_ptr = 0;  ///< CUdeviceptr for device buffers; the host address otherwise
+  void* host_ptr = nullptr;      ///< host address for pinned/registered; nullptr for device
+};
+
+namespace detail {
+
+struct BufferTraits {
+  using handle = sluice_buffer_t;
+  static sluice_error_t* destroy(handle h) noexcept { return sluice_buffer_free(h); }
+};
+
+/// The operations of a buffer, shared by Buffer and BufferRef.
+template <class Self>
+class BufferApi {
+ public:
+  Result<BufferInfo> info(std::nothrow_t) const {
+    sluice_buffer_info_t i{};
+    if (sluice_error_t* e = sluice_buffer_info(h(), &i)) return Error::adopt(e);
+    BufferInfo out;
+    out.kind = static_cast<BufferKind>(i.kind);
+    out.size = i.size;
+    out.device_ptr = i.device_ptr;
+    out.host_ptr = i.host_ptr;
+    return out;
+  }
+
+  /// A new handle to the buffer's sync object, for Op scopes and host waits.
+  Result<SyncObject> sync(std::nothrow_t) const {
+    sluice_sync_t s{};
+    if (sluice_error_t* e = sluice_buffer_sync(h(), &s)) return Error::adopt(e);
+    return SyncObject::adopt(s);
+  }
+
+  /// The host bytes of a pinned or registered buffer; empty for device memory.
+  /// Before writing them from the host after a copy read them, wait_write() on
+  /// the buffer's sync object; before reading them after a copy wrote them,
+  /// wait_read().
+  Result<MutableByteView> host_bytes(std::nothrow_t) const {
+    Result<BufferInfo> i = info(std::nothrow);
+    if (!i) return i.error();
+    return MutableByteView(static_cast<std::byte*>(i->host_ptr),
+                           i->host_ptr ? static_cast<std::size_t>(i->size) : 0);
+  }
+
+#if SLUICE_CPP_EXCEPTIONS
+  BufferInfo info() const { return info(std::nothrow).value(); }
+  std::size_t size() const { return static_cast<std::size_t>(info().size); }
+  BufferKind kind() const { return info().kind; }
+  SyncObject sync() const { return sync(std::nothrow).value(); }
+  MutableByteView host_bytes() const { return host_bytes(std::nothrow).value(); }
+#endif
+
+ private:
+  sluice_buffer_t h() const noexcept { return static_cast<const Self&>(*this).raw(); }
+};
+
+}  // namespace detail
+
+/// A non-owning view of a buffer handle.
+class BufferRef : public detail::BufferApi<BufferRef> {
+ public:
+  BufferRef() noexcept = default;
+  explicit BufferRef(sluice_buffer_t h) noexcept : h_(h) {}
+
+  sluice_buffer_t raw() const noexcept { return h_; }
+  explicit operator bool() const noexcept { return h_.bits != 0; }
+
+ private:
+  sluice_buffer_t h_{};
+};
+
+/// A buffer handle (freed by the destructor: device memory is released in stream
+/// order after every outstanding use, pinned memory returns to the pool, and
+/// registered memory is unregistered once no copy uses it). Move-only.
+class Buffer : public detail::BufferApi<Buffer> {
+ public:
+  Buffer() noexcept = default;
+
+  /// Takes ownership of a C handle.
+  static Buffer adopt(sluice_buffer_t h) noexcept { return Buffer(h); }
+
+  /// `size` bytes of device memory, allocated in order on `stream`.
+  static Result<Buffer> alloc(std::nothrow_t, StreamRef stream, std::size_t size) {
+    sluice_buffer_t b{};
+    if (sluice_error_t* e = sluice_buffer_alloc(stream.raw(), size, &b)) return Error::adopt(e);
+    return Buffer(b);
+  }
+
+  /// `size` bytes of pinned host memory from the device's caching pool.
+  static Result<Buffer> alloc_pinned(std::nothrow_t, DeviceRef device, std::size_t size) {
+    sluice_buffer_t b{};
+    if (sluice_error_t* e = sluice_buffer_alloc_pinned(device.raw(), size, &b)) {
+      return Error::adopt(e);
+    }
+    return Buffer(b);
+  }
+
+  /// Registers caller-owned host memory `[ptr, ptr + len)`. Keep it alive until
+  /// the Buffer is destroyed (which waits for copies still using it).
+  static Result<Buffer> register_host(std::nothrow_t, DeviceRef device, void* ptr,
+                                      std::size_t len) {
+    sluice_buffer_t b{};
+    if (sluice_error_t* e = sluice_buffer_register_host(device.raw(), ptr, len, &b)) {
+      return Error::adopt(e);
+    }
+    return Buffer(b);
+  }
+
+  /// Registers the storage of a contiguous container of trivially copyable
+  /// elements (std::vector, std::array, a span); it must not reallocate meanwhile.
+  template <class C, class = detail::if_mutable_contiguous<C>>
+  static Result<Buffer> register_host(std::nothrow_t, DeviceRef device, C& container) {
+    return register_host(std::nothrow, device, static_cast<void*>(std::data(container)),
+                         std::size(container) * sizeof(*std::data(container)));
+  }
+
+#if SLUICE_CPP_EXCEPTIONS
+  static Buffer alloc(StreamRef stream, std::size_t size) {
+    return alloc(std::nothrow, stream, size).value();
+  }
+  static Buffer alloc_pinned(DeviceRef device, std::size_t size) {
+    return alloc_pinned(std::nothrow, device, size).value();
+  }
+  static Buffer register_host(DeviceRef device, void* ptr, std::size_t len) {
+    return register_host(std::nothrow, device, ptr, len).value();
+  }
+  template <class C, class = detail::if_mutable_contiguous<C>>
+  static Buffer register_host(DeviceRef device, C& container) {
+    return register_host(std::nothrow, device, container).value();
+  }
+  void close() { close(std::nothrow).value(); }
+#endif
+
+  /// Frees the handle now and reports the result; the object becomes empty.
+  Result<void> close(std::nothrow_t) { return h_.close(); }
+
+  sluice_buffer_t raw() const noexcept { return h_.get(); }
+  sluice_buffer_t release() noexcept { return h_.release(); }
+  BufferRef ref() const noexcept { return BufferRef(raw()); }
+  operator BufferRef() const noexcept { return ref(); }
+  explicit operator bool() const noexcept { return !h_.empty(); }
+
+ private:
+  explicit Buffer(sluice_buffer_t h) noexcept : h_(h) {}
+  detail::UniqueHandle<detail::BufferTraits> h_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CPP_BUFFER_HPP

@@ -1,0 +1,184 @@
+// sluice::Module, sluice::Function and sluice::launch (CUDA only; the host
+// backend reports ErrorCode::unsupported).
+//
+//   auto mod = sluice::Module::load(dev, ptx_text);
+//   auto fn = mod.function("scale");
+//   sluice::launch(stream, fn, sluice::LaunchDims::linear(n, 256),
+//                  /*reads=*/{x_sync}, /*writes=*/{y_sync}, x_ptr, y_ptr, n);
+#ifndef SLUICE_CPP_MODULE_HPP
+#define SLUICE_CPP_MODULE_HPP
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <new>
+#include <string>
+
+#include "sluice/config.hpp"
+#include "sluice/detail/handle.hpp"
+#include "sluice/device.hpp"
+#include "sluice/result.hpp"
+#include "sluice/span.hpp"
+#include "sluice/stream.hpp"
+#include "sluice/sync.hpp"
+
+namespace sluice {
+
+/// Launch geometry.
+struct LaunchDims {
+  std::uint32_t grid[3] = {1, 1, 1};
+  std::uint32_t block[3] = {1, 1, 1};
+  std::uint32_t shared_mem_bytes = 0;
+
+  /// A 1-D launch covering `n` threads with `block_size` threads per block.
+  static LaunchDims linear(std::uint64_t n, std::uint32_t block_size) noexcept {
+    LaunchDims d;
+    std::uint64_t blocks = block_size ? (n + block_size - 1) / block_size : 0;
+    d.grid[0] = static_cast<std::uint32_t>(blocks == 0 ? 1 : blocks);
+    d.block[0] = block_size ? block_size : 1;
+    return d;
+  }
+
+  sluice_launch_dims_t raw() const noexcept {
+    sluice_launch_dims_t d{};
+    for (int i = 0; i < 3; ++i) {
+      d.grid[i] = grid[i];
+      d.block[i] = block[i];
+    }
+    d.shared_mem_bytes = shared_mem_bytes;
+    return d;
+  }
+};
+
+namespace detail {
+
+struct ModuleTraits {
+  using handle = sluice_module_t;
+  static sluice_error_t* destroy(handle h) noexcept { return sluice_module_unload(h); }
+};
+
+struct FunctionTraits {
+  using handle = sluice_function_t;
+  static sluice_error_t* destroy(handle h) noexcept { return sluice_function_destroy(h); }
+};
+
+}  // namespace detail
+
+/// A kernel of a module. Move-only; keeps its module loaded.
+class Function {
+ public:
+  Function() noexcept = default;
+  static Function adopt(sluice_function_t h) noexcept { return Function(h); }
+
+  Result<void> close(std::nothrow_t) { return h_.close(); }
+#if SLUICE_CPP_EXCEPTIONS
+  void close() { close(std::nothrow).value(); }
+#endif
+
+  sluice_function_t raw() const noexcept { return h_.get(); }
+  sluice_function_t release() noexcept { return h_.release(); }
+  explicit operator bool() const noexcept { return !h_.empty(); }
+
+ private:
+  explicit Function(sluice_function_t h) noexcept : h_(h) {}
+  detail::UniqueHandle<detail::FunctionTraits> h_;
+};
+
+/// A loaded module (PTX text, cubin or fatbin). Move-only; it unloads once this
+/// handle and its functions are destroyed.
+class Module {
+ public:
+  Module() noexcept = default;
+  static Module adopt(sluice_module_t h) noexcept { return Module(h); }
+
+  /// Loads an image. A failed JIT compile gives ErrorCode::module_load with the
+  /// JIT log in the message. PTX text must end with its NUL (or pass a std::string,
+  /// whose terminator is included).
+  static Result<Module> load(std::nothrow_t, DeviceRef device, const void* image,
+                             std::size_t len) {
+    sluice_module_t h{};
+    if (sluice_error_t* e = sluice_module_load(device.raw(), image, len, &h)) {
+      return Error::adopt(e);
+    }
+    return Module(h);
+  }
+
+  static Result<Module> load(std::nothrow_t, DeviceRef device, ByteView image) {
+    return load(std::nothrow, device, image.data(), image.size());
+  }
+
+  /// Loads PTX text; the terminating NUL is passed along.
+  static Result<Module> load(std::nothrow_t, DeviceRef device, const std::string& ptx) {
+    return load(std::nothrow, device, ptx.c_str(), ptx.size() + 1);
+  }
+
+  /// Looks up a kernel; a missing name gives ErrorCode::not_found.
+  Result<Function> function(std::nothrow_t, const char* name) const {
+    sluice_function_t f{};
+    if (sluice_error_t* e = sluice_module_function(h_.get(), name, &f)) return Error::adopt(e);
+    return Function::adopt(f);
+  }
+
+#if SLUICE_CPP_EXCEPTIONS
+  static Module load(DeviceRef device, const void* image, std::size_t len) {
+    return load(std::nothrow, device, image, len).value();
+  }
+  static Module load(DeviceRef device, ByteView image) {
+    return load(std::nothrow, device, image).value();
+  }
+  static Module load(DeviceRef device, const std::string& ptx) {
+    return load(std::nothrow, device, ptx).value();
+  }
+  Function function(const char* name) const { return function(std::nothrow, name).value(); }
+  void close() { close(std::nothrow).value(); }
+#endif
+
+  Result<void> close(std::nothrow_t) { return h_.close(); }
+
+  sluice_module_t raw() const noexcept { return h_.get(); }
+  sluice_module_t release() noexcept { return h_.release(); }
+  explicit operator bool() const noexcept { return !h_.empty(); }
+
+ private:
+  explicit Module(sluice_module_t h) noexcept : h_(h) {}
+  detail::UniqueHandle<detail::ModuleTraits> h_;
+};
+
+/// Launches `fn` on `stream` as one tracked op over `reads` and `writes`. `args`
+/// holds one pointer per kernel parameter, as for cuLaunchKernel.
+inline Result<void> launch_raw(std::nothrow_t, StreamRef stream, const Function& fn,
+                               const LaunchDims& dims, void** args, std::size_t num_args,
+                               const SyncList& reads = {}, const SyncList& writes = {}) {
+  sluice_launch_dims_t d = dims.raw();
+  return detail::check(sluice_launch(stream.raw(), fn.raw(), &d, args, num_args, reads.data(),
+                                     reads.size(), writes.data(), writes.size()));
+}
+
+/// Launches `fn` with the kernel parameters `args...` (each passed by address, so
+/// their types must match the kernel's parameters exactly).
+template <class... Args>
+Result<void> launch(std::nothrow_t, StreamRef stream, const Function& fn, const LaunchDims& dims,
+                    const SyncList& reads, const SyncList& writes, const Args&... args) {
+  std::array<void*, sizeof...(Args) == 0 ? 1 : sizeof...(Args)> ptrs = {
+      {const_cast<void*>(static_cast<const void*>(&args))...}};
+  return launch_raw(std::nothrow, stream, fn, dims, sizeof...(Args) ? ptrs.data() : nullptr,
+                    sizeof...(Args), reads, writes);
+}
+
+#if SLUICE_CPP_EXCEPTIONS
+inline void launch_raw(StreamRef stream, const Function& fn, const LaunchDims& dims, void** args,
+                       std::size_t num_args, const SyncList& reads = {},
+                       const SyncList& writes = {}) {
+  launch_raw(std::nothrow, stream, fn, dims, args, num_args, reads, writes).value();
+}
+template <class... Args>
+void launch(StreamRef stream, const Function& fn, const LaunchDims& dims, const SyncList& reads,
+            const SyncList& writes, const Args&... args) {
+  launch(std::nothrow, stream, fn, dims, reads, writes, args...).value();
+}
+#endif
+
+}  // namespace sluice
+
+#endif  // SLUICE_CPP_MODULE_HPP

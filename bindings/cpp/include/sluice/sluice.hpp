@@ -1,0 +1,27 @@
+// sluice C++ bindings: header-only C++17 over the C ABI in <sluice.h>.
+//
+// Every C handle type has a move-only owning class (Device, Stream, Event, Buffer,
+// SyncObject, Op, Module, Function) and, where handles are passed around, a
+// trivially copyable non-owning view (DeviceRef, StreamRef, EventRef, BufferRef,
+// SyncRef). Every fallible operation has a throwing form and a
+// `std::nothrow`-tagged form returning [[nodiscard]] sluice::Result<T>; under
+// -fno-exceptions only the latter exists. See bindings/cpp/README.md.
+#ifndef SLUICE_CPP_SLUICE_HPP
+#define SLUICE_CPP_SLUICE_HPP
+
+#include "sluice/config.hpp"
+#include "sluice/error.hpp"
+#include "sluice/result.hpp"
+#include "sluice/span.hpp"
+#include "sluice/library.hpp"
+#include "sluice/device.hpp"
+#include "sluice/event.hpp"
+#include "sluice/sync.hpp"
+#include "sluice/stream.hpp"
+#include "sluice/buffer.hpp"
+#include "sluice/copy.hpp"
+#include "sluice/op.hpp"
+#include "sluice/module.hpp"
+#include "sluice/graph.hpp"  // reserved for sluice_graph_*
+
+#endif  // SLUICE_CPP_SLUICE_HPP

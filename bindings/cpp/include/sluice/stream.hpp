@@ -1,0 +1,280 @@
+// sluice::Stream (owning) and sluice::StreamRef (non-owning view).
+//
+// Every operation names its stream. There is no current stream: pass StreamRef
+// (a Stream converts to one implicitly) to whatever needs a stream.
+#ifndef SLUICE_CPP_STREAM_HPP
+#define SLUICE_CPP_STREAM_HPP
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+#include "sluice/config.hpp"
+#include "sluice/detail/handle.hpp"
+#include "sluice/device.hpp"
+#include "sluice/event.hpp"
+#include "sluice/result.hpp"
+#include "sluice/sync.hpp"
+
+namespace sluice {
+
+/// Stream creation flags (`SLUICE_STREAM_*`).
+enum class StreamFlags : std::uint32_t {
+  none = 0,
+  non_blocking = SLUICE_STREAM_NON_BLOCKING,  ///< no sync with the legacy default stream
+};
+
+constexpr StreamFlags operator|(StreamFlags a, StreamFlags b) noexcept {
+  return static_cast<StreamFlags>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
+}
+
+/// Counters of a stream.
+using StreamStats = sluice_stream_stats_t;
+
+/// What a host callback returns when the callable threw (the exception itself is
+/// swallowed on the driver thread; the stream reports CALLBACK_FAILED at its next
+/// synchronisation, with this value in the message).
+constexpr std::int32_t kCallbackException = -1;
+
+namespace detail {
+
+struct StreamTraits {
+  using handle = sluice_stream_t;
+  static sluice_error_t* destroy(handle h) noexcept { return sluice_stream_destroy(h); }
+};
+
+/// The heap state of one C++ host callback. Two owners share it: the enqueuing
+/// call and the trampoline. Whoever lets go last frees it, so a callback that
+/// the C call reports as failed but that was already enqueued is never freed
+/// under the driver's feet. The callable itself is destroyed on the driver
+/// thread right after it ran.
+template <class F>
+struct CallbackBox {
+  explicit CallbackBox(F&& fn) : f(std::move(fn)) {}
+  explicit CallbackBox(const F& fn) : f(fn) {}
+
+  std::optional<F> f;
+  std::atomic<int> owners{2};
+
+  void let_go() noexcept {
+    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  static std::int32_t call(F& fn) {
+    using R = decltype(fn());
+    static_assert(!std::is_same<R, bool>::value,
+                  "a host callback returns void or an int code (0 = success), not bool");
+    if constexpr (std::is_void<R>::value) {
+      fn();
+      return 0;
+    } else {
+      static_assert(std::is_integral<R>::value || std::is_enum<R>::value,
+                    "a host callback returns void or an int code (0 = success)");
+      return static_cast<std::int32_t>(fn());
+    }
+  }
+
+  static std::int32_t trampoline(void* user_data) noexcept {
+    auto* box = static_cast<CallbackBox*>(user_data);
+    std::int32_t rc = 0;
+#if SLUICE_CPP_EXCEPTIONS
+    try {
+      rc = call(*box->f);
+    } catch (...) {
+      rc = kCallbackException;
+    }
+#else
+    rc = call(*box->f);
+#endif
+    box->f.reset();
+    box->let_go();
+    return rc;
+  }
+};
+
+/// Errors that sluice_stream_host_callback reports before it enqueues anything
+/// (argument and handle checks). After any other error the callback may still run,
+/// so its state is left to the trampoline.
+inline bool rejected_before_enqueue(ErrorCode c) noexcept {
+  return c == ErrorCode::null_argument || c == ErrorCode::invalid_handle ||
+         c == ErrorCode::invalid_argument || c == ErrorCode::out_of_range;
+}
+
+/// The operations of a stream, shared by Stream and StreamRef.
+template <class Self>
+class StreamApi {
+ public:
+  /// Blocks until all work enqueued so far has completed. Reports a device fault
+  /// or a failed host callback of this stream.
+  Result<void> synchronize(std::nothrow_t) const { return check(sluice_stream_synchronize(h())); }
+
+  /// True when all work enqueued so far has completed.
+  Result<bool> query(std::nothrow_t) const {
+    bool idle = false;
+    if (sluice_error_t* e = sluice_stream_query(h(), &idle)) return Error::adopt(e);
+    return idle;
+  }
+
+  /// The underlying CUstream (an opaque pointer on host), for foreign work such as
+  /// libtorch ops. Valid while the stream handle lives.
+  Result<void*> native_handle(std::nothrow_t) const {
+    void* raw = nullptr;
+    if (sluice_error_t* e = sluice_stream_raw(h(), &raw)) return Error::adopt(e);
+    return raw;
+  }
+
+  /// Sets the label fault reports name as the last operation; nullptr clears it.
+  Result<void> set_label(std::nothrow_t, const char* label) const {
+    return check(sluice_stream_set_label(h(), label));
+  }
+
+  Result<StreamStats> stats(std::nothrow_t) const {
+    StreamStats s{};
+    if (sluice_error_t* e = sluice_stream_stats(h(), &s)) return Error::adopt(e);
+    return s;
+  }
+
+  /// Records an event at the current end of the stream.
+  Result<Event> record_event(std::nothrow_t, EventFlags flags = EventFlags::none) const {
+    sluice_event_t ev{};
+    if (sluice_error_t* e = sluice_event_record(h(), static_cast<std::uint32_t>(flags), &ev)) {
+      return Error::adopt(e);
+    }
+    return Event::adopt(ev);
+  }
+
+  /// Makes this stream wait on `event` on the device; the host does not block.
+  Result<void> wait(std::nothrow_t, EventRef event) const {
+    return check(sluice_stream_wait_event(h(), event.raw()));
+  }
+
+  /// Enqueues `fn()` as one tracked op that reads `reads` and writes `writes`.
+  /// `fn` returns void or an int code (0 = success; non-zero makes the next
+  /// synchronisation of this stream report CALLBACK_FAILED). An exception thrown by
+  /// `fn` counts as kCallbackException. `fn` runs once on a driver thread, must not
+  /// call sluice or CUDA, and is destroyed there after it ran.
+  template <class F>
+  Result<void> host_callback(std::nothrow_t, F&& fn, SyncList reads = {},
+                             SyncList writes = {}) const {
+    using Box = CallbackBox<typename std::decay<F>::type>;
+    auto* box = new Box(std::forward<F>(fn));
+    sluice_error_t* e =
+        sluice_stream_host_callback(h(), &Box::trampoline, box, reads.data(), reads.size(),
+                                    writes.data(), writes.size());
+    if (e == nullptr) {
+      box->let_go();
+      return {};
+    }
+    Error err = Error::adopt(e);
+    if (rejected_before_enqueue(err.code())) {
+      delete box;
+    } else {
+      box->let_go();
+    }
+    return err;
+  }
+
+#if SLUICE_CPP_EXCEPTIONS
+  void synchronize() const { synchronize(std::nothrow).value(); }
+  bool query() const { return query(std::nothrow).value(); }
+  void* native_handle() const { return native_handle(std::nothrow).value(); }
+  void set_label(const char* label) const { set_label(std::nothrow, label).value(); }
+  StreamStats stats() const { return stats(std::nothrow).value(); }
+  Event record_event(EventFlags flags = EventFlags::none) const {
+    return record_event(std::nothrow, flags).value();
+  }
+  void wait(EventRef event) const { wait(std::nothrow, event).value(); }
+  template <class F>
+  void host_callback(F&& fn, SyncList reads = {}, SyncList writes = {}) const {
+    host_callback(std::nothrow, std::forward<F>(fn), std::move(reads), std::move(writes)).value();
+  }
+#endif
+
+ private:
+  sluice_stream_t h() const noexcept { return static_cast<const Self&>(*this).raw(); }
+};
+
+}  // namespace detail
+
+/// A non-owning view of a stream handle: for passing streams around and for
+/// handles owned elsewhere (for example by C code). Trivially copyable; it does
+/// not keep the stream alive.
+class StreamRef : public detail::StreamApi<StreamRef> {
+ public:
+  StreamRef() noexcept = default;
+  explicit StreamRef(sluice_stream_t h) noexcept : h_(h) {}
+
+  sluice_stream_t raw() const noexcept { return h_; }
+  explicit operator bool() const noexcept { return h_.bits != 0; }
+
+  friend bool operator==(StreamRef a, StreamRef b) noexcept { return a.h_.bits == b.h_.bits; }
+  friend bool operator!=(StreamRef a, StreamRef b) noexcept { return !(a == b); }
+
+ private:
+  sluice_stream_t h_{};
+};
+
+/// A stream handle (destroyed by the destructor: work already enqueued completes
+/// and the memory it uses stays valid). Move-only.
+/// Thread safety: may be used from any thread at once.
+class Stream : public detail::StreamApi<Stream> {
+ public:
+  Stream() noexcept = default;
+
+  /// Takes ownership of a C handle.
+  static Stream adopt(sluice_stream_t h) noexcept { return Stream(h); }
+
+  /// Creates a stream on `device`; `priority` is clamped into the device's range.
+  static Result<Stream> create(std::nothrow_t, DeviceRef device,
+                               StreamFlags flags = StreamFlags::none, int priority = 0) {
+    sluice_stream_t h{};
+    if (sluice_error_t* e = sluice_stream_create(device.raw(), static_cast<std::uint32_t>(flags),
+                                                 priority, &h)) {
+      return Error::adopt(e);
+    }
+    return Stream(h);
+  }
+
+  /// Adopts a foreign CUstream (for example libtorch's) without owning it: the
+  /// returned Stream owns only the sluice handle, and destroying it leaves the
+  /// foreign stream alone. The legacy and per-thread default streams are refused.
+  /// On host, `native` must be `native_handle()` of a live host stream.
+  static Result<Stream> wrap_external(std::nothrow_t, DeviceRef device, void* native) {
+    sluice_stream_t h{};
+    if (sluice_error_t* e = sluice_stream_wrap_external(device.raw(), native, &h)) {
+      return Error::adopt(e);
+    }
+    return Stream(h);
+  }
+
+#if SLUICE_CPP_EXCEPTIONS
+  static Stream create(DeviceRef device, StreamFlags flags = StreamFlags::none, int priority = 0) {
+    return create(std::nothrow, device, flags, priority).value();
+  }
+  static Stream wrap_external(DeviceRef device, void* native) {
+    return wrap_external(std::nothrow, device, native).value();
+  }
+  void close() { close(std::nothrow).value(); }
+#endif
+
+  /// Destroys the handle now and reports the result; the object becomes empty.
+  Result<void> close(std::nothrow_t) { return h_.close(); }
+
+  sluice_stream_t raw() const noexcept { return h_.get(); }
+  sluice_stream_t release() noexcept { return h_.release(); }
+  StreamRef ref() const noexcept { return StreamRef(raw()); }
+  operator StreamRef() const noexcept { return ref(); }
+  explicit operator bool() const noexcept { return !h_.empty(); }
+
+ private:
+  explicit Stream(sluice_stream_t h) noexcept : h_(h) {}
+  detail::UniqueHandle<detail::StreamTraits> h_;
+};
+
+}  // namespace sluice
+
+#endif  // SLUICE_CPP_STREAM_HPP

@@ -1,0 +1,103 @@
+// Built with -fno-exceptions: only the std::nothrow / Result API exists.
+// Exit 0 when every check passed. With --unhandled it calls value() on an error,
+// which must print the error and abort (the test expects failure).
+#include <sluice/sluice.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#error "this test must be built with -fno-exceptions"
+#endif
+static_assert(SLUICE_CPP_EXCEPTIONS == 0, "the throwing API is compiled out");
+
+// The throwing overloads do not exist.
+template <class T, class = void>
+struct has_throwing_create : std::false_type {};
+template <class T>
+struct has_throwing_create<T, std::void_t<decltype(T::create(std::declval<sluice::DeviceRef>()))>>
+    : std::true_type {};
+static_assert(!has_throwing_create<sluice::Stream>::value, "Stream::create(dev) is compiled out");
+
+template <class T, class = void>
+struct has_throwing_sync : std::false_type {};
+template <class T>
+struct has_throwing_sync<T, std::void_t<decltype(std::declval<T&>().synchronize())>>
+    : std::true_type {};
+static_assert(!has_throwing_sync<sluice::StreamRef>::value, "synchronize() is compiled out");
+static_assert(!std::is_constructible<sluice::Op, sluice::StreamRef, sluice::SyncList,
+                                     sluice::SyncList>::value,
+              "the throwing Op constructor is compiled out");
+
+static int failures = 0;
+
+#define CHECK(cond)                                                \
+  do {                                                             \
+    if (!(cond)) {                                                 \
+      std::printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                  \
+    }                                                              \
+  } while (0)
+
+int main(int argc, char** argv) {
+  sluice::Result<sluice::Device> dev = sluice::Device::open(std::nothrow, sluice::Backend::host, 0);
+  CHECK(dev.ok());
+  if (!dev) return 1;
+
+  if (argc > 1 && std::strcmp(argv[1], "--unhandled") == 0) {
+    sluice::Result<sluice::Stream> bad = sluice::Stream::create(std::nothrow, sluice::DeviceRef());
+    sluice::Stream s = std::move(bad).value();  // prints and aborts
+    std::printf("NOT ABORTED\n");
+    return s ? 0 : 0;
+  }
+
+  sluice::Result<sluice::Stream> a = sluice::Stream::create(std::nothrow, *dev);
+  sluice::Result<sluice::Stream> b = sluice::Stream::create(std::nothrow, *dev);
+  CHECK(a && b);
+  if (!a || !b) return 1;
+
+  sluice::Result<sluice::Buffer> buf = sluice::Buffer::alloc(std::nothrow, *a, 256);
+  CHECK(buf.ok());
+  if (!buf) return 1;
+  std::vector<unsigned char> in(256);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<unsigned char>(i ^ 0x5a);
+  CHECK(sluice::copy_from_host(std::nothrow, *a, *buf, 0, in).ok());
+
+  // Order a consumer on b after a producer on a, with an Op scope and a callback.
+  sluice::Result<sluice::SyncObject> x = sluice::SyncObject::create(std::nothrow);
+  CHECK(x.ok());
+  int value = 0, seen = -1;
+  {
+    sluice::Result<sluice::Op> op = sluice::Op::begin(std::nothrow, *a, {}, {*x});
+    CHECK(op.ok());
+    CHECK(a->host_callback(std::nothrow, [&value] { value = 9; }).ok());
+    CHECK(op->end(std::nothrow).ok());
+  }
+  CHECK(b->host_callback(std::nothrow, [&] { seen = value; }, {*x}, {}).ok());
+  CHECK(b->synchronize(std::nothrow).ok());
+  CHECK(seen == 9);
+
+  sluice::Result<std::vector<unsigned char>> out =
+      sluice::read_vector<unsigned char>(std::nothrow, *b, *buf, 0, 256);
+  CHECK(out.ok() && *out == in);
+
+  // Errors come back as values.
+  sluice::Result<void> oob = sluice::copy_from_host(std::nothrow, *a, *buf, 1, in);
+  CHECK(oob.code() == sluice::ErrorCode::out_of_range);
+  CHECK(std::strstr(oob.error().message(), "sluice_copy_from_host") != nullptr);
+  sluice::Result<int> cb_rc = 0;
+  CHECK(a->host_callback(std::nothrow, [] { return 3; }).ok());
+  CHECK(a->synchronize(std::nothrow).code() == sluice::ErrorCode::callback_failed);
+  CHECK(cb_rc.value_or(1) == 0);
+
+  sluice::StreamRef stale = *a;
+  CHECK(a->close(std::nothrow).ok());
+  CHECK(stale.query(std::nothrow).code() == sluice::ErrorCode::invalid_handle);
+
+  std::printf("no-exceptions: %s (%d failures)\n", failures ? "FAILED" : "ok", failures);
+  return failures ? 1 : 0;
+}

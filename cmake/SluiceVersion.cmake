@@ -1,0 +1,20 @@
+# Reads the library version from the generated C header (the single source of
+# truth next to Cargo.toml, which a Rust test keeps equal). Sets SLUICE_VERSION,
+# SLUICE_VERSION_MAJOR/MINOR/PATCH and SLUICE_ABI_VERSION.
+set(_sluice_header "${CMAKE_CURRENT_LIST_DIR}/../include/sluice.h")
+if(NOT EXISTS "${_sluice_header}")
+  message(FATAL_ERROR "sluice: ${_sluice_header} not found")
+endif()
+foreach(_part MAJOR MINOR PATCH)
+  file(STRINGS "${_sluice_header}" _line REGEX "^#define SLUICE_VERSION_${_part} [0-9]+$")
+  string(REGEX REPLACE "^#define SLUICE_VERSION_${_part} ([0-9]+)$" "\\1" SLUICE_VERSION_${_part} "${_line}")
+  if(NOT SLUICE_VERSION_${_part} MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "sluice: no SLUICE_VERSION_${_part} in ${_sluice_header}")
+  endif()
+endforeach()
+file(STRINGS "${_sluice_header}" _line REGEX "^#define SLUICE_ABI_VERSION [0-9]+$")
+string(REGEX REPLACE "^#define SLUICE_ABI_VERSION ([0-9]+)$" "\\1" SLUICE_ABI_VERSION "${_line}")
+set(SLUICE_VERSION "${SLUICE_VERSION_MAJOR}.${SLUICE_VERSION_MINOR}.${SLUICE_VERSION_PATCH}")
+unset(_line)
+unset(_part)
+unset(_sluice_header)
