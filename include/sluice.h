@@ -513,6 +513,11 @@ typedef struct sluice_stream_stats_t {
 typedef int32_t (*sluice_host_fn)(void *user_data);
 
 /**
+ * Releases a callback's `user_data` once the callback can no longer run.
+ */
+typedef void (*sluice_free_fn)(void *user_data);
+
+/**
  * The dependency state of a sync object.
  */
 typedef struct sluice_sync_info_t {
@@ -990,10 +995,15 @@ struct sluice_error_t *sluice_stream_stats(struct sluice_stream_t stream,
 /**
  * Enqueues `callback(user_data)` on `stream` as one tracked op that reads `reads`
  * and writes `writes` (arrays of sync handles; NULL when the count is 0).
+ * `free_user_data` (may be NULL) is called exactly once with `user_data` when the
+ * callback can no longer run: after it ran, when the call fails, or, for a
+ * callback captured into a graph (host backend), when the last graph holding it is
+ * destroyed. A captured callback runs once per launch.
  */
 struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream,
                                                    sluice_host_fn callback,
                                                    void *user_data,
+                                                   sluice_free_fn free_user_data,
                                                    const struct sluice_sync_t *reads,
                                                    size_t num_reads,
                                                    const struct sluice_sync_t *writes,

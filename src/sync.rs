@@ -223,8 +223,11 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
             }
         }
         if cap.is_none() {
+            let before = st.readers.len();
             st.readers.retain(|r| !r.known_complete());
-            if st.writer.as_ref().is_some_and(|w| w.known_complete()) {
+            // Readers come after the writer, so a completed reader implies a
+            // completed writer.
+            if st.readers.len() < before || st.writer.as_ref().is_some_and(|w| w.known_complete()) {
                 st.writer = None;
             }
         }

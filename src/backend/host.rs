@@ -110,6 +110,8 @@ impl Worker {
             };
             // A job never unwinds into the worker loop.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job()));
+            // Release what the job owns (callback user data) before it counts as done.
+            drop(job);
             lock(&self.state).completed += 1;
             self.done_cv.notify_all();
         }

@@ -183,7 +183,20 @@ pub extern "C" fn sluice_stream_stats(
     })
 }
 
-struct UserData(*mut c_void);
+/// Releases a callback's `user_data` once the callback can no longer run.
+pub type sluice_free_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// Owns the caller's `user_data`; calls `free_user_data` exactly once on drop.
+struct UserData(*mut c_void, sluice_free_fn);
+
+impl Drop for UserData {
+    fn drop(&mut self) {
+        if let Some(f) = self.1 {
+            // SAFETY: the caller asked for this call, once, when the callback is gone.
+            unsafe { f(self.0) }
+        }
+    }
+}
 
 impl UserData {
     fn get(&self) -> *mut c_void {
@@ -197,24 +210,29 @@ unsafe impl Sync for UserData {}
 
 /// Enqueues `callback(user_data)` on `stream` as one tracked op that reads `reads`
 /// and writes `writes` (arrays of sync handles; NULL when the count is 0).
+/// `free_user_data` (may be NULL) is called exactly once with `user_data` when the
+/// callback can no longer run: after it ran, when the call fails, or, for a
+/// callback captured into a graph (host backend), when the last graph holding it is
+/// destroyed. A captured callback runs once per launch.
 #[no_mangle]
 pub extern "C" fn sluice_stream_host_callback(
     stream: sluice_stream_t,
     callback: sluice_host_fn,
     user_data: *mut c_void,
+    free_user_data: sluice_free_fn,
     reads: *const sluice_sync_t,
     num_reads: usize,
     writes: *const sluice_sync_t,
     num_writes: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_host_callback", || {
+        let ud = UserData(user_data, free_user_data);
         let cb = callback.ok_or_else(|| Error::new(ErrorCode::NullArgument, "callback is NULL"))?;
         let s = self::stream(stream)?;
         let (r, w) = (
             syncs(reads, num_reads, "reads")?,
             syncs(writes, num_writes, "writes")?,
         );
-        let ud = UserData(user_data);
         crate::module::host_callback(
             &s,
             move || {

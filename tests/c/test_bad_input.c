@@ -102,9 +102,9 @@ TEST(null_arrays_with_nonzero_counts) {
     static atomic_int ran;
     atomic_store(&ran, 0);
     uint64_t live = sluice_live_handles();
-    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, 1, NULL, 0),
+    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, NULL, 1, NULL, 0),
                   SLUICE_ERROR_NULL_ARGUMENT, "reads");
-    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, 0, NULL, 2),
+    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, NULL, 0, NULL, 2),
                   SLUICE_ERROR_NULL_ARGUMENT, "writes");
     sluice_op_t op = {0x42};
     CHECK_ERR_MSG(sluice_op_begin(f.s, NULL, 1, NULL, 0, &op), SLUICE_ERROR_NULL_ARGUMENT, "reads");
@@ -130,12 +130,12 @@ TEST(null_arrays_with_nonzero_counts) {
                   SLUICE_ERROR_NULL_ARGUMENT, "args");
     CHECK_ERR(sluice_launch(f.s, fn, &dims, NULL, 0, NULL, 2, NULL, 0), SLUICE_ERROR_INVALID_HANDLE);
     /* a count whose byte size overflows is refused before anything is read */
-    CHECK_ERR(sluice_stream_host_callback(f.s, set_flag_cb, &ran, &f.sync, SIZE_MAX, NULL, 0),
+    CHECK_ERR(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, &f.sync, SIZE_MAX, NULL, 0),
               SLUICE_ERROR_OUT_OF_RANGE);
     CHECK_ERR(sluice_op_begin(f.s, NULL, 0, &f.sync, SIZE_MAX / 2, &op), SLUICE_ERROR_OUT_OF_RANGE);
     /* a bad handle inside an array is named by its index; nothing is enqueued */
     sluice_sync_t mixed[2] = {f.sync, {0x0400000100777777ull}};
-    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, 0, mixed, 2),
+    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, NULL, 0, mixed, 2),
                   SLUICE_ERROR_INVALID_HANDLE, "writes[1]");
     CHECK_ERR_MSG(sluice_op_begin(f.s, mixed, 2, NULL, 0, &op), SLUICE_ERROR_INVALID_HANDLE,
                   "reads[1]");
@@ -216,7 +216,7 @@ static void check_bad_handles(uint64_t bits, int skip) {
     BH(2, sluice_stream_synchronize(s));
     BH(2, sluice_stream_set_label(s, "x"));
     BH(2, sluice_stream_stats(s, &sst));
-    BH(2, sluice_stream_host_callback(s, return_cb, NULL, NULL, 0, NULL, 0));
+    BH(2, sluice_stream_host_callback(s, return_cb, NULL, NULL, NULL, 0, NULL, 0));
     BH(2, sluice_event_record(s, 0, &e_out));
     BH(2, sluice_buffer_alloc(s, 64, &b_out));
     BH(2, sluice_op_begin(s, NULL, 0, NULL, 0, &op_out));
@@ -248,7 +248,7 @@ static void check_bad_handles(uint64_t bits, int skip) {
         BH(0, sluice_copy_to_host(s, host, b, 0, 1));
     }
     if (skip != 2 && skip != 4) {
-        BH(0, sluice_stream_host_callback(s, return_cb, NULL, &y, 1, NULL, 0));
+        BH(0, sluice_stream_host_callback(s, return_cb, NULL, NULL, &y, 1, NULL, 0));
         BH(0, sluice_op_begin(s, NULL, 0, &y, 1, &op_out));
     }
     if (skip != 2 && skip != 8) BH(0, sluice_launch(s, fn, &dims, NULL, 0, NULL, 0, NULL, 0));
@@ -365,7 +365,7 @@ TEST(stale_handles_after_destroy) {
     sluice_sync_t y;
     REQUIRE_OK(sluice_sync_new(&y));
     CHECK_OK(sluice_sync_destroy(y));
-    CHECK_ERR(sluice_stream_host_callback(s, return_cb, NULL, &y, 1, NULL, 0),
+    CHECK_ERR(sluice_stream_host_callback(s, return_cb, NULL, NULL, &y, 1, NULL, 0),
               SLUICE_ERROR_INVALID_HANDLE);
     sluice_op_t op;
     REQUIRE_OK(sluice_op_begin(s, NULL, 0, NULL, 0, &op));

@@ -58,7 +58,7 @@ CHILD(no_driver) {
         sluice_stream_t s;
         if (CHECK_OK(sluice_stream_create(h, 0, 0, &s))) {
             static atomic_int flag;
-            CHECK_OK(sluice_stream_host_callback(s, set_flag_cb, &flag, NULL, 0, NULL, 0));
+            CHECK_OK(sluice_stream_host_callback(s, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0));
             CHECK_OK(sluice_stream_synchronize(s));
             CHECK_EQ(atomic_load(&flag), 1);
             CHECK_OK(sluice_stream_destroy(s));
@@ -181,8 +181,8 @@ CHILD(wrong_device) {
     sluice_sync_t y;
     if (CHECK_OK(sluice_sync_new(&y))) {
         static atomic_int c;
-        CHECK_OK(sluice_stream_host_callback(s0, incr_cb, &c, NULL, 0, &y, 1));
-        sluice_error_t *e = sluice_stream_host_callback(s1, incr_cb, &c, &y, 1, NULL, 0);
+        CHECK_OK(sluice_stream_host_callback(s0, incr_cb, &c, NULL, NULL, 0, &y, 1));
+        sluice_error_t *e = sluice_stream_host_callback(s1, incr_cb, &c, NULL, &y, 1, NULL, 0);
         if (e) { /* either it works, or it is refused as a device mix-up */
             CHECK_EQ(sluice_error_code(e), SLUICE_ERROR_WRONG_DEVICE);
             sluice_error_free(e);
@@ -225,7 +225,7 @@ CHILD(wrapper_outlives_owner) {
     if (!CHECK_OK(sluice_stream_wrap_external(d, raw, &w))) return 1;
     CHECK_OK(sluice_stream_destroy(s));
     static atomic_int flag;
-    sluice_error_t *e = sluice_stream_host_callback(w, set_flag_cb, &flag, NULL, 0, NULL, 0);
+    sluice_error_t *e = sluice_stream_host_callback(w, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0);
     bool enqueued = e == NULL;
     sluice_error_free(e);
     e = sluice_stream_synchronize(w);

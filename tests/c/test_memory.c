@@ -187,7 +187,7 @@ TEST(copy_from_host_source_reusable_on_return) {
     static uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
     /* the copy itself runs 40 ms later */
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)40, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_copy_from_host(s, b, 0, src, SIZE));
     memset(src, 0, SIZE); /* allowed: the call returned */
     uint8_t *r = read_back(s, b, SIZE);
@@ -219,7 +219,7 @@ TEST(copies_across_streams_are_ordered_automatically) {
     static uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
     uint64_t wb = stream_waits(b), wc = stream_waits(c);
-    CHECK_OK(sluice_stream_host_callback(a, sleep_cb, (void *)(uintptr_t)50, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(a, sleep_cb, (void *)(uintptr_t)50, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_copy_from_host(a, x, 0, src, SIZE));
     CHECK_OK(sluice_copy(b, y, 0, x, 0, SIZE));
     uint8_t *r = read_back(c, y, SIZE);
@@ -299,7 +299,7 @@ TEST(registered_free_waits_for_pending_copies) {
     memset(mem, 0, SIZE);
     sluice_buffer_t reg;
     if (CHECK_OK(sluice_buffer_register_host(d, mem, SIZE, &reg))) {
-        CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)40, NULL, 0, NULL, 0));
+        CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
         CHECK_OK(sluice_copy(s, reg, 0, dev, 0, SIZE));
         CHECK_OK(sluice_buffer_free(reg)); /* waits for the copy into mem */
         CHECK_EQ(check_pattern(mem, SIZE, SEED, 0), -1);
@@ -328,7 +328,7 @@ TEST(pinned_source_unmodified_until_copy_completes) {
     sluice_buffer_info_t pi;
     REQUIRE(buffer_info(pin, &pi));
     fill_pattern(pi.host_ptr, SIZE, SEED);
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)50, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)50, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_copy(s, dev, 0, pin, 0, SIZE));
     CHECK_OK(sluice_buffer_free(pin));
     sluice_pinned_stats_t before, after;
@@ -492,7 +492,7 @@ TEST(callback_failure_not_swallowed_by_registered_free) {
     REQUIRE(mem != NULL);
     sluice_buffer_t r;
     if (CHECK_OK(sluice_buffer_register_host(d, mem, SIZE, &r))) {
-        CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, 0, NULL, 0));
+        CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
         CHECK_OK(sluice_copy(s, r, 0, b, 0, SIZE));
         CHECK_OK(sluice_buffer_free(r)); /* waits for the copy on s */
         CHECK_EQ(check_fill(mem, SIZE, 0x6b), -1);
@@ -515,7 +515,7 @@ TEST(callback_failure_not_swallowed_by_pinned_trim) {
     sluice_buffer_t b, p;
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
     REQUIRE_OK(sluice_buffer_alloc_pinned(d, SIZE, &p));
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_copy(s, b, 0, p, 0, SIZE));
     CHECK_OK(sluice_buffer_free(p)); /* cached with its pending copy */
     CHECK_OK(sluice_device_pinned_trim(d)); /* waits for that copy */
@@ -542,7 +542,7 @@ TEST(pinned_reuse_unaffected_by_callback_failure) {
     sluice_buffer_t b, p;
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
     REQUIRE_OK(sluice_buffer_alloc_pinned(d, SIZE, &p));
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_copy(s, b, 0, p, 0, SIZE));
     CHECK_OK(sluice_buffer_free(p));
     sluice_buffer_t p2 = {0};

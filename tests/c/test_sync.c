@@ -13,7 +13,7 @@ static bool foreign_op(sluice_stream_t s, const sluice_sync_t *r, size_t nr,
     sluice_op_t op = {0};
     if (!CHECK_OK(sluice_op_begin(s, r, nr, w, nw, &op))) return false;
     CHECK(op.bits != 0);
-    bool ok = CHECK_OK(sluice_stream_host_callback(s, log_cb, item, NULL, 0, NULL, 0));
+    bool ok = CHECK_OK(sluice_stream_host_callback(s, log_cb, item, NULL, NULL, 0, NULL, 0));
     return CHECK_OK(sluice_op_end(op)) && ok;
 }
 
@@ -220,7 +220,7 @@ TEST(same_stream_ops_insert_no_waits) {
         CHECK_OK(sluice_copy(s, p, 0, b, 0, SIZE));
         CHECK_OK(sluice_copy(s, c, 0, p, 0, SIZE));
         CHECK_OK(sluice_copy_from_host(s, b, 0, src, SIZE));
-        CHECK_OK(sluice_stream_host_callback(s, incr_cb, &count, &sp, 1, &sb, 1));
+        CHECK_OK(sluice_stream_host_callback(s, incr_cb, &count, NULL, &sp, 1, &sb, 1));
         sluice_op_t op;
         if (CHECK_OK(sluice_op_begin(s, &sb, 1, &x, 1, &op))) CHECK_OK(sluice_op_end(op));
         sluice_sync_t both[2] = {sb, sp};
@@ -263,7 +263,7 @@ TEST(k_readers_on_s_streams_then_one_writer) {
     REQUIRE_OK(sluice_buffer_sync(b, &sb));
     uint64_t w0 = stream_waits(w);
     for (int k = 0; k < S; k++) {
-        CHECK_OK(sluice_stream_host_callback(r[k], sleep_cb, (void *)(uintptr_t)(20 + 5 * k),
+        CHECK_OK(sluice_stream_host_callback(r[k], sleep_cb, (void *)(uintptr_t)(20 + 5 * k), NULL,
                                              NULL, 0, NULL, 0));
         for (int i = 0; i < K; i++) CHECK_OK(sluice_copy(r[k], dst[k][i], 0, b, 0, SIZE));
     }
@@ -317,14 +317,14 @@ TEST(sync_wait_read_waits_for_writer_only) {
     /* writer: slow foreign work on a */
     sluice_op_t op;
     REQUIRE_OK(sluice_op_begin(a, NULL, 0, &x, 1, &op));
-    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &wr, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &wr, NULL, NULL, 0, NULL, 0));
     REQUIRE_OK(sluice_op_end(op));
     CHECK_OK(sluice_sync_wait_read(x));
     CHECK_EQ(atomic_load(&wrote), 1); /* completed, not merely enqueued */
     /* a reader on b, held by a gate: wait_read must not wait for it (it would hang) */
     REQUIRE(enqueue_gate(b, &gate));
     REQUIRE_OK(sluice_op_begin(b, &x, 1, NULL, 0, &op));
-    CHECK_OK(sluice_stream_host_callback(b, slow_set_cb, &rd, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(b, slow_set_cb, &rd, NULL, NULL, 0, NULL, 0));
     REQUIRE_OK(sluice_op_end(op));
     bool gpu = dev_backend(d) != SLUICE_BACKEND_HOST;
     if (!gpu) {
@@ -355,7 +355,7 @@ TEST(sync_wait_write_waits_for_all_readers) {
         args[k] = (slow_set_t){(unsigned)(15 * (k + 1)), &flags[k], 1};
         REQUIRE(new_stream(d, &s[k]));
         /* a tracked host callback that reads x */
-        CHECK_OK(sluice_stream_host_callback(s[k], slow_set_cb, &args[k], &x, 1, NULL, 0));
+        CHECK_OK(sluice_stream_host_callback(s[k], slow_set_cb, &args[k], NULL, &x, 1, NULL, 0));
     }
     sluice_sync_info_t info;
     if (sync_info(x, &info)) {
@@ -396,9 +396,9 @@ TEST(tracked_callbacks_order_across_streams) {
     REQUIRE(new_stream(d, &b));
     sluice_sync_t x;
     REQUIRE_OK(sluice_sync_new(&x));
-    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &wr, NULL, 0, &x, 1));
+    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &wr, NULL, NULL, 0, &x, 1));
     uint64_t wb = stream_waits(b);
-    CHECK_OK(sluice_stream_host_callback(b, copy_int_cb, &cp, &x, 1, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(b, copy_int_cb, &cp, NULL, &x, 1, NULL, 0));
     CHECK_EQ(stream_waits(b) - wb, 1);
     CHECK_OK(sluice_stream_synchronize(b));
     CHECK_EQ(atomic_load(&seen), 5); /* b's reader ran after a's writer */
@@ -440,7 +440,7 @@ TEST(op_begin_orders_foreign_work_after_library_writes) {
     sluice_sync_t sp;
     REQUIRE_OK(sluice_buffer_sync(p, &sp));
     /* library write on a, late */
-    CHECK_OK(sluice_stream_host_callback(a, sleep_cb, (void *)(uintptr_t)40, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(a, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_memset(a, p, 0, 0x77, SIZE));
     /* foreign read on b: the "foreign kernel" is a callback that checks the bytes */
     ef = (expect_fill_t){pi.host_ptr, SIZE, 0x77, &result};
@@ -448,7 +448,7 @@ TEST(op_begin_orders_foreign_work_after_library_writes) {
     uint64_t wb = stream_waits(b);
     REQUIRE_OK(sluice_op_begin(b, &sp, 1, NULL, 0, &op));
     CHECK_EQ(stream_waits(b) - wb, 1);
-    CHECK_OK(sluice_stream_host_callback(b, expect_fill_cb, &ef, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(b, expect_fill_cb, &ef, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_op_end(op));
     CHECK_ERR(sluice_op_end(op), SLUICE_ERROR_INVALID_HANDLE); /* consumed */
     /* then a library write on a must wait for the foreign read on b */
@@ -480,7 +480,7 @@ TEST(engine_sync_mode_synchronizes_after_each_op) {
     sluice_stream_stats_t st0, st1;
     REQUIRE_OK(sluice_stream_stats(s, &st0));
     REQUIRE_OK(sluice_engine_set_mode(SLUICE_ENGINE_SYNC));
-    CHECK_OK(sluice_stream_host_callback(s, slow_set_cb, &slow, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(s, slow_set_cb, &slow, NULL, NULL, 0, NULL, 0));
     CHECK_EQ(atomic_load(&flag), 1); /* the host waited for it */
     bool idle = false;
     CHECK_OK(sluice_stream_query(s, &idle));
@@ -489,7 +489,7 @@ TEST(engine_sync_mode_synchronizes_after_each_op) {
     CHECK(st1.engine_syncs > st0.engine_syncs);
     CHECK_OK(sluice_engine_set_mode(SLUICE_ENGINE_ASYNC));
     REQUIRE_OK(sluice_stream_stats(s, &st0));
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)1, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)1, NULL, NULL, 0, NULL, 0));
     REQUIRE_OK(sluice_stream_stats(s, &st1));
     CHECK_EQ(st1.engine_syncs, st0.engine_syncs);
     CHECK_OK(sluice_stream_synchronize(s));
