@@ -1991,6 +1991,24 @@ fn main() {
     // Each section prints as soon as it is measured: a fatal error later keeps the
     // results above it.
     b.self_test();
+    {
+        // The context check every entry point makes before calling the driver.
+        let n = 1_000_000;
+        let mut cur: CUcontext = null_mut();
+        let t0 = Instant::now();
+        for _ in 0..n {
+            // SAFETY: writes one context handle.
+            cu(
+                d,
+                unsafe { (d.cuCtxGetCurrent)(&mut cur) },
+                "cuCtxGetCurrent",
+            );
+        }
+        println!(
+            "- context check (cuCtxGetCurrent), made once per driver call: {:.1} ns\n",
+            secs(t0.elapsed()) / n as f64 * 1e9
+        );
+    }
     print_rows_header();
     b.bench_wait_event();
     b.bench_event_record();

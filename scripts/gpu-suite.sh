@@ -27,6 +27,13 @@ for l in sys.stdin:
   bench=$(ls -t target/release/deps/overhead-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
   [ -n "$bench" ] && cp "$bench" .gpu/overhead
   cp -r kernels .gpu/kernels
+  if has torch; then
+    # An installed sluice prefix for the libtorch example (built there with CMake).
+    cmake -S . -B build/gpu-prefix -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=OFF \
+      -DSLUICE_BUILD_EXAMPLES=OFF > /dev/null
+    cmake --build build/gpu-prefix > /dev/null
+    cmake --install build/gpu-prefix --prefix "$PWD/.gpu/sluice" > /dev/null
+  fi
   if has c && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
   if has go && [ -x bindings/go/test.sh ]; then bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"; fi
   du -sh .gpu
@@ -74,7 +81,7 @@ run() {
       done
     done
   fi
-  if has torch && [ -f examples/cpp/torch_interop/CMakeLists.txt ]; then
+  if has torch && [ -d .gpu/sluice ]; then
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1
     note "torch interop: rc=$? $(tail -1 "$out/torch.log")"
   fi

@@ -311,3 +311,33 @@ fn freed_blocks_are_reused_in_stream_order_and_trimmed() {
     s.trim_block_cache().unwrap();
     s.synchronize().unwrap();
 }
+
+#[test]
+fn a_context_switched_away_between_calls_is_bound_again() {
+    use sluice::ffi::*;
+    let k = kit();
+    if !k.is_cuda() {
+        return; // the host backend has no contexts
+    }
+    let d = sluice::backend::cuda::driver().unwrap();
+    let mut dev = sluice_device_t { bits: 0 };
+    assert!(sluice_device_open(SLUICE_BACKEND_CUDA, 0, &mut dev).is_null());
+    let mut s = sluice_stream_t { bits: 0 };
+    assert!(sluice_stream_create(dev, 0, 0, &mut s).is_null());
+    let mut buf = sluice_buffer_t { bits: 0 };
+    assert!(sluice_buffer_alloc(s, 4096, &mut buf).is_null());
+    // Another library on this thread unbinds the context between our calls.
+    // SAFETY: setting no current context is always allowed.
+    assert_eq!(unsafe { (d.cuCtxSetCurrent)(std::ptr::null_mut()) }, 0);
+    assert!(sluice_memset(s, buf, 0, 0x3C, 4096).is_null());
+    let mut out = [0u8; 4096];
+    assert!(sluice_copy_to_host(s, out.as_mut_ptr().cast(), buf, 0, 4096).is_null());
+    assert!(out.iter().all(|&b| b == 0x3C));
+    for e in [
+        sluice_buffer_free(buf),
+        sluice_stream_destroy(s),
+        sluice_device_close(dev),
+    ] {
+        assert!(e.is_null());
+    }
+}

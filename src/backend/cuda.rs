@@ -324,6 +324,31 @@ fn raw<T>(p: *mut T) -> u64 {
     p as usize as u64
 }
 
+thread_local! {
+    /// Depth of sluice C-ABI calls on this thread (the scope of the bind cache).
+    static CALL_SCOPE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    /// The context bound earlier in the current C-ABI call, or 0. Never trusted
+    /// across calls: another library may change the thread's context in between.
+    static CALL_BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks the start of one C-ABI call: the thread's context is checked again.
+pub fn enter_call() {
+    CALL_SCOPE.with(|c| c.set(c.get() + 1));
+    CALL_BOUND.with(|c| c.set(0));
+}
+
+/// Marks the end of one C-ABI call.
+pub fn leave_call() {
+    CALL_SCOPE.with(|c| c.set(c.get().saturating_sub(1)));
+    CALL_BOUND.with(|c| c.set(0));
+}
+
+/// Forgets the cached binding (after running caller code that may switch contexts).
+pub fn forget_binding() {
+    CALL_BOUND.with(|c| c.set(0));
+}
+
 /// Runs a [`HostFn`] boxed by `launch_host_fn`; a panic never reaches the driver.
 extern "C" fn host_fn_trampoline(user_data: *mut c_void) {
     if user_data.is_null() {
@@ -339,6 +364,10 @@ impl CudaDevice {
     #[inline]
     fn bind(&self) -> Result<&'static Driver> {
         let d = self.drv;
+        let ctx_bits = self.ctx as usize;
+        if CALL_BOUND.with(|c| c.get()) == ctx_bits {
+            return Ok(d);
+        }
         let mut cur: CUcontext = null_mut();
         // SAFETY: writes one context handle.
         let res = unsafe { (d.cuCtxGetCurrent)(&mut cur) };
@@ -346,6 +375,9 @@ impl CudaDevice {
             // SAFETY: self.ctx is retained until Drop.
             let res = unsafe { (d.cuCtxSetCurrent)(self.ctx) };
             d.check(res, "binding the CUDA context (cuCtxSetCurrent)")?;
+        }
+        if CALL_SCOPE.with(|c| c.get()) > 0 {
+            CALL_BOUND.with(|c| c.set(ctx_bits));
         }
         Ok(d)
     }

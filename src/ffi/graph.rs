@@ -301,7 +301,10 @@ pub extern "C" fn sluice_graph_cache_run(
         let s = self::stream(stream)?;
         let mut run = || {
             // SAFETY: the caller provided a valid body for this user_data.
-            match unsafe { f(user_data, stream) } {
+            let rc = unsafe { f(user_data, stream) };
+            // The body is caller code: it may have switched the thread's context.
+            crate::backend::cuda::forget_binding();
+            match rc {
                 0 => Ok(()),
                 rc => Err(Error::new(
                     ErrorCode::CallbackFailed,

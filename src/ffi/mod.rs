@@ -45,7 +45,10 @@ pub const SLUICE_VERSION_PATCH: u32 = 0;
 /// Runs an export body: catches panics and turns `Err` into an error object whose
 /// message starts with the operation's name.
 pub(crate) fn boundary(op: &'static str, f: impl FnOnce() -> Result<()>) -> *mut sluice_error_t {
-    match catch_unwind(AssertUnwindSafe(f)) {
+    crate::backend::cuda::enter_call();
+    let r = catch_unwind(AssertUnwindSafe(f));
+    crate::backend::cuda::leave_call();
+    match r {
         Ok(Ok(())) => std::ptr::null_mut(),
         Ok(Err(e)) => error::into_raw(e.context(op)),
         Err(payload) => {
