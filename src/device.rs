@@ -129,12 +129,24 @@ impl Device {
     }
 
     pub(crate) fn same_device(&self, other: &Device, what: &str) -> Result<()> {
+        self.same_device_with(other, || what.to_string())
+    }
+
+    /// Like `same_device`, but only builds the description on a mismatch.
+    pub(crate) fn same_device_with(
+        &self,
+        other: &Device,
+        what: impl FnOnce() -> String,
+    ) -> Result<()> {
         if std::ptr::eq(self, other) {
             Ok(())
         } else {
             Err(Error::new(
                 ErrorCode::WrongDevice,
-                format!("{what} belongs to device {other:?}, the stream to device {self:?}"),
+                format!(
+                    "{} belongs to device {other:?}, the stream to device {self:?}",
+                    what()
+                ),
             ))
         }
     }

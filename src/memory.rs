@@ -328,7 +328,9 @@ impl PinnedPool {
 
 fn check_pair(stream: &Stream, bufs: &[&Buffer]) -> Result<()> {
     for b in bufs {
-        stream.device.same_device(&b.device, &format!("{b:?}"))?;
+        stream
+            .device
+            .same_device_with(&b.device, || format!("{b:?}"))?;
     }
     Ok(())
 }

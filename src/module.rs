@@ -75,7 +75,7 @@ pub unsafe fn launch(
 ) -> Result<()> {
     stream
         .device
-        .same_device(&func.module.device, &format!("kernel '{}'", func.name))?;
+        .same_device_with(&func.module.device, || format!("kernel '{}'", func.name))?;
     check_dims(&dims)?;
     let backend = &stream.device.backend;
     sync::run_op(stream, &sync::access_set(reads, writes), || {
