@@ -2009,6 +2009,42 @@ fn main() {
             secs(t0.elapsed()) / n as f64 * 1e9
         );
     }
+    {
+        // Informational: do stream-taking calls work with no current context?
+        let (ra, rf) = (b.ra, b.r_empty);
+        let mut ev: CUevent = null_mut();
+        // SAFETY: writes one event handle (context bound on this thread).
+        cu(
+            d,
+            unsafe { (d.cuEventCreate)(&mut ev, CU_EVENT_DISABLE_TIMING) },
+            "cuEventCreate",
+        );
+        let (ra_bits, ev_bits, f_bits) = (ra as usize, ev as usize, rf as usize);
+        let codes = std::thread::spawn(move || {
+            let (s, e, f) = (
+                ra_bits as CUstream,
+                ev_bits as CUevent,
+                f_bits as CUfunction,
+            );
+            // SAFETY: live handles; this thread has no current context on purpose.
+            unsafe {
+                [
+                    (d.cuEventRecord)(e, s),
+                    (d.cuStreamWaitEvent)(s, e, 0),
+                    (d.cuLaunchKernel)(f, 1, 1, 1, 32, 1, 1, 0, s, null_mut(), null_mut()),
+                    (d.cuStreamSynchronize)(s),
+                ]
+            }
+        })
+        .join()
+        .unwrap_or([u32::MAX; 4]);
+        println!(
+            "- calls from a thread with no current context (record, wait, launch, sync): CUresult {:?}\n",
+            codes
+        );
+        // SAFETY: created above, destroyed once.
+        cu(d, unsafe { (d.cuEventDestroy_v2)(ev) }, "cuEventDestroy");
+    }
     print_rows_header();
     b.bench_wait_event();
     b.bench_event_record();

@@ -94,6 +94,20 @@ impl<T> HandleTable<T> {
         }
     }
 
+    /// Runs `f` on the object without cloning its `Arc`, under the shard's read lock.
+    /// For short, non-blocking calls only; `f` must not touch this table.
+    pub fn with<R>(&self, bits: u64, f: impl FnOnce(&Arc<T>) -> R) -> Result<R, Stale> {
+        let (s, local, generation) = self.split(bits)?;
+        let shard = self.shards[s].read().unwrap_or_else(|p| p.into_inner());
+        match shard.slots.get(local) {
+            Some(Slot {
+                generation: g,
+                value: Some(v),
+            }) if *g == generation => Ok(f(v)),
+            _ => Err(Stale::Dead),
+        }
+    }
+
     /// Removes the entry; the object lives on while other `Arc`s hold it.
     pub fn remove(&self, bits: u64) -> Result<Arc<T>, Stale> {
         let (s, local, generation) = self.split(bits)?;

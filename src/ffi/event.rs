@@ -1,7 +1,7 @@
 //! Pooled events.
 
-use super::stream::{sluice_stream_t, stream};
-use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use super::stream::{sluice_stream_t, STREAMS};
+use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
 use crate::error::{Error, Result};
 use crate::handle::HandleTable;
 use crate::stream::Recording;
@@ -42,7 +42,9 @@ pub extern "C" fn sluice_event_record(
                 "unknown event flags 0x{flags:x}"
             )));
         }
-        let rec = self::stream(stream)?.record(flags & SLUICE_EVENT_TIMING != 0)?;
+        let rec = with(&STREAMS, stream.bits, "stream", |s| {
+            s.record(flags & SLUICE_EVENT_TIMING != 0)
+        })?;
         write_out(
             out,
             sluice_event_t {
@@ -60,8 +62,9 @@ pub extern "C" fn sluice_stream_wait_event(
     event: sluice_event_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_wait_event", || {
-        let s = self::stream(stream)?;
-        s.wait_event(&*self::event(event)?)
+        with(&STREAMS, stream.bits, "stream", |s| {
+            with(&EVENTS, event.bits, "event", |e| s.wait_event(e))
+        })
     })
 }
 

@@ -1,8 +1,8 @@
 //! Graph capture, executable graphs and the graph cache.
 
 use super::device::{device, sluice_device_t};
-use super::stream::{sluice_stream_t, stream};
-use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use super::stream::{sluice_stream_t, stream, STREAMS};
+use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
 use crate::error::{Error, ErrorCode, Result};
 use crate::graph::{self as g, Graph, GraphCache, GraphExec, UpdateOutcome};
 use crate::handle::HandleTable;
@@ -216,7 +216,9 @@ pub extern "C" fn sluice_graph_exec_launch(
     stream: sluice_stream_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_exec_launch", || {
-        self::exec(exec)?.launch(&*self::stream(stream)?)
+        with(&EXECS, exec.bits, "graph exec", |e| {
+            with(&STREAMS, stream.bits, "stream", |s| e.launch(s))
+        })
     })
 }
 

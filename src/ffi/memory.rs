@@ -1,9 +1,9 @@
 //! Buffers and copies.
 
 use super::device::{device, sluice_device_t};
-use super::stream::{sluice_stream_t, stream};
+use super::stream::{sluice_stream_t, stream, STREAMS};
 use super::sync::{sluice_sync_t, SYNCS};
-use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, write_out};
+use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, with, write_out};
 use crate::error::{Error, ErrorCode, Result};
 use crate::handle::HandleTable;
 use crate::memory::{self as mem, Buffer};
@@ -173,12 +173,13 @@ pub extern "C" fn sluice_copy(
     len: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_copy", || {
-        let s = self::stream(stream)?;
         let (d, sb) = (
             buffer(dst).map_err(|e| e.context("dst"))?,
             buffer(src).map_err(|e| e.context("src"))?,
         );
-        mem::copy(&s, &d, dst_offset, &sb, src_offset, len)
+        with(&STREAMS, stream.bits, "stream", |s| {
+            mem::copy(s, &d, dst_offset, &sb, src_offset, len)
+        })
     })
 }
 
@@ -236,7 +237,9 @@ pub extern "C" fn sluice_memset(
     len: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_memset", || {
-        let s = self::stream(stream)?;
-        mem::memset(&s, &*self::buffer(buffer)?, offset, value, len)
+        let b = self::buffer(buffer)?;
+        with(&STREAMS, stream.bits, "stream", |s| {
+            mem::memset(s, &b, offset, value, len)
+        })
     })
 }

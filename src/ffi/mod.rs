@@ -92,6 +92,16 @@ pub(crate) fn lookup<T>(table: &HandleTable<T>, bits: u64, what: &str) -> Result
     table.get(bits).map_err(|e| stale(e, bits, what))
 }
 
+/// Runs `f` on a borrowed object (no `Arc` clone). Short, non-blocking calls only.
+pub(crate) fn with<T, R>(
+    table: &HandleTable<T>,
+    bits: u64,
+    what: &str,
+    f: impl FnOnce(&Arc<T>) -> Result<R>,
+) -> Result<R> {
+    table.with(bits, f).map_err(|e| stale(e, bits, what))?
+}
+
 pub(crate) fn remove<T>(table: &HandleTable<T>, bits: u64, what: &str) -> Result<Arc<T>> {
     table.remove(bits).map_err(|e| stale(e, bits, what))
 }

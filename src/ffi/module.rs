@@ -1,15 +1,15 @@
 //! Kernel modules and launches (cuda only).
 
 use super::device::{device, sluice_device_t};
-use super::stream::{sluice_stream_t, stream};
+use super::stream::{sluice_stream_t, STREAMS};
 use super::sync::{sluice_sync_t, syncs};
-use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, write_out};
+use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, with, write_out};
 use crate::backend::LaunchDims;
-use crate::error::{Error, ErrorCode, Result};
+use crate::error::{Error, ErrorCode};
 use crate::handle::HandleTable;
 use crate::module::{self as m, Function, Module};
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::{Arc, LazyLock};
+use std::sync::LazyLock;
 
 pub(crate) static MODULES: LazyLock<HandleTable<Module>> = LazyLock::new(|| HandleTable::new(7));
 pub(crate) static FUNCTIONS: LazyLock<HandleTable<Function>> =
@@ -41,10 +41,6 @@ pub struct sluice_launch_dims_t {
     pub block: [u32; 3],
     /// Dynamic shared memory per block, in bytes.
     pub shared_mem_bytes: u32,
-}
-
-fn function(f: sluice_function_t) -> Result<Arc<Function>> {
-    lookup(&FUNCTIONS, f.bits, "function")
 }
 
 /// Loads a module from PTX text, a cubin or a fatbin. A failed JIT compile gives
@@ -134,12 +130,7 @@ pub extern "C" fn sluice_launch(
         // SAFETY: non-NULL; the caller promises a valid struct.
         let d = unsafe { *dims };
         slice_in(args as *const *mut c_void, num_args, "args")?;
-        let s = self::stream(stream)?;
-        let f = self::function(function)?;
-        let (r, w) = (
-            syncs(reads, num_reads, "reads")?,
-            syncs(writes, num_writes, "writes")?,
-        );
+
         let dims = LaunchDims {
             grid: d.grid,
             block: d.block,
@@ -150,7 +141,15 @@ pub extern "C" fn sluice_launch(
         } else {
             args
         };
-        // SAFETY: the caller promises args match the kernel's parameters.
-        unsafe { m::launch(&s, &f, dims, argp, &r, &w) }
+        with(&STREAMS, stream.bits, "stream", |s| {
+            with(&FUNCTIONS, function.bits, "function", |f| {
+                let (r, w) = (
+                    syncs(reads, num_reads, "reads")?,
+                    syncs(writes, num_writes, "writes")?,
+                );
+                // SAFETY: the caller promises args match the kernel's parameters.
+                unsafe { m::launch(s, f, dims, argp, &r, &w) }
+            })
+        })
     })
 }
