@@ -13,6 +13,9 @@ pub struct Capture {
     ctl: Mutex<CaptureCtl>,
 }
 
+/// Memory a graph uses, kept alive as long as the graph (or an exec of it) lives.
+pub(crate) type KeepAlive = Vec<Arc<dyn std::any::Any + Send + Sync>>;
+
 struct Touched {
     obj: Arc<SyncObject>,
     before: SyncState,
@@ -38,11 +41,16 @@ impl Capture {
         let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
         match t.iter_mut().find(|x| x.obj.id == obj.id) {
             Some(x) => x.written |= write,
-            None => t.push(Touched {
-                obj: obj.clone(),
-                before: state.clone(),
-                written: write,
-            }),
+            None => {
+                if let Some(mem) = obj.owner.get().and_then(|w| w.upgrade()) {
+                    self.ctl().keep.push(mem);
+                }
+                t.push(Touched {
+                    obj: obj.clone(),
+                    before: state.clone(),
+                    written: write,
+                })
+            }
         }
     }
 
@@ -109,6 +117,8 @@ pub(crate) struct CaptureCtl {
     pub(crate) poisoned: Option<String>,
     /// Device frees requested during the capture, done after it ends.
     pub(crate) deferred_frees: Vec<(Arc<Stream>, u64, Vec<Arc<Recording>>)>,
+    /// Memory of the buffers the captured ops use.
+    pub(crate) keep: KeepAlive,
 }
 
 impl Capture {
@@ -125,6 +135,7 @@ pub struct Graph {
     pub id: u64,
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
+    keep: KeepAlive,
 }
 
 /// An instantiated graph, launchable on any stream of its device.
@@ -138,6 +149,7 @@ struct ExecState {
     raw: u64,
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
+    keep: KeepAlive,
 }
 
 /// How `GraphExec::update` applied a new graph.
@@ -246,12 +258,13 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
             ))
         }
     };
-    let (forks, poisoned, frees) = {
+    let (forks, poisoned, frees, keep) = {
         let mut ctl = cap.ctl();
         (
             std::mem::take(&mut ctl.forks),
             ctl.poisoned.take(),
             std::mem::take(&mut ctl.deferred_frees),
+            std::mem::take(&mut ctl.keep),
         )
     };
     let unjoined: Vec<u64> = forks
@@ -308,6 +321,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         id: crate::device::next_id(),
         reads,
         writes,
+        keep,
     }))
 }
 
@@ -331,6 +345,7 @@ impl Graph {
                 raw,
                 reads: self.reads.clone(),
                 writes: self.writes.clone(),
+                keep: self.keep.clone(),
             }),
             id: crate::device::next_id(),
         });
@@ -390,6 +405,7 @@ impl GraphExec {
         };
         st.reads = graph.reads.clone();
         st.writes = graph.writes.clone();
+        st.keep = graph.keep.clone();
         Ok(outcome)
     }
 }

@@ -24,10 +24,31 @@ pub struct Buffer {
     pub addr: u64,
     pub size: usize,
     pub sync: Arc<SyncObject>,
+    /// The memory itself; captured graphs that use the buffer keep it alive too.
+    _mem: Arc<Memory>,
+}
+
+/// Owns a buffer's memory; dropping the last reference frees it in stream order.
+pub(crate) struct Memory {
+    device: Arc<Device>,
+    kind: BufferKind,
+    addr: u64,
+    size: usize,
+    sync: Arc<SyncObject>,
     /// Device buffers: the stream their free is ordered on.
     home: Option<Arc<Stream>>,
     /// Pinned buffers: the size of the underlying pool block.
     block_size: usize,
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} buffer #{} ({} bytes)",
+            self.kind, self.sync.id, self.size
+        )
+    }
 }
 
 impl std::fmt::Debug for Buffer {
@@ -57,7 +78,7 @@ impl Buffer {
             Some(a) => a,
             None => dev.backend.mem_alloc_async(size, stream.raw)?,
         };
-        Ok(Arc::new(Buffer {
+        Ok(Buffer::from_memory(Memory {
             device: dev,
             kind: BufferKind::Device,
             addr,
@@ -72,7 +93,7 @@ impl Buffer {
     pub fn alloc_pinned(device: &Arc<Device>, size: usize) -> Result<Arc<Buffer>> {
         check_size(size, "pinned allocation")?;
         let (addr, block_size) = device.pinned.take(device, size)?;
-        Ok(Arc::new(Buffer {
+        Ok(Buffer::from_memory(Memory {
             device: device.clone(),
             kind: BufferKind::Pinned,
             addr,
@@ -97,7 +118,7 @@ impl Buffer {
             .checked_add(len as u64)
             .ok_or_else(|| Error::out_of_range("host range wraps around the address space"))?;
         device.backend.host_register(ptr, len)?;
-        Ok(Arc::new(Buffer {
+        Ok(Buffer::from_memory(Memory {
             device: device.clone(),
             kind: BufferKind::Registered,
             addr: ptr as u64,
@@ -131,7 +152,23 @@ impl Buffer {
     }
 }
 
-impl Drop for Buffer {
+impl Buffer {
+    fn from_memory(mem: Memory) -> Arc<Buffer> {
+        let mem = Arc::new(mem);
+        let owner: Arc<dyn std::any::Any + Send + Sync> = mem.clone();
+        let _ = mem.sync.owner.set(Arc::downgrade(&owner));
+        Arc::new(Buffer {
+            device: mem.device.clone(),
+            kind: mem.kind,
+            addr: mem.addr,
+            size: mem.size,
+            sync: mem.sync.clone(),
+            _mem: mem,
+        })
+    }
+}
+
+impl Drop for Memory {
     fn drop(&mut self) {
         let backend = &self.device.backend;
         match self.kind {

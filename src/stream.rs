@@ -109,7 +109,8 @@ impl Recording {
     /// True once the recorded work completed. Polls the driver; refused for a
     /// recording made inside a capture.
     pub fn query(&self) -> Result<bool> {
-        if self.in_capture() {
+        if let Some(cid) = self.capture_id {
+            crate::graph::poison(cid, "event query");
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 "event query is not allowed on an event recorded during a capture",
@@ -127,6 +128,13 @@ impl Recording {
 
     /// Blocks the host until the recorded work completed.
     pub fn synchronize(&self) -> Result<()> {
+        if let Some(cid) = self.capture_id {
+            crate::graph::poison(cid, "event synchronize");
+            return Err(Error::new(
+                ErrorCode::CaptureUnsupported,
+                "event synchronize is not allowed on an event recorded during a capture",
+            ));
+        }
         self.wait_complete()?;
         self.pool.peek_deferred()
     }

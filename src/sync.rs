@@ -34,6 +34,8 @@ pub(crate) struct SyncState {
 pub struct SyncObject {
     pub id: u64,
     pub(crate) state: Mutex<SyncState>,
+    /// The memory this object stands for, if sluice owns it (kept alive by graphs).
+    pub(crate) owner: OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for SyncObject {
@@ -83,6 +85,7 @@ impl SyncObject {
         Arc::new(SyncObject {
             id: next_id(),
             state: Mutex::new(SyncState::default()),
+            owner: OnceLock::new(),
         })
     }
 
@@ -94,6 +97,7 @@ impl SyncObject {
                 alloc_on: Some(stream.clone()),
                 ..SyncState::default()
             }),
+            owner: OnceLock::new(),
         })
     }
 

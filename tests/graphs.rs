@@ -150,6 +150,18 @@ fn rejected_operations_name_themselves_and_leave_the_stream_usable() {
     assert_eq!(e.code, ErrorCode::CaptureUnsupported);
     assert!(e.message.contains("event query"), "{e}");
     assert!(graph::capture_end(&s).is_err());
+    // A rejected event query alone aborts the capture too.
+    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    k.fill(&s, &x, 1, 0);
+    let ev = s.record(false).unwrap();
+    assert_eq!(
+        ev.synchronize().unwrap_err().code,
+        ErrorCode::CaptureUnsupported
+    );
+    let end = graph::capture_end(&s)
+        .err()
+        .expect("a rejected event sync aborts the capture");
+    assert!(end.message.contains("event synchronize"), "{end}");
 }
 
 #[test]
@@ -331,4 +343,32 @@ fn concurrent_captures_and_unrelated_work_do_not_interfere() {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     noise.join().unwrap();
+}
+
+#[test]
+fn a_graph_keeps_the_memory_of_freed_buffers_alive() {
+    let k = kit();
+    let s = k.stream();
+    let x = k.buffer(&s, W);
+    let x_addr = x.addr;
+    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    k.fill(&s, &x, 7, 0);
+    let g = graph::capture_end(&s).unwrap();
+    let exec = g.instantiate().unwrap();
+    drop(g);
+    drop(x); // the caller frees the buffer; the exec still writes its memory
+    let y = k.buffer(&s, W);
+    assert_ne!(
+        y.addr, x_addr,
+        "memory a live graph writes must not be reused"
+    );
+    k.fill(&s, &y, 3, 0);
+    exec.launch(&s).unwrap();
+    assert!(k.read(&s, &y).iter().all(|&v| v == 3));
+    drop(exec); // now the memory is freed, in stream order
+    let z = k.buffer(&s, W);
+    assert_eq!(
+        z.addr, x_addr,
+        "freed once the last graph is gone (block cache)"
+    );
 }

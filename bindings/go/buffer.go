@@ -233,7 +233,7 @@ func (s *Stream) Alloc(size int) (*Buffer, error) {
 	var b C.sluice_buffer_t
 	e := C.sluice_buffer_alloc(h, C.size_t(size), &b)
 	runtime.KeepAlive(s)
-	if err := check(e, &s.h); err != nil {
+	if err := check(e, s.hs()); err != nil {
 		return nil, err
 	}
 	out := &Buffer{}

@@ -63,18 +63,21 @@ func TestHostCallbacks(t *testing.T) {
 
 type payload struct{ data [1024]byte }
 
-// The cgo.Handle of a callback is deleted once it ran, so its closure (and
-// what it captured) becomes garbage.
+// The library releases the cgo.Handle of a callback (its free_user_data)
+// once it ran, so its closure (and what it captured) becomes garbage.
 func TestHostCallbackHandleReleased(t *testing.T) {
 	d := openDev(t)
 	s := testStream(t, d)
+	base := liveCallbackHandles.Load()
 	var wp weak.Pointer[payload]
 	func() {
 		p := &payload{}
 		wp = weak.Make(p)
 		must(t, s.HostCallback(func() error { p.data[0] = 1; return nil }, nil, nil))
+		must(t, s.HostCallback(func() error { p.data[1] = 1; return errUser }, nil, nil))
 	}()
-	must(t, s.Synchronize())
+	wantCode(t, s.Synchronize(), ErrCallbackFailed)
+	waitFor(t, "callback handles released", func() bool { return liveCallbackHandles.Load() == base })
 	waitFor(t, "callback closure collected", func() bool {
 		runtime.GC()
 		return wp.Value() == nil

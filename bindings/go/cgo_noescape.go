@@ -11,6 +11,14 @@ package sluice
 //     (host callbacks run on driver or worker threads, and only
 //     sluice_stream_host_callback enqueues them; it is not listed).
 //
+// Never list a function that may call Go on the calling thread: the
+// free_user_data of host callbacks runs on the thread of a failed
+// sluice_stream_host_callback and of any call that drops the last graph
+// holding a captured callback (sluice_graph_destroy,
+// sluice_graph_exec_destroy, sluice_graph_exec_update,
+// sluice_graph_capture_end, sluice_graph_cache_destroy,
+// sluice_stream_destroy), and sluice_graph_cache_run calls the Go body.
+//
 // cgo honours the pair only together. The copy functions that take host
 // memory and sluice_buffer_register_host are left out on purpose.
 

@@ -42,7 +42,11 @@ func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) erro
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(dm)
 	runtime.KeepAlive(sm)
-	return check(e, &s.h, &dm.h, &sm.h)
+	if err := check(e, s.hs(), &dm.h, &sm.h); err != nil {
+		return err
+	}
+	s.captureKeepMem(dm, sm)
+	return nil
 }
 
 // CopyFromHost copies src (pageable Go memory) into dst at off. It returns
@@ -69,7 +73,7 @@ func CopyFromHost(s *Stream, dst Memory, off int, src []byte) error {
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(dm)
 	runtime.KeepAlive(src)
-	return check(e, &s.h, &dm.h)
+	return check(e, s.hs(), &dm.h)
 }
 
 // CopyToHost copies len(dst) bytes of src at off into dst (pageable Go
@@ -95,7 +99,7 @@ func CopyToHost(s *Stream, dst []byte, src Memory, off int) error {
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(sm)
 	runtime.KeepAlive(dst)
-	return check(e, &s.h, &sm.h)
+	return check(e, s.hs(), &sm.h)
 }
 
 // Memset sets n bytes of dst at off to value, in order on the stream.
@@ -119,7 +123,11 @@ func Memset(s *Stream, dst Memory, off int, value byte, n int) error {
 	e := C.sluice_memset(sh, dh, C.size_t(off), C.uint8_t(value), C.size_t(n))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(dm)
-	return check(e, &s.h, &dm.h)
+	if err := check(e, s.hs(), &dm.h); err != nil {
+		return err
+	}
+	s.captureKeepMem(dm)
+	return nil
 }
 
 // Element is the constraint of the typed helpers: fixed-size numbers.

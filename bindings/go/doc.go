@@ -9,8 +9,8 @@
 //
 // Each type wraps one C handle: Device, Stream, Event, Buffer (device
 // memory), PinnedBuffer (pinned host memory), HostBuffer (registered host
-// memory), SyncObject, Op, Module and Function. (Graph types will follow the
-// same pattern, one file per type.)
+// memory), SyncObject, Op, Module, Function, Graph, GraphExec and
+// GraphCache.
 //
 //   - Close releases the handle. It is idempotent, and safe to call while
 //     other goroutines use the object: each call either sees the object or
@@ -19,8 +19,9 @@
 //   - A runtime cleanup releases handles of wrappers that become unreachable
 //     without Close. It is a safety net; call Close.
 //   - Children keep their parents alive: an Event its Stream, a Stream and a
-//     Buffer their Device, a Function its Module. The library does the same
-//     on its side, so cleanups may run in any order.
+//     Buffer their Device, a Function its Module, a Graph, GraphExec and
+//     GraphCache their Device. The library does the same on its side, so
+//     cleanups may run in any order.
 //   - Closing a stream or freeing a buffer with work in flight is safe: the
 //     work completes and the memory stays valid until then.
 //
@@ -62,18 +63,52 @@
 //     view of that C memory. The view is valid until Close: keep the buffer
 //     reachable while using it, call WaitWrite before writing it while copies
 //     may read it, and WaitRead before reading what a copy wrote into it.
-//   - Host callbacks are Go functions registered through runtime/cgo.Handle:
-//     C receives an integer, never a Go pointer.
+//   - Host callbacks and graph-cache bodies are Go functions registered
+//     through runtime/cgo.Handle: C receives an integer, never a Go pointer.
 //   - Kernel arguments are copied into C memory for the launch.
 //
 // # Host callbacks
 //
-// Stream.HostCallback runs a Go function once, in stream order, on a driver
-// thread (a worker thread on the host backend). It must not call sluice. A
-// callback that returns an error or panics does not crash the process: the
-// panic is recovered, and the stream's next synchronisation returns an
-// ErrCallbackFailed error whose Cause is the callback's error or a
-// *CallbackPanicError carrying the panic value and stack.
+// Stream.HostCallback runs a Go function in stream order on a driver thread
+// (a worker thread on the host backend): once, or, when it was enqueued
+// during a graph capture (host backend only), once per launch of the graph.
+// It must not call sluice. A callback that returns an error or panics does
+// not crash the process: the panic is recovered, and the stream's next
+// synchronisation returns an ErrCallbackFailed error whose Cause is the
+// callback's error or a *CallbackPanicError carrying the panic value and
+// stack.
+//
+// The function is held by a cgo.Handle that the library releases, through
+// the free_user_data function of sluice_stream_host_callback, exactly once,
+// when the callback can no longer run: after it ran, when the HostCallback
+// call failed, or, for a captured callback, when the last Graph and
+// GraphExec (or GraphCache) holding it are closed. Until then the function
+// and what it captures stay reachable.
+//
+// # Graphs
+//
+// Stream.BeginCapture and Stream.EndCapture record the ops issued on a
+// stream (and on streams that fork from it by waiting on its events, and
+// join back) into a Graph instead of running them. Graph.Instantiate makes a
+// GraphExec, which GraphExec.Launch runs on any stream of the device as one
+// tracked op: it waits for the earlier users of every buffer the graph
+// touches and records one event after, like any other op. GraphExec.Update
+// swaps in a new graph, in place when the topology is unchanged. Host
+// synchronisation, allocation and pageable copies are rejected during a
+// capture (ErrCaptureUnsupported) and abort it (EndCapture returns
+// ErrCaptureFailed); the streams are usable again afterwards either way.
+//
+// GraphCache.Run(key, stream, body) runs a region eagerly once, captures it
+// the second time and replays the graph after that, without calling body.
+// body is a Go function called synchronously from inside the library call
+// (it may call sluice); it receives a non-owning view of the stream. Its
+// error or panic becomes Run's error. SetGraphsEnabled(false) makes every
+// run eager.
+//
+// The library's graphs do not own the buffers they use. A Graph, GraphExec
+// or GraphCache keeps the Go wrappers of those buffers reachable, so that no
+// runtime cleanup frees them, but closing a buffer that a live graph still
+// uses is the caller's error: close the graphs first.
 //
 // # Backends
 //

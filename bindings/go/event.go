@@ -22,6 +22,9 @@ const EventTiming EventFlags = C.SLUICE_EVENT_TIMING
 type Event struct {
 	h      handle
 	stream *Stream
+	// capture is the capture the event was recorded in, if any: a stream
+	// that waits on the event joins it.
+	capture *captureState
 }
 
 // Record records an event at the current end of the stream. flags is 0 or
@@ -35,10 +38,10 @@ func (s *Stream) Record(flags EventFlags) (*Event, error) {
 	var ev C.sluice_event_t
 	e := C.sluice_event_record(h, C.uint32_t(flags), &ev)
 	runtime.KeepAlive(s)
-	if err := check(e, &s.h); err != nil {
+	if err := check(e, s.hs()); err != nil {
 		return nil, err
 	}
-	out := &Event{stream: s}
+	out := &Event{stream: s, capture: s.root().capture.Load()}
 	out.h.bits.Store(uint64(ev.bits))
 	out.h.cleanup = runtime.AddCleanup(out, destroyEvent, uint64(ev.bits))
 	return out, nil
@@ -58,7 +61,14 @@ func (s *Stream) WaitEvent(ev *Event) error {
 	e := C.sluice_stream_wait_event(h, eh)
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(ev)
-	return check(e, &s.h, &ev.h)
+	if err := check(e, s.hs(), &ev.h); err != nil {
+		return err
+	}
+	if ev.capture != nil {
+		// Waiting on an event recorded in a capture forks s into it.
+		ev.capture.join(s.root())
+	}
+	return nil
 }
 
 func (ev *Event) raw(op string) (C.sluice_event_t, error) {

@@ -89,3 +89,12 @@ func destroyModule(b uint64) {
 func destroyFunction(b uint64) {
 	C.sluice_error_free(C.sluice_function_destroy(C.sluice_function_t{bits: C.uint64_t(b)}))
 }
+func destroyGraph(b uint64) {
+	C.sluice_error_free(C.sluice_graph_destroy(C.sluice_graph_t{bits: C.uint64_t(b)}))
+}
+func destroyGraphExec(b uint64) {
+	C.sluice_error_free(C.sluice_graph_exec_destroy(C.sluice_graph_exec_t{bits: C.uint64_t(b)}))
+}
+func destroyGraphCache(b uint64) {
+	C.sluice_error_free(C.sluice_graph_cache_destroy(C.sluice_graph_cache_t{bits: C.uint64_t(b)}))
+}

@@ -188,6 +188,14 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		}
 		return err
 	}
+	if s.root().capture.Load() != nil {
+		s.captureKeep(reads, writes)
+		for _, a := range args {
+			if b, ok := a.(*Buffer); ok {
+				s.captureKeepMem(&b.memory)
+			}
+		}
+	}
 	return nil
 }
 

@@ -7,11 +7,24 @@ static int32_t sluice_go_trampoline(void *user_data) {
 	return sluiceGoHostCallback((uintptr_t)user_data);
 }
 
+static void sluice_go_free_handle(void *user_data) { sluiceGoFreeHandle((uintptr_t)user_data); }
+
 sluice_error_t *sluice_go_host_callback(sluice_stream_t stream, uintptr_t handle,
                                         const sluice_sync_t *reads, size_t num_reads,
                                         const sluice_sync_t *writes, size_t num_writes) {
-	return sluice_stream_host_callback(stream, sluice_go_trampoline, (void *)handle, reads,
-	                                   num_reads, writes, num_writes);
+	return sluice_stream_host_callback(stream, sluice_go_trampoline, (void *)handle,
+	                                   sluice_go_free_handle, reads, num_reads, writes,
+	                                   num_writes);
+}
+
+static int32_t sluice_go_body_trampoline(void *user_data, sluice_stream_t stream) {
+	return sluiceGoGraphBody((uintptr_t)user_data, stream);
+}
+
+sluice_error_t *sluice_go_graph_cache_run(sluice_graph_cache_t cache, uint64_t key,
+                                          sluice_stream_t stream, uintptr_t handle) {
+	return sluice_graph_cache_run(cache, key, stream, sluice_go_body_trampoline,
+	                              (void *)handle);
 }
 
 void *sluice_go_ptr(uint64_t addr) { return (void *)(uintptr_t)addr; }

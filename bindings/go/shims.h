@@ -8,10 +8,18 @@
 #include "sluice.h"
 
 // Enqueues the Go host-callback trampoline on `stream` with a cgo.Handle as
-// its user data. The handle is an integer; no Go pointer reaches C.
+// its user data, and a free_user_data that deletes the handle (called by the
+// library exactly once, when the callback can no longer run, also when this
+// call fails). The handle is an integer; no Go pointer reaches C.
 sluice_error_t *sluice_go_host_callback(sluice_stream_t stream, uintptr_t handle,
                                         const sluice_sync_t *reads, size_t num_reads,
                                         const sluice_sync_t *writes, size_t num_writes);
+
+// Runs region `key` of `cache` with the Go graph-body trampoline and a
+// cgo.Handle as its user data. The body is called (at most once) on this
+// thread, before this function returns; the caller deletes the handle.
+sluice_error_t *sluice_go_graph_cache_run(sluice_graph_cache_t cache, uint64_t key,
+                                          sluice_stream_t stream, uintptr_t handle);
 
 // Converts an address into a pointer on the C side (keeps go vet's unsafeptr
 // check quiet about integer-to-pointer conversions of C addresses).

@@ -9,6 +9,7 @@ import "C"
 import (
 	"math"
 	"runtime"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -31,6 +32,13 @@ type Stream struct {
 	dev      *Device
 	id       uint64
 	external bool
+	// parent is the stream a view (see GraphCache.Run) shares its handle
+	// with; nil for a stream that owns its handle.
+	parent *Stream
+	// capture is the Go side of the graph capture the stream takes part in
+	// (as its origin or as a joined fork); nil when not capturing. Views use
+	// their parent's.
+	capture atomic.Pointer[captureState]
 }
 
 // StreamStats are the counters of a stream.
@@ -96,14 +104,42 @@ func newStream(d *Device, s C.sluice_stream_t, external bool) (*Stream, error) {
 	return st, nil
 }
 
+// root returns the stream that owns the handle: s, or the parent of a view.
+func (s *Stream) root() *Stream {
+	if s.parent != nil {
+		return s.parent
+	}
+	return s
+}
+
+// hs returns the handle state of the stream, which a view shares with its
+// parent (so that closing the parent closes its views too).
+func (s *Stream) hs() *handle { return &s.root().h }
+
 func (s *Stream) raw(op string) (C.sluice_stream_t, error) {
-	b, err := s.h.get(op)
+	b, err := s.hs().get(op)
 	return C.sluice_stream_t{bits: C.uint64_t(b)}, err
 }
 
+// view returns a non-owning view of the stream: the same C handle, whose
+// Close does nothing. It keeps the stream wrapper alive.
+func (s *Stream) view() *Stream {
+	r := s.root()
+	return &Stream{dev: r.dev, id: r.id, external: r.external, parent: r}
+}
+
+// IsView reports whether the Stream is a non-owning view of another Stream
+// (the stream a GraphCache.Run body receives). A view uses the same stream;
+// its Close does nothing.
+func (s *Stream) IsView() bool { return s.parent != nil }
+
 // Close destroys the stream handle. Work already enqueued completes, and the
-// memory it uses stays valid until then. Close is idempotent.
+// memory it uses stays valid until then. Close is idempotent. Close of a view
+// (IsView) does nothing: the stream belongs to its owner.
 func (s *Stream) Close() error {
+	if s.parent != nil {
+		return nil
+	}
 	b := s.h.take()
 	if b == 0 {
 		return nil
@@ -131,7 +167,7 @@ func (s *Stream) Raw() (unsafe.Pointer, error) {
 	var p unsafe.Pointer
 	e := C.sluice_stream_raw(h, &p)
 	runtime.KeepAlive(s)
-	if err := check(e, &s.h); err != nil {
+	if err := check(e, s.hs()); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -147,7 +183,7 @@ func (s *Stream) Query() (idle bool, err error) {
 	var v C.bool
 	e := C.sluice_stream_query(h, &v)
 	runtime.KeepAlive(s)
-	if err := check(e, &s.h); err != nil {
+	if err := check(e, s.hs()); err != nil {
 		return false, err
 	}
 	return bool(v), nil
@@ -163,7 +199,7 @@ func (s *Stream) Synchronize() error {
 	}
 	e := C.sluice_stream_synchronize(h)
 	runtime.KeepAlive(s)
-	return check(e, &s.h)
+	return check(e, s.hs())
 }
 
 // SetLabel sets the label that fault reports on this stream name as its last
@@ -180,7 +216,7 @@ func (s *Stream) SetLabel(label string) error {
 	}
 	e := C.sluice_stream_set_label(h, cs)
 	runtime.KeepAlive(s)
-	return check(e, &s.h)
+	return check(e, s.hs())
 }
 
 // Stats returns the stream's counters.
@@ -192,7 +228,7 @@ func (s *Stream) Stats() (StreamStats, error) {
 	var st C.sluice_stream_stats_t
 	e := C.sluice_stream_stats(h, &st)
 	runtime.KeepAlive(s)
-	if err := check(e, &s.h); err != nil {
+	if err := check(e, s.hs()); err != nil {
 		return StreamStats{}, err
 	}
 	return StreamStats{
@@ -202,4 +238,19 @@ func (s *Stream) Stats() (StreamStats, error) {
 		EventsCreated: uint64(st.events_created),
 		EngineSyncs:   uint64(st.engine_syncs),
 	}, nil
+}
+
+// SetBlockCacheLimit sets the byte bound (default 64 MiB, at most 16 blocks)
+// of the stream's cache of freed device blocks, and returns what is cached
+// beyond it to the driver's pool. A device buffer whose home is this stream
+// (allocated on it) is kept, once freed, for reuse by an allocation of exactly
+// the same size on this stream; 0 disables the cache.
+func (s *Stream) SetBlockCacheLimit(bytes uint64) error {
+	h, err := s.raw("Stream.SetBlockCacheLimit")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_stream_set_block_cache_limit(h, C.uint64_t(bytes))
+	runtime.KeepAlive(s)
+	return check(e, s.hs())
 }

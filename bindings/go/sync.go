@@ -146,7 +146,7 @@ func syncPtr(a []C.sluice_sync_t) *C.sluice_sync_t {
 // checkSets is check for calls that also took sync sets: an INVALID_HANDLE
 // caused by a concurrent Close of one of the set's objects is ErrClosed.
 func checkSets(e *C.sluice_error_t, op string, s *Stream, sets ...[]Syncable) error {
-	err := check(e, &s.h)
+	err := check(e, s.hs())
 	if se, ok := err.(*Error); ok && se.Code == CodeInvalidHandle && !se.closed {
 		for _, set := range sets {
 			for _, x := range set {
@@ -196,6 +196,7 @@ func (s *Stream) BeginOp(reads, writes []Syncable) (*Op, error) {
 	if err := checkSets(e, op, s, reads, writes); err != nil {
 		return nil, err
 	}
+	s.captureKeep(reads, writes)
 	out := &Op{stream: s}
 	out.h.bits.Store(uint64(o.bits))
 	out.h.cleanup = runtime.AddCleanup(out, endOp, uint64(o.bits))
@@ -249,7 +250,7 @@ func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) err
 	var raw unsafe.Pointer
 	if fn != nil {
 		e := C.sluice_stream_raw(h, &raw)
-		if err := check(e, &s.h); err != nil {
+		if err := check(e, s.hs()); err != nil {
 			return err
 		}
 	}
@@ -261,6 +262,7 @@ func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) err
 	if err := checkSets(e, op, s, reads, writes); err != nil {
 		return err
 	}
+	s.captureKeep(reads, writes)
 	defer func() {
 		if endErr := takeError(C.sluice_op_end(o)); err == nil {
 			err = endErr

@@ -84,7 +84,7 @@ EOF
 step "go build/vet -tags sluice_pkgconfig"
 PKG_CONFIG_PATH=$pcdir go vet -tags sluice_pkgconfig ./...
 PKG_CONFIG_PATH=$pcdir go test -count=1 -tags sluice_pkgconfig -c -o "$pcdir/pc.test" -ldflags="-extldflags=-Wl,-rpath,$root/target/release" .
-"$pcdir/pc.test" -test.run 'TestDevice|TestBuffers' >/dev/null
+"$pcdir/pc.test" -test.run 'TestDevice|TestBuffers|TestGraphCache$|TestGraphCapturedHostCallbacks' >/dev/null
 
 if [ "$quick" = 0 ]; then
 	step "benchmark (cost per call from Go and from C)"
@@ -93,11 +93,16 @@ fi
 
 step "trainer example"
 (cd "$examples" && go run ./trainer -batches 100)
+step "trainer example with a graph cache"
+(cd "$examples" && go run ./trainer -batches 100 -graphs)
 step "trainer example must fail on a mismatch"
-if (cd "$examples" && go run ./trainer -batches 10 -serial=false -corrupt-batch 3) >/dev/null 2>&1; then
-	echo "the trainer did not detect a corrupted batch" >&2
-	exit 1
-fi
+for flags in "" "-graphs"; do
+	# shellcheck disable=SC2086 # $flags is empty or one flag
+	if (cd "$examples" && go run ./trainer -batches 10 -serial=false -corrupt-batch 3 $flags) >/dev/null 2>&1; then
+		echo "the trainer ($flags) did not detect a corrupted batch" >&2
+		exit 1
+	fi
+done
 echo "mismatch detected (non-zero exit), as it should be"
 
 if [ -n "$gpu_out" ]; then
@@ -120,6 +125,7 @@ export SLUICE_BACKEND=${SLUICE_BACKEND:-cuda}
 ./sluice-go-race.test -test.count=1
 ./sluice-go.test -test.run '^$' -test.bench . -test.benchtime=100000x
 ./trainer -batches 400
+./trainer -batches 400 -graphs
 EOF
 	chmod +x "$gpu_out/run.sh"
 	readelf -d "$gpu_out/sluice-go.test" | grep -E 'RPATH|RUNPATH'

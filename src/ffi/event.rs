@@ -85,14 +85,7 @@ pub extern "C" fn sluice_event_query(
 #[no_mangle]
 pub extern "C" fn sluice_event_synchronize(event: sluice_event_t) -> *mut sluice_error_t {
     boundary("sluice_event_synchronize", || {
-        let e = self::event(event)?;
-        if e.in_capture() {
-            return Err(crate::error::Error::new(
-                crate::error::ErrorCode::CaptureUnsupported,
-                "event synchronize is not allowed on an event recorded during a capture",
-            ));
-        }
-        e.synchronize()
+        self::event(event)?.synchronize()
     })
 }
 

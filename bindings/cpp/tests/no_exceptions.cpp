@@ -94,6 +94,48 @@ int main(int argc, char** argv) {
   CHECK(a->synchronize(std::nothrow).code() == sluice::ErrorCode::callback_failed);
   CHECK(cb_rc.value_or(1) == 0);
 
+  // Graphs through the Result API: a Capture scope, launches, and a graph cache
+  // whose body reports success or failure as a Result.
+  {
+    int runs = 0;
+    sluice::Result<sluice::Capture> cap = sluice::Capture::begin(std::nothrow, *b);
+    CHECK(cap.ok() && cap->active());
+    CHECK(b->host_callback(std::nothrow, [&runs] { ++runs; }).ok());
+    sluice::Result<sluice::Graph> g = cap->end(std::nothrow);
+    CHECK(g.ok() && !cap->active());
+    CHECK(cap->end(std::nothrow).code() == sluice::ErrorCode::invalid_handle);
+    sluice::Result<sluice::GraphExec> exec = g->instantiate(std::nothrow);
+    CHECK(exec.ok());
+    CHECK(exec->launch(std::nothrow, *b).ok());
+    CHECK(exec->launch(std::nothrow, *a).ok());
+    CHECK(a->synchronize(std::nothrow).ok() && b->synchronize(std::nothrow).ok());
+    CHECK(runs == 2);
+
+    sluice::Result<sluice::GraphCache> cache = sluice::GraphCache::create(std::nothrow, *dev);
+    CHECK(cache.ok());
+    int calls = 0;
+    for (int i = 0; i < 3; ++i) {
+      CHECK(cache
+                ->run(std::nothrow, 1, *b,
+                      [&](sluice::StreamRef s) {
+                        ++calls;
+                        return s.host_callback(std::nothrow, [&runs] { ++runs; });
+                      })
+                .ok());
+    }
+    CHECK(b->synchronize(std::nothrow).ok());
+    CHECK(calls == 2 && runs == 5);
+    sluice::Result<sluice::GraphCacheStats> st = cache->stats(std::nothrow);
+    CHECK(st.ok() && st->eager == 1 && st->captured == 1 && st->replayed == 1);
+    sluice::Result<void> failed = cache->run(std::nothrow, 2, *b, [](sluice::StreamRef s) {
+      return sluice::copy(std::nothrow, s, sluice::BufferRef(), 0, sluice::BufferRef(), 0, 1);
+    });
+    CHECK(failed.code() == sluice::ErrorCode::callback_failed);
+    CHECK(std::strstr(failed.error().message(), "SLUICE_ERROR_INVALID_HANDLE") != nullptr);
+    CHECK(cache->run(std::nothrow, 3, *b, [](sluice::StreamRef) { return 4; }).code() ==
+          sluice::ErrorCode::callback_failed);
+  }
+
   sluice::StreamRef stale = *a;
   CHECK(a->close(std::nothrow).ok());
   CHECK(stale.query(std::nothrow).code() == sluice::ErrorCode::invalid_handle);

@@ -37,6 +37,18 @@ TEST_F(SluiceTest, MoveOnlyCallable) {
   EXPECT_EQ(got, 11);
 }
 
+TEST_F(SluiceTest, LvalueCallableIsCopied) {
+  sluice::Stream s = sluice::Stream::create(dev_);
+  auto token = std::make_shared<int>(2);
+  std::atomic<int> sum{0};
+  auto fn = [&sum, token] { sum += *token; };
+  s.host_callback(fn);
+  s.host_callback(fn);
+  s.synchronize();
+  EXPECT_EQ(sum.load(), 4);
+  EXPECT_EQ(token.use_count(), 2) << "both heap copies are gone; `fn` keeps its own";
+}
+
 TEST_F(SluiceTest, NonZeroReturnFailsTheNextSync) {
   sluice::Stream s = sluice::Stream::create(dev_);
   s.host_callback([] { return 7; });

@@ -23,12 +23,19 @@ static_assert(move_only_raii<sluice::SyncObject>(), "SyncObject");
 static_assert(move_only_raii<sluice::Op>(), "Op");
 static_assert(move_only_raii<sluice::Module>(), "Module");
 static_assert(move_only_raii<sluice::Function>(), "Function");
+static_assert(move_only_raii<sluice::Graph>(), "Graph");
+static_assert(move_only_raii<sluice::GraphExec>(), "GraphExec");
+static_assert(move_only_raii<sluice::GraphCache>(), "GraphCache");
+static_assert(move_only_raii<sluice::Capture>(), "Capture");
 
 static_assert(std::is_trivially_copyable<sluice::DeviceRef>::value, "DeviceRef");
 static_assert(std::is_trivially_copyable<sluice::StreamRef>::value, "StreamRef");
 static_assert(std::is_trivially_copyable<sluice::EventRef>::value, "EventRef");
 static_assert(std::is_trivially_copyable<sluice::BufferRef>::value, "BufferRef");
 static_assert(std::is_trivially_copyable<sluice::SyncRef>::value, "SyncRef");
+static_assert(std::is_trivially_copyable<sluice::GraphRef>::value, "GraphRef");
+static_assert(std::is_trivially_copyable<sluice::GraphExecRef>::value, "GraphExecRef");
+static_assert(std::is_trivially_copyable<sluice::GraphCacheRef>::value, "GraphCacheRef");
 
 // Avoids -Wself-move while still moving an object into itself.
 template <class T>
@@ -135,6 +142,71 @@ TEST_F(SluiceTest, OpMoves) {
   EXPECT_TRUE(x.info().has_writer);
 }
 
+TEST_F(SluiceTest, GraphMoves) {
+  sluice::Stream s = sluice::Stream::create(dev_);
+  check_moves<sluice::Graph>([&s] {
+    sluice::Capture cap(s);
+    return cap.end();
+  });
+}
+
+TEST_F(SluiceTest, GraphExecMoves) {
+  sluice::Stream s = sluice::Stream::create(dev_);
+  sluice::Capture cap(s);
+  sluice::Graph g = cap.end();
+  check_moves<sluice::GraphExec>([&g] { return g.instantiate(); });
+  sluice::GraphExec a = g.instantiate();
+  sluice::GraphExec b = std::move(a);
+  EXPECT_EQ(a.launch(std::nothrow, s).code(), sluice::ErrorCode::invalid_handle);  // NOLINT
+  b.launch(s);
+  s.synchronize();
+}
+
+TEST_F(SluiceTest, GraphCacheMoves) {
+  check_moves<sluice::GraphCache>([this] { return sluice::GraphCache::create(dev_); });
+}
+
+TEST_F(SluiceTest, CaptureMoves) {
+  sluice::Stream s = sluice::Stream::create(dev_);
+  sluice::Stream t = sluice::Stream::create(dev_);
+  const auto live = sluice::live_handles();
+  sluice::Capture a(s);
+  EXPECT_EQ(sluice::live_handles(), live) << "a capture scope owns no handle of its own";
+  sluice::Capture b(std::move(a));
+  EXPECT_FALSE(a.active());  // NOLINT(bugprone-use-after-move)
+  EXPECT_FALSE(a.stream());
+  EXPECT_EQ(a.end(std::nothrow).code(), sluice::ErrorCode::invalid_handle);
+  EXPECT_TRUE(b.active());
+  EXPECT_EQ(b.stream(), s.ref());
+  EXPECT_TRUE(s.is_capturing()) << "moving the scope does not end the capture";
+
+  // Move assignment ends (and discards) the target's capture.
+  sluice::Capture c(t);
+  c = std::move(b);
+  EXPECT_FALSE(t.is_capturing());
+  EXPECT_TRUE(s.is_capturing());
+  EXPECT_EQ(c.stream(), s.ref());
+
+  // Self-move keeps it.
+  c = std::move(same(c));
+  EXPECT_TRUE(c.active());
+  EXPECT_TRUE(s.is_capturing());
+
+  // Assigning an empty scope ends the capture.
+  c = sluice::Capture();
+  EXPECT_FALSE(s.is_capturing());
+
+  // release() hands the open capture to the caller.
+  sluice::Capture d(s);
+  sluice_stream_t raw = d.release();
+  EXPECT_FALSE(d.active());
+  EXPECT_EQ(raw.bits, s.raw().bits);
+  EXPECT_TRUE(s.is_capturing());
+  sluice::Graph g = sluice::end_capture(s);
+  EXPECT_EQ(g.node_count(), 0u);
+  EXPECT_EQ(sluice::live_handles(), live + 1);
+}
+
 TEST_F(SluiceTest, DefaultConstructedWrappersAreEmpty) {
   sluice::Device d;
   sluice::Stream s;
@@ -144,6 +216,10 @@ TEST_F(SluiceTest, DefaultConstructedWrappersAreEmpty) {
   sluice::Op o;
   sluice::Module m;
   sluice::Function f;
-  EXPECT_FALSE(d || s || e || b || y || o || m || f);
+  sluice::Graph g;
+  sluice::GraphExec x;
+  sluice::GraphCache c;
+  sluice::Capture cap;
+  EXPECT_FALSE(d || s || e || b || y || o || m || f || g || x || c || cap);
   EXPECT_EQ(s.raw().bits, 0u);
 }

@@ -193,10 +193,9 @@ TEST_F(SluiceTest, BufferSyncObjects) {
   bs.wait_write();
 }
 
-// Disabled until the engine keeps this rule after a host sync: sluice prunes b's
-// completed reader entry at the next begin but keeps a's writer (not known
-// complete), so b waits on a's writer a second time (redundant, not unsafe).
-TEST_F(SluiceTest, DISABLED_NoRedundantWaitAfterHostSync) {
+// After b's host sync, b's reader entry is known complete, and so is a's writer
+// that it followed: the next read on b needs no wait at all.
+TEST_F(SluiceTest, NoRedundantWaitAfterHostSync) {
   sluice::Stream a = sluice::Stream::create(dev_);
   sluice::Stream b = sluice::Stream::create(dev_);
   sluice::SyncObject x = sluice::SyncObject::create();

@@ -10,8 +10,14 @@
 // same on the host backend's "device" memory. Results are checked; the
 // command exits non-zero on a mismatch.
 //
+// With -graphs, the compute step of each slot goes through a GraphCache:
+// run eagerly for the slot's first batch, captured into a graph for its
+// second, and replayed after that (on the host backend the captured host
+// callback runs once per replay; on cuda the graph holds the kernel node).
+//
 //	go run ./trainer                 # SLUICE_BACKEND=auto: cuda if present, else host
 //	SLUICE_BACKEND=host go run ./trainer -batches 400 -elems 262144
+//	go run ./trainer -graphs         # compute replayed from graphs
 package main
 
 import (
@@ -90,11 +96,18 @@ type pipeline struct {
 	slots         []*slot
 	elems, nbytes int
 	kernel        *sluice.Function
+	// cache, with -graphs: the compute step of slot i is region i.
+	cache *sluice.GraphCache
 }
 
-func newPipeline(dev *sluice.Device, nslots, elems int) (*pipeline, error) {
+func newPipeline(dev *sluice.Device, nslots, elems int, graphs bool) (*pipeline, error) {
 	p := &pipeline{dev: dev, elems: elems, nbytes: 4 * elems}
 	var err error
+	if graphs {
+		if p.cache, err = sluice.NewGraphCache(dev); err != nil {
+			return nil, err
+		}
+	}
 	if p.backend, err = dev.Backend(); err != nil {
 		return nil, err
 	}
@@ -139,6 +152,9 @@ func newPipeline(dev *sluice.Device, nslots, elems int) (*pipeline, error) {
 }
 
 func (p *pipeline) Close() {
+	if p.cache != nil {
+		p.cache.Close() // before the buffers its graphs use
+	}
 	for _, s := range p.slots {
 		s.pin.Close()
 		s.in.Close()
@@ -151,6 +167,19 @@ func (p *pipeline) Close() {
 	}
 	p.copyS.Close()
 	p.compS.Close()
+}
+
+// computeSlot enqueues the compute of slot i on stream st: directly, or, with
+// -graphs, as region i of the graph cache (one tracked op either way).
+func (p *pipeline) computeSlot(st *sluice.Stream, i int) error {
+	s := p.slots[i]
+	if p.cache == nil {
+		return p.compute(st, s)
+	}
+	// The body runs for the slot's first two batches only (eager, then
+	// captured); it must issue the same ops every time, which it does: the
+	// slot's buffers never change.
+	return p.cache.Run(uint64(i), st, func(v *sluice.Stream) error { return p.compute(v, s) })
 }
 
 // compute enqueues out = a*in + b on stream st, as one tracked op that reads
@@ -255,7 +284,7 @@ func (p *pipeline) runPrefetch(batches int) error {
 		}
 		free <- it.slot // the producer waits (WaitWrite) for this copy before refilling
 		// Compute on the compute stream: waits for the copy (read after write).
-		if err := p.compute(p.compS, s); err != nil {
+		if err := p.computeSlot(p.compS, it.slot); err != nil {
 			return err
 		}
 		// Check the previous result of this slot, then copy the new one out.
@@ -294,7 +323,7 @@ func (p *pipeline) runSerial(batches int) error {
 		if err := sluice.Copy(p.compS, s.in, 0, s.pin, 0, p.nbytes); err != nil {
 			return err
 		}
-		if err := p.compute(p.compS, s); err != nil {
+		if err := p.computeSlot(p.compS, 0); err != nil {
 			return err
 		}
 		if err := sluice.Copy(p.compS, s.res, 0, s.out, 0, p.nbytes); err != nil {
@@ -328,6 +357,7 @@ func run() error {
 	elems := flag.Int("elems", 1<<18, "float32 elements per batch")
 	slots := flag.Int("slots", 2, "pipeline slots (2 = double buffering)")
 	serial := flag.Bool("serial", true, "also run the serial baseline")
+	graphs := flag.Bool("graphs", false, "run the compute step through a graph cache (captured once per slot, then replayed)")
 	flag.IntVar(&corruptBatch, "corrupt-batch", -1, "corrupt one input element of this batch (tests the check)")
 	flag.Parse()
 	if *batches < 1 || *elems < 1 || *slots < 1 {
@@ -345,7 +375,7 @@ func run() error {
 	}
 	fmt.Printf("sluice %s, %v backend: %s\n", sluice.Version(), props.Backend, props.Name)
 
-	p, err := newPipeline(dev, *slots, *elems)
+	p, err := newPipeline(dev, *slots, *elems, *graphs)
 	if err != nil {
 		return err
 	}
@@ -368,6 +398,21 @@ func run() error {
 		}
 		fmt.Printf("stream #%d: %d waits inserted, %d events recorded (%d created)\n",
 			st.ID, st.Waits, st.Records, st.EventsCreated)
+	}
+	if p.cache != nil {
+		st, err := p.cache.Stats()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("graph cache: %d eager, %d captured, %d replayed runs (%d regions)\n",
+			st.Eager, st.Captured, st.Replayed, st.Entries)
+		want := uint64(*batches)
+		if *serial {
+			want *= 2
+		}
+		if got := st.Eager + st.Captured + st.Replayed; got != want {
+			return fmt.Errorf("graph cache counted %d runs, want %d", got, want)
+		}
 	}
 	fmt.Println("results OK")
 	return nil

@@ -1,11 +1,13 @@
 // sluice C++ bindings: header-only C++17 over the C ABI in <sluice.h>.
 //
 // Every C handle type has a move-only owning class (Device, Stream, Event, Buffer,
-// SyncObject, Op, Module, Function) and, where handles are passed around, a
+// SyncObject, Op, Module, Function, Graph, GraphExec, GraphCache; Capture is the
+// scope of an open graph capture) and, where handles are passed around, a
 // trivially copyable non-owning view (DeviceRef, StreamRef, EventRef, BufferRef,
-// SyncRef). Every fallible operation has a throwing form and a
-// `std::nothrow`-tagged form returning [[nodiscard]] sluice::Result<T>; under
-// -fno-exceptions only the latter exists. See bindings/cpp/README.md.
+// SyncRef, GraphRef, GraphExecRef, GraphCacheRef). Every fallible operation has a
+// throwing form and a `std::nothrow`-tagged form returning [[nodiscard]]
+// sluice::Result<T>; under -fno-exceptions only the latter exists. See
+// bindings/cpp/README.md.
 #ifndef SLUICE_CPP_SLUICE_HPP
 #define SLUICE_CPP_SLUICE_HPP
 
@@ -22,6 +24,6 @@
 #include "sluice/copy.hpp"
 #include "sluice/op.hpp"
 #include "sluice/module.hpp"
-#include "sluice/graph.hpp"  // reserved for sluice_graph_*
+#include "sluice/graph.hpp"
 
 #endif  // SLUICE_CPP_SLUICE_HPP

@@ -5,11 +5,9 @@
 #ifndef SLUICE_CPP_STREAM_HPP
 #define SLUICE_CPP_STREAM_HPP
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <new>
-#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -47,22 +45,18 @@ struct StreamTraits {
   static sluice_error_t* destroy(handle h) noexcept { return sluice_stream_destroy(h); }
 };
 
-/// The heap state of one C++ host callback. Two owners share it: the enqueuing
-/// call and the trampoline. Whoever lets go last frees it, so a callback that
-/// the C call reports as failed but that was already enqueued is never freed
-/// under the driver's feet. The callable itself is destroyed on the driver
-/// thread right after it ran.
+/// The heap state of one C++ host callback: the callable, moved to the heap. The
+/// C API owns it from the enqueue on and hands it back exactly once, through
+/// `free_user_data` (CallbackBox::destroy), when the callback can no longer run:
+/// after it ran, when the enqueue fails, or, for a callback captured into a graph,
+/// when the last graph holding it is destroyed. A captured callback runs once per
+/// launch, so `trampoline` may run many times on one box.
 template <class F>
 struct CallbackBox {
   explicit CallbackBox(F&& fn) : f(std::move(fn)) {}
   explicit CallbackBox(const F& fn) : f(fn) {}
 
-  std::optional<F> f;
-  std::atomic<int> owners{2};
-
-  void let_go() noexcept {
-    if (owners.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
-  }
+  F f;
 
   static std::int32_t call(F& fn) {
     using R = decltype(fn());
@@ -78,31 +72,23 @@ struct CallbackBox {
     }
   }
 
+  /// sluice_host_fn: runs the callable; an exception becomes kCallbackException.
   static std::int32_t trampoline(void* user_data) noexcept {
     auto* box = static_cast<CallbackBox*>(user_data);
-    std::int32_t rc = 0;
 #if SLUICE_CPP_EXCEPTIONS
     try {
-      rc = call(*box->f);
+      return call(box->f);
     } catch (...) {
-      rc = kCallbackException;
+      return kCallbackException;
     }
 #else
-    rc = call(*box->f);
+    return call(box->f);
 #endif
-    box->f.reset();
-    box->let_go();
-    return rc;
   }
-};
 
-/// Errors that sluice_stream_host_callback reports before it enqueues anything
-/// (argument and handle checks). After any other error the callback may still run,
-/// so its state is left to the trampoline.
-inline bool rejected_before_enqueue(ErrorCode c) noexcept {
-  return c == ErrorCode::null_argument || c == ErrorCode::invalid_handle ||
-         c == ErrorCode::invalid_argument || c == ErrorCode::out_of_range;
-}
+  /// sluice_free_fn: destroys the box (and the callable) once the C API is done.
+  static void destroy(void* user_data) noexcept { delete static_cast<CallbackBox*>(user_data); }
+};
 
 /// The operations of a stream, shared by Stream and StreamRef.
 template <class Self>
@@ -152,30 +138,46 @@ class StreamApi {
     return check(sluice_stream_wait_event(h(), event.raw()));
   }
 
+  /// True while the stream captures a graph (as the origin of a capture or as a
+  /// stream that joined one by waiting on a captured event). See graph.hpp.
+  Result<bool> is_capturing(std::nothrow_t) const {
+    bool capturing = false;
+    if (sluice_error_t* e = sluice_stream_is_capturing(h(), &capturing)) return Error::adopt(e);
+    return capturing;
+  }
+
+  /// Bounds the stream's cache of freed device blocks (default 64 MiB, at most 16
+  /// blocks) and returns what is cached beyond the bound to the driver's pool. A
+  /// device buffer freed with this stream as its home is kept for reuse by an
+  /// allocation of exactly the same size on this stream; 0 disables the cache.
+  Result<void> set_block_cache_limit(std::nothrow_t, std::uint64_t bytes) const {
+    return check(sluice_stream_set_block_cache_limit(h(), bytes));
+  }
+
   /// Enqueues `fn()` as one tracked op that reads `reads` and writes `writes`.
   /// `fn` returns void or an int code (0 = success; non-zero makes the next
   /// synchronisation of this stream report CALLBACK_FAILED). An exception thrown by
-  /// `fn` counts as kCallbackException. `fn` runs once on a driver thread, must not
-  /// call sluice or CUDA, and is destroyed there after it ran.
+  /// `fn` counts as kCallbackException. `fn` runs on a driver thread and must not
+  /// call sluice or CUDA.
+  ///
+  /// `fn` is moved (or copied) to the heap and handed to the C API, which destroys
+  /// it exactly once when the callback can no longer run: after it ran, when this
+  /// call fails (then it never runs), or, when the stream is capturing a graph,
+  /// once the last Graph / GraphExec holding the captured callback is destroyed.
+  /// A captured callback runs once per launch of its graph, so `fn` must be
+  /// invocable repeatedly (and, if one executable graph is launched on several
+  /// streams at once, concurrently); everything it refers to must outlive the
+  /// graphs that hold it.
   template <class F>
   Result<void> host_callback(std::nothrow_t, F&& fn, SyncList reads = {},
                              SyncList writes = {}) const {
     using Box = CallbackBox<typename std::decay<F>::type>;
     auto* box = new Box(std::forward<F>(fn));
-    sluice_error_t* e =
-        sluice_stream_host_callback(h(), &Box::trampoline, box, reads.data(), reads.size(),
-                                    writes.data(), writes.size());
-    if (e == nullptr) {
-      box->let_go();
-      return {};
-    }
-    Error err = Error::adopt(e);
-    if (rejected_before_enqueue(err.code())) {
-      delete box;
-    } else {
-      box->let_go();
-    }
-    return err;
+    // From here on the C API owns `box`: it calls Box::destroy exactly once, on
+    // success and on failure alike.
+    return check(sluice_stream_host_callback(h(), &Box::trampoline, box, &Box::destroy,
+                                             reads.data(), reads.size(), writes.data(),
+                                             writes.size()));
   }
 
 #if SLUICE_CPP_EXCEPTIONS
@@ -188,6 +190,10 @@ class StreamApi {
     return record_event(std::nothrow, flags).value();
   }
   void wait(EventRef event) const { wait(std::nothrow, event).value(); }
+  bool is_capturing() const { return is_capturing(std::nothrow).value(); }
+  void set_block_cache_limit(std::uint64_t bytes) const {
+    set_block_cache_limit(std::nothrow, bytes).value();
+  }
   template <class F>
   void host_callback(F&& fn, SyncList reads = {}, SyncList writes = {}) const {
     host_callback(std::nothrow, std::forward<F>(fn), std::move(reads), std::move(writes)).value();

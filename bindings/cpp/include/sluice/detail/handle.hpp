@@ -1,10 +1,11 @@
 // detail::UniqueHandle: move-only ownership of one C handle value.
 //
 // Every owning wrapper (Device, Stream, Event, Buffer, SyncObject, Op, Module,
-// Function) holds exactly one of these and defaults its own move operations, so no
-// class writes a move constructor by hand. A moved-from owner holds the zero handle
-// (which the C API never hands out); destroying it does nothing, and calling a C
-// function with it gives SLUICE_ERROR_INVALID_HANDLE.
+// Function, Graph, GraphExec, GraphCache, Capture) holds exactly one of these and
+// defaults its own move operations, so no class writes a move constructor by hand.
+// A moved-from owner holds the zero handle (which the C API never hands out);
+// destroying it does nothing, and calling a C function with it gives
+// SLUICE_ERROR_INVALID_HANDLE.
 #ifndef SLUICE_CPP_DETAIL_HANDLE_HPP
 #define SLUICE_CPP_DETAIL_HANDLE_HPP
 
