@@ -119,6 +119,8 @@ pub(crate) struct CaptureCtl {
     pub(crate) deferred_frees: Vec<(Arc<Stream>, u64, Vec<Arc<Recording>>)>,
     /// Memory of the buffers the captured ops use.
     pub(crate) keep: KeepAlive,
+    /// The capture recorded host callbacks (host backend only).
+    pub(crate) callbacks: bool,
 }
 
 impl Capture {
@@ -136,6 +138,7 @@ pub struct Graph {
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
     keep: KeepAlive,
+    callbacks: bool,
 }
 
 /// An instantiated graph, launchable on any stream of its device.
@@ -150,6 +153,7 @@ struct ExecState {
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
     keep: KeepAlive,
+    callbacks: bool,
 }
 
 /// How `GraphExec::update` applied a new graph.
@@ -258,13 +262,14 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
             ))
         }
     };
-    let (forks, poisoned, frees, keep) = {
+    let (forks, poisoned, frees, keep, callbacks) = {
         let mut ctl = cap.ctl();
         (
             std::mem::take(&mut ctl.forks),
             ctl.poisoned.take(),
             std::mem::take(&mut ctl.deferred_frees),
             std::mem::take(&mut ctl.keep),
+            ctl.callbacks,
         )
     };
     let unjoined: Vec<u64> = forks
@@ -322,6 +327,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         reads,
         writes,
         keep,
+        callbacks,
     }))
 }
 
@@ -346,6 +352,7 @@ impl Graph {
                 reads: self.reads.clone(),
                 writes: self.writes.clone(),
                 keep: self.keep.clone(),
+                callbacks: self.callbacks,
             }),
             id: crate::device::next_id(),
         });
@@ -384,7 +391,11 @@ impl GraphExec {
         let st = self.state();
         let backend = &self.device.backend;
         sync::run_op(stream, &sync::access_set(&st.reads, &st.writes), || {
-            backend.graph_launch(st.raw, stream.raw)
+            if st.callbacks {
+                stream.around_replay(|| backend.graph_launch(st.raw, stream.raw))
+            } else {
+                backend.graph_launch(st.raw, stream.raw)
+            }
         })?;
         Ok(())
     }
@@ -406,6 +417,7 @@ impl GraphExec {
         st.reads = graph.reads.clone();
         st.writes = graph.writes.clone();
         st.keep = graph.keep.clone();
+        st.callbacks = graph.callbacks;
         Ok(outcome)
     }
 }

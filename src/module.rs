@@ -95,6 +95,9 @@ pub fn host_callback(
     writes: &[Arc<SyncObject>],
 ) -> Result<()> {
     let job = stream.callback_job(call);
+    if let Some(cap) = stream.current_capture() {
+        cap.ctl().callbacks = true;
+    }
     sync::run_op(stream, &sync::access_set(reads, writes), || {
         stream.launch_host_fn(job)
     })?;

@@ -430,9 +430,13 @@ impl Stream {
     /// deferred error of this stream.
     pub(crate) fn callback_job(&self, call: impl Fn() -> i32 + Send + Sync + 'static) -> HostFn {
         let pool = self.pool.clone();
-        let id = self.id;
         Box::new(move || {
             let rc = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&call));
+            // In a graph replay, report on the stream that launched the graph.
+            let target = REPLAY_TARGET
+                .with(|t| t.borrow().clone())
+                .unwrap_or_else(|| pool.clone());
+            let id = target.stream_id;
             let err = match rc {
                 Ok(0) => None,
                 Ok(code) => Some(Error::new(
@@ -445,7 +449,8 @@ impl Stream {
                 )),
             };
             if let Some(e) = err {
-                pool.deferred
+                target
+                    .deferred
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .get_or_insert(e);
@@ -454,7 +459,27 @@ impl Stream {
     }
 }
 
+thread_local! {
+    /// While a worker replays a graph: the launching stream's pool, which receives
+    /// the errors of replayed host callbacks. Set and cleared by that stream's own
+    /// host functions around the launch; never seen by callers.
+    static REPLAY_TARGET: std::cell::RefCell<Option<Arc<EventPool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 impl Stream {
+    /// Enqueues host functions around a graph launch so that replayed callbacks
+    /// report their failures on this stream.
+    pub(crate) fn around_replay(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {
+        let pool = self.pool.clone();
+        self.launch_host_fn(Box::new(move || {
+            REPLAY_TARGET.with(|t| *t.borrow_mut() = Some(pool.clone()))
+        }))?;
+        let r = launch();
+        self.launch_host_fn(Box::new(|| REPLAY_TARGET.with(|t| *t.borrow_mut() = None)))?;
+        r
+    }
+
     /// Takes a cached block of exactly `size` bytes, freed earlier in this stream's order.
     pub(crate) fn take_block(&self, size: usize) -> Option<u64> {
         let mut c = self.block_cache.lock().unwrap_or_else(|p| p.into_inner());

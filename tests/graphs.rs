@@ -372,3 +372,26 @@ fn a_graph_keeps_the_memory_of_freed_buffers_alive() {
         "freed once the last graph is gone (block cache)"
     );
 }
+
+#[test]
+fn a_replayed_callback_failure_is_reported_on_the_launch_stream() {
+    let k = kit();
+    if k.is_cuda() {
+        return; // the cuda backend refuses host callbacks in a capture
+    }
+    let (cap, run) = (k.stream(), k.stream());
+    graph::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
+    sluice::module::host_callback(&cap, || 5, &[], &[]).unwrap();
+    let exec = graph::capture_end(&cap).unwrap().instantiate().unwrap();
+    exec.launch(&run).unwrap();
+    let e = run.synchronize().unwrap_err();
+    assert_eq!(e.code, ErrorCode::CallbackFailed);
+    assert!(e.message.contains(&format!("stream #{}", run.id)), "{e}");
+    cap.synchronize().unwrap();
+    drop(cap);
+    exec.launch(&run).unwrap();
+    assert_eq!(
+        run.synchronize().unwrap_err().code,
+        ErrorCode::CallbackFailed
+    );
+}
