@@ -59,13 +59,9 @@ run() {
       note "c $n (cuda): rc=$? $(tail -1 "$out/c-$n.log")"
     done
   fi
-  if has go && [ -d .gpu/go ]; then
-    (cd .gpu/go && SLUICE_BACKEND=cuda ./sluice-go.test -test.v -test.bench . -test.benchtime 20000x > "$out/go.log" 2>&1)
-    note "go tests (cuda): rc=$? $(grep -E '^(PASS|FAIL|ok)' "$out/go.log" | tail -1)"
-    if [ -x .gpu/go/trainer ]; then
-      SLUICE_BACKEND=cuda .gpu/go/trainer > "$out/go-trainer.log" 2>&1
-      note "go trainer (cuda): rc=$? $(tail -1 "$out/go-trainer.log")"
-    fi
+  if has go && [ -x .gpu/go/run.sh ]; then
+    SLUICE_BACKEND=cuda timeout 300 .gpu/go/run.sh > "$out/go.log" 2>&1
+    note "go (tests, race, cgo bench, trainer): rc=$? $(grep -cE '^--- PASS' "$out/go.log") PASS, $(grep -cE '^--- FAIL' "$out/go.log") FAIL"
   fi
   if has bench && [ -x .gpu/overhead ]; then
     timeout 300 .gpu/overhead > "$out/bench.md" 2>&1
