@@ -23,7 +23,10 @@ fn per_call(name: &str, n: u32, mut f: impl FnMut()) {
     for _ in 0..n {
         f();
     }
-    println!("| {name} | {:.1} |", t.elapsed().as_nanos() as f64 / n as f64);
+    println!(
+        "| {name} | {:.1} |",
+        t.elapsed().as_nanos() as f64 / n as f64
+    );
 }
 
 fn main() {
@@ -57,7 +60,12 @@ fn main() {
     let mut d = sluice_device_t { bits: 0 };
     ok(sluice_device_open_default(&mut d));
     let mut s = sluice_stream_t { bits: 0 };
-    ok(sluice_stream_create(d, SLUICE_STREAM_NON_BLOCKING, 0, &mut s));
+    ok(sluice_stream_create(
+        d,
+        SLUICE_STREAM_NON_BLOCKING,
+        0,
+        &mut s,
+    ));
     let mut st = std::mem::MaybeUninit::<sluice_stream_stats_t>::uninit();
     per_call("sluice_stream_stats (boundary + 1 lookup)", n, || {
         ok(sluice_stream_stats(s, st.as_mut_ptr()))
