@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export SLUICE_BACKEND=${SLUICE_BACKEND:-host}
 export CARGO_TERM_COLOR=never
-step() { printf '\n==== %s\n' "$*"; }
+step() { printf '\n==== %s\n' "$*"; stages=$((stages + 1)); }
+stages=0
 t0=$(date +%s)
 
 step "tools"
@@ -40,4 +41,6 @@ if [ -x bindings/go/test.sh ]; then
   bash bindings/go/test.sh
 fi
 
-step "done in $(( $(date +%s) - t0 )) s"
+printf '\n==== done in %s s\n' "$(( $(date +%s) - t0 ))"
+# Every stage above exits on failure (set -e), so reaching here means all passed.
+echo "stages: $stages passed, 0 failed"
