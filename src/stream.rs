@@ -17,8 +17,6 @@ use std::sync::{Arc, Mutex};
 pub struct StreamStats {
     /// `cuStreamWaitEvent`s inserted by the dependency engine.
     pub waits: AtomicU64,
-    /// Events recorded from the pool.
-    pub records: AtomicU64,
     /// Events created (pool misses).
     pub events_created: AtomicU64,
     /// Host synchronisations done by `SLUICE_ENGINE=sync`.
@@ -106,16 +104,25 @@ impl Recording {
         self.capture_id.is_some()
     }
 
+    /// Refuses a host-side use of a recording made inside a capture, and aborts
+    /// that capture.
+    fn reject_if_captured(&self, op: &str) -> Result<()> {
+        match self.capture_id {
+            Some(cid) => {
+                crate::graph::poison(cid, op);
+                Err(Error::new(
+                    ErrorCode::CaptureUnsupported,
+                    format!("{op} is not allowed on an event recorded during a capture"),
+                ))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// True once the recorded work completed. Polls the driver; refused for a
     /// recording made inside a capture.
     pub fn query(&self) -> Result<bool> {
-        if let Some(cid) = self.capture_id {
-            crate::graph::poison(cid, "event query");
-            return Err(Error::new(
-                ErrorCode::CaptureUnsupported,
-                "event query is not allowed on an event recorded during a capture",
-            ));
-        }
+        self.reject_if_captured("event query")?;
         if self.known_complete() {
             return Ok(true);
         }
@@ -128,13 +135,7 @@ impl Recording {
 
     /// Blocks the host until the recorded work completed.
     pub fn synchronize(&self) -> Result<()> {
-        if let Some(cid) = self.capture_id {
-            crate::graph::poison(cid, "event synchronize");
-            return Err(Error::new(
-                ErrorCode::CaptureUnsupported,
-                "event synchronize is not allowed on an event recorded during a capture",
-            ));
-        }
+        self.reject_if_captured("event synchronize")?;
         self.wait_complete()?;
         self.pool.peek_deferred()
     }
@@ -306,8 +307,8 @@ impl Stream {
         self.capture_origin.load(Ordering::Acquire)
     }
 
-    /// Sequence number of the newest recording on this stream.
-    pub(crate) fn last_seq(&self) -> u64 {
+    /// Sequence number of the newest recording: also the number of events recorded.
+    pub fn last_seq(&self) -> u64 {
         self.pool
             .inner
             .lock()
@@ -368,7 +369,6 @@ impl Stream {
         inner.seq += 1;
         let seq = inner.seq;
         drop(inner);
-        self.stats.records.fetch_add(1, Ordering::Relaxed);
         Ok(Arc::new(Recording {
             pool: self.pool.clone(),
             raw,
@@ -407,12 +407,7 @@ impl Stream {
     /// Blocks until all work enqueued so far completed; reports deferred errors.
     pub fn synchronize(&self) -> Result<()> {
         self.reject_in_capture("stream synchronize")?;
-        let seq = self
-            .pool
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .seq;
+        let seq = self.last_seq();
         self.device
             .backend
             .stream_synchronize(self.raw)

@@ -213,7 +213,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
     let mut need = Waits::new();
     for l in locked.iter_mut() {
         let st = &mut *l.guard;
-        if let Some(home) = st.alloc_on.clone().filter(|_| cap.is_none()) {
+        if let (Some(home), None) = (&st.alloc_on, cap) {
             if home.id != me && !home.is_capturing() {
                 // Order this first foreign use after the allocation point.
                 let rec = home.record(false)?;

@@ -380,36 +380,20 @@ impl Backend for HostDevice {
             Arc::new(|| {})
         };
         let w = stream_ref(stream).worker.clone();
-        let capturing = self.capturing(stream);
-        let pos = if capturing {
-            let mut st = lock(&w.state);
-            match st.capture.as_mut() {
-                Some(steps) => {
-                    steps.push(CapturedStep::Mark);
-                    (steps.len() - 1) as u64
-                }
-                None => {
-                    drop(st);
-                    self.enqueue(stream, job)
-                }
-            }
-        } else {
-            self.enqueue(stream, job)
+        // Inside a capture the record is a point others may join on, not a job.
+        let captured_at = lock(&w.state).capture.as_mut().map(|steps| {
+            steps.push(CapturedStep::Mark);
+            steps.len() - 1
+        });
+        let seq = match captured_at {
+            Some(pos) => pos as u64,
+            None => w.submit(job),
         };
-        let rec = if capturing {
-            Recording {
-                worker: w,
-                seq: pos,
-                stamp,
-                captured: Some((stream, pos as usize)),
-            }
-        } else {
-            Recording {
-                worker: w,
-                seq: pos,
-                stamp,
-                captured: None,
-            }
+        let rec = Recording {
+            worker: w,
+            seq,
+            stamp,
+            captured: captured_at.map(|pos| (stream, pos)),
         };
         *lock(&ev.rec) = Some(rec);
         Ok(())
