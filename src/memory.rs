@@ -17,28 +17,31 @@ pub enum BufferKind {
     Registered = 3,
 }
 
-/// A range of memory the device can reach, with its own sync object.
+/// A range of memory the device can reach, with its own sync object. Its fields are
+/// those of the [`Memory`] it shares with the captured graphs that use it.
 pub struct Buffer {
+    mem: Arc<Memory>,
+}
+
+/// Owns a buffer's memory; dropping the last reference (the buffer, or a graph
+/// that uses it) frees it in stream order.
+pub struct Memory {
     pub(crate) device: Arc<Device>,
     pub kind: BufferKind,
     pub addr: u64,
     pub size: usize,
     pub sync: Arc<SyncObject>,
-    /// The memory itself; captured graphs that use the buffer keep it alive too.
-    _mem: Arc<Memory>,
-}
-
-/// Owns a buffer's memory; dropping the last reference frees it in stream order.
-pub(crate) struct Memory {
-    device: Arc<Device>,
-    kind: BufferKind,
-    addr: u64,
-    size: usize,
-    sync: Arc<SyncObject>,
     /// Device buffers: the stream their free is ordered on.
     home: Option<Arc<Stream>>,
     /// Pinned buffers: the size of the underlying pool block.
     block_size: usize,
+}
+
+impl std::ops::Deref for Buffer {
+    type Target = Memory;
+    fn deref(&self) -> &Memory {
+        &self.mem
+    }
 }
 
 impl std::fmt::Debug for Memory {
@@ -53,11 +56,7 @@ impl std::fmt::Debug for Memory {
 
 impl std::fmt::Debug for Buffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{:?} buffer #{} ({} bytes)",
-            self.kind, self.sync.id, self.size
-        )
+        self.mem.fmt(f)
     }
 }
 
@@ -157,14 +156,7 @@ impl Buffer {
         let mem = Arc::new(mem);
         let owner: Arc<dyn std::any::Any + Send + Sync> = mem.clone();
         let _ = mem.sync.owner.set(Arc::downgrade(&owner));
-        Arc::new(Buffer {
-            device: mem.device.clone(),
-            kind: mem.kind,
-            addr: mem.addr,
-            size: mem.size,
-            sync: mem.sync.clone(),
-            _mem: mem,
-        })
+        Arc::new(Buffer { mem })
     }
 }
 
