@@ -1,7 +1,7 @@
 //! Graph capture bookkeeping for the dependency engine, and graphs.
 
 use crate::device::next_id;
-use crate::stream::Recording;
+use crate::stream::{RecRef, Recording};
 use crate::sync::{SyncObject, SyncState};
 use std::sync::{Arc, Mutex};
 
@@ -74,7 +74,7 @@ impl Capture {
     /// they replaced and keeping what non-capturing streams did meanwhile.
     pub(crate) fn rollback(&self) {
         let t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = |r: &Arc<Recording>| r.capture_id == Some(self.id);
+        let mine = |r: &RecRef| r.capture_id == Some(self.id);
         for x in t.iter() {
             let mut st = x.obj.state.lock().unwrap_or_else(|p| p.into_inner());
             st.readers.retain(|r| !mine(r));
@@ -116,7 +116,7 @@ pub(crate) struct CaptureCtl {
     /// The first operation rejected during the capture; end reports it.
     pub(crate) poisoned: Option<String>,
     /// Device frees requested during the capture, done after it ends.
-    pub(crate) deferred_frees: Vec<(Arc<Stream>, u64, Vec<Arc<Recording>>)>,
+    pub(crate) deferred_frees: Vec<(Arc<Stream>, u64, Vec<RecRef>)>,
     /// Memory of the buffers the captured ops use.
     pub(crate) keep: KeepAlive,
     /// The capture recorded host callbacks (host backend only).

@@ -20,5 +20,5 @@ pub use backend::{BackendKind, LaunchDims};
 pub use device::Device;
 pub use error::{Error, ErrorCode, Result};
 pub use memory::{Buffer, BufferKind};
-pub use stream::{Recording, Stream};
+pub use stream::{RecRef, Recording, Stream};
 pub use sync::SyncObject;

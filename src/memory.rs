@@ -4,7 +4,7 @@
 
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, Result};
-use crate::stream::{Recording, Stream};
+use crate::stream::{RecRef, Stream};
 use crate::sync::{self, Access, SyncObject};
 use std::sync::{Arc, Mutex};
 
@@ -217,7 +217,7 @@ pub struct PinnedStats {
 struct Block {
     addr: u64,
     size: usize,
-    pending: Vec<Arc<Recording>>,
+    pending: Vec<RecRef>,
 }
 
 /// A bounded cache of pinned blocks. Sizes are rounded to the page size, not to
@@ -300,7 +300,7 @@ impl PinnedPool {
         Ok((p as u64, rounded))
     }
 
-    fn give_back(&self, device: &Device, addr: u64, size: usize, pending: Vec<Arc<Recording>>) {
+    fn give_back(&self, device: &Device, addr: u64, size: usize, pending: Vec<RecRef>) {
         let mut st = self.state();
         st.stats.bytes_in_use -= size as u64;
         if st.stats.bytes_cached + size as u64 <= st.stats.cache_limit {

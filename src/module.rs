@@ -73,12 +73,27 @@ pub unsafe fn launch(
     reads: &[Arc<SyncObject>],
     writes: &[Arc<SyncObject>],
 ) -> Result<()> {
+    // SAFETY: forwarded from the caller's contract.
+    unsafe { launch_set(stream, func, dims, args, &sync::access_set(reads, writes)) }
+}
+
+/// [`launch`] over an access set built by the caller.
+///
+/// # Safety
+/// As for [`launch`].
+pub(crate) unsafe fn launch_set(
+    stream: &Stream,
+    func: &Function,
+    dims: LaunchDims,
+    args: *mut *mut c_void,
+    set: &[sync::Access<'_>],
+) -> Result<()> {
     stream
         .device
         .same_device_with(&func.module.device, || format!("kernel '{}'", func.name))?;
     check_dims(&dims)?;
     let backend = &stream.device.backend;
-    sync::run_op(stream, &sync::access_set(reads, writes), || {
+    sync::run_op(stream, set, || {
         // SAFETY: forwarded from the caller's contract.
         unsafe { backend.launch_kernel(func.raw, dims, args, stream.raw) }
             .map_err(|e| e.context(format!("launch of '{}'", func.name)))
@@ -94,12 +109,19 @@ pub fn host_callback(
     reads: &[Arc<SyncObject>],
     writes: &[Arc<SyncObject>],
 ) -> Result<()> {
+    host_callback_set(stream, call, &sync::access_set(reads, writes))
+}
+
+/// [`host_callback`] over an access set built by the caller.
+pub(crate) fn host_callback_set(
+    stream: &Stream,
+    call: impl Fn() -> i32 + Send + Sync + 'static,
+    set: &[sync::Access<'_>],
+) -> Result<()> {
     let job = stream.callback_job(call);
     if let Some(cap) = stream.current_capture() {
         cap.ctl().callbacks = true;
     }
-    sync::run_op(stream, &sync::access_set(reads, writes), || {
-        stream.launch_host_fn(job)
-    })?;
+    sync::run_op(stream, set, || stream.launch_host_fn(job))?;
     Ok(())
 }

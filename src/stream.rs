@@ -9,7 +9,8 @@ use crate::backend::HostFn;
 use crate::device::{next_id, Device};
 use crate::error::{Error, ErrorCode, Result};
 use crate::graph::Capture;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Per-stream counters, for tests and tuning.
@@ -65,18 +66,29 @@ impl EventPool {
     }
 }
 
+// Boxed nodes keep their heap address while recycled.
+#[allow(clippy::vec_box)]
 struct PoolInner {
     seq: u64,
-    free: Vec<u64>,
-    free_timing: Vec<u64>,
+    free: Vec<Box<RecNode>>,
+    free_timing: Vec<Box<RecNode>>,
+    /// Set when the stream is gone: recordings dropped later destroy their event.
+    closed: bool,
 }
 
-impl Drop for EventPool {
-    fn drop(&mut self) {
-        let inner = self.inner.get_mut().unwrap_or_else(|p| p.into_inner());
-        for e in inner.free.drain(..).chain(inner.free_timing.drain(..)) {
-            self.device.backend.event_destroy(e);
-        }
+impl EventPool {
+    /// Destroys the free events; later recordings destroy theirs when unreferenced.
+    /// Breaks the cycle between the pool and its free nodes (which hold the pool).
+    fn close(&self) {
+        let (a, b) = {
+            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.closed = true;
+            (
+                std::mem::take(&mut inner.free),
+                std::mem::take(&mut inner.free_timing),
+            )
+        };
+        drop((a, b));
     }
 }
 
@@ -159,14 +171,83 @@ impl Recording {
     }
 }
 
-impl Drop for Recording {
+/// A recording and its reference count. Nodes are recycled with their event: the
+/// pool keeps unreferenced nodes and hands them out again, so recording allocates
+/// nothing once the pool is warm.
+#[doc(hidden)]
+pub struct RecNode {
+    refs: AtomicUsize,
+    rec: Recording,
+}
+
+impl Drop for RecNode {
     fn drop(&mut self) {
-        let mut inner = self.pool.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if self.timing {
-            inner.free_timing.push(self.raw);
-        } else {
-            inner.free.push(self.raw);
+        self.rec.pool.device.backend.event_destroy(self.rec.raw);
+    }
+}
+
+/// A shared reference to one recording (like `Arc<Recording>`). When the last
+/// reference drops, the event goes back to its stream's pool.
+pub struct RecRef(NonNull<RecNode>);
+
+// SAFETY: the node is shared through an atomic count; Recording is Send + Sync.
+unsafe impl Send for RecRef {}
+// SAFETY: as above.
+unsafe impl Sync for RecRef {}
+
+impl RecRef {
+    fn node(&self) -> &RecNode {
+        // SAFETY: the node lives while a reference to it exists.
+        unsafe { self.0.as_ref() }
+    }
+}
+
+impl std::ops::Deref for RecRef {
+    type Target = Recording;
+    fn deref(&self) -> &Recording {
+        &self.node().rec
+    }
+}
+
+impl Clone for RecRef {
+    fn clone(&self) -> Self {
+        self.node().refs.fetch_add(1, Ordering::Relaxed);
+        RecRef(self.0)
+    }
+}
+
+impl Drop for RecRef {
+    fn drop(&mut self) {
+        if self.node().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
         }
+        std::sync::atomic::fence(Ordering::Acquire);
+        // SAFETY: the last reference; the node came from Box::into_raw in `record`.
+        let node = unsafe { Box::from_raw(self.0.as_ptr()) };
+        let pool = node.rec.pool.clone();
+        let mut inner = pool.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.closed {
+            drop(inner);
+            drop(node);
+        } else if node.rec.timing {
+            inner.free_timing.push(node);
+        } else {
+            inner.free.push(node);
+        }
+    }
+}
+
+// SAFETY: a Box round trip through a non-null pointer.
+unsafe impl crate::handle::Shared for RecRef {
+    type Target = RecNode;
+    fn into_raw(self) -> *const RecNode {
+        let p = self.0.as_ptr();
+        std::mem::forget(self);
+        p
+    }
+    unsafe fn from_raw(p: *const RecNode) -> Self {
+        // SAFETY: p came from into_raw, so it is non-null.
+        RecRef(unsafe { NonNull::new_unchecked(p.cast_mut()) })
     }
 }
 
@@ -220,6 +301,7 @@ impl Stream {
                     seq: 0,
                     free: Vec::new(),
                     free_timing: Vec::new(),
+                    closed: false,
                 }),
                 completed: AtomicU64::new(0),
                 deferred: Mutex::new(None),
@@ -342,7 +424,7 @@ impl Stream {
     }
 
     /// Records a pooled event at the current end of the stream.
-    pub fn record(&self, timing: bool) -> Result<Arc<Recording>> {
+    pub fn record(&self, timing: bool) -> Result<RecRef> {
         let backend = &self.device.backend;
         let capture_id = self.capture_id();
         let mut inner = self.pool.inner.lock().unwrap_or_else(|p| p.into_inner());
@@ -351,30 +433,38 @@ impl Stream {
         } else {
             inner.free.pop()
         };
-        let raw = match popped {
-            Some(e) => e,
+        let mut node = match popped {
+            Some(n) => n,
             None => {
                 self.stats.events_created.fetch_add(1, Ordering::Relaxed);
-                backend.event_create(timing)?
+                Box::new(RecNode {
+                    refs: AtomicUsize::new(0),
+                    rec: Recording {
+                        pool: self.pool.clone(),
+                        raw: backend.event_create(timing)?,
+                        seq: 0,
+                        timing,
+                        capture_id: None,
+                    },
+                })
             }
         };
-        if let Err(e) = backend.event_record(raw, self.raw) {
+        if let Err(e) = backend.event_record(node.rec.raw, self.raw) {
             if timing {
-                inner.free_timing.push(raw)
+                inner.free_timing.push(node)
             } else {
-                inner.free.push(raw)
+                inner.free.push(node)
             }
             return Err(e);
         }
         inner.seq += 1;
-        let seq = inner.seq;
+        node.rec.seq = inner.seq;
         drop(inner);
-        Ok(Arc::new(Recording {
-            pool: self.pool.clone(),
-            raw,
-            seq,
-            timing,
-            capture_id,
+        node.rec.capture_id = capture_id;
+        *node.refs.get_mut() = 1;
+        // SAFETY: Box::into_raw is never null.
+        Ok(RecRef(unsafe {
+            NonNull::new_unchecked(Box::into_raw(node))
         }))
     }
 
@@ -514,6 +604,7 @@ impl Stream {
 impl Drop for Stream {
     fn drop(&mut self) {
         let _ = self.trim_block_cache();
+        self.pool.close();
         if self.owned {
             self.device.backend.stream_destroy(self.raw);
         } else {

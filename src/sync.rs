@@ -16,15 +16,16 @@
 
 use crate::device::next_id;
 use crate::error::{Error, ErrorCode, Result};
-use crate::stream::{Recording, Stream};
+use crate::stream::{RecRef, Recording, Stream};
 use smallvec::SmallVec;
+use std::borrow::Borrow;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 #[derive(Clone, Default)]
 pub(crate) struct SyncState {
-    pub(crate) writer: Option<Arc<Recording>>,
-    pub(crate) readers: Vec<Arc<Recording>>,
+    pub(crate) writer: Option<RecRef>,
+    pub(crate) readers: Vec<RecRef>,
     /// A fresh stream-ordered allocation: valid only in this stream's order until
     /// the first write on it or the first use on another stream.
     pub(crate) alloc_on: Option<Arc<Stream>>,
@@ -110,9 +111,9 @@ impl SyncObject {
         lock(&self.state).writer.is_some()
     }
 
-    fn pending(&self, include_readers: bool, op: &str) -> Result<Vec<Arc<Recording>>> {
+    fn pending(&self, include_readers: bool, op: &str) -> Result<Vec<RecRef>> {
         let st = lock(&self.state);
-        let mut v: Vec<Arc<Recording>> = st.writer.iter().cloned().collect();
+        let mut v: Vec<RecRef> = st.writer.iter().cloned().collect();
         if include_readers {
             v.extend(st.readers.iter().cloned());
         }
@@ -143,7 +144,7 @@ impl SyncObject {
     }
 
     /// All outstanding recordings (writer and readers), for frees.
-    pub(crate) fn outstanding(&self) -> Vec<Arc<Recording>> {
+    pub(crate) fn outstanding(&self) -> Vec<RecRef> {
         let st = lock(&self.state);
         st.writer.iter().chain(st.readers.iter()).cloned().collect()
     }
@@ -155,24 +156,25 @@ pub struct Access<'a> {
     pub write: bool,
 }
 
-/// An op's accesses; inline for up to 8 objects (no allocation on the hot path).
-pub type AccessSet<'a> = SmallVec<[Access<'a>; 8]>;
-type Waits = SmallVec<[Arc<Recording>; 4]>;
+/// An op's accesses; inline for up to 4 objects (no allocation on the common path).
+pub type AccessSet<'a> = SmallVec<[Access<'a>; 4]>;
+type Waits = SmallVec<[RecRef; 4]>;
 
 /// Sorts by id and merges duplicates; an object both read and written is a write.
-pub(crate) fn access_set<'a>(
-    reads: &'a [Arc<SyncObject>],
-    writes: &'a [Arc<SyncObject>],
+#[inline]
+pub(crate) fn access_set<'a, R: Borrow<Arc<SyncObject>>>(
+    reads: &'a [R],
+    writes: &'a [R],
 ) -> AccessSet<'a> {
     let mut v: AccessSet<'a> = SmallVec::new();
-    v.extend(reads.iter().map(|o| Access {
-        obj: o,
-        write: false,
-    }));
-    v.extend(writes.iter().map(|o| Access {
-        obj: o,
-        write: true,
-    }));
+    for (objs, write) in [(reads, false), (writes, true)] {
+        for o in objs {
+            v.push(Access {
+                obj: o.borrow(),
+                write,
+            });
+        }
+    }
     if v.len() > 1 {
         v.sort_unstable_by_key(|a| (a.obj.id, !a.write));
         v.dedup_by(|later, first| later.obj.id == first.obj.id);
@@ -185,17 +187,19 @@ struct Locked<'a> {
     access: &'a Access<'a>,
 }
 
-fn lock_all<'a>(set: &'a [Access<'a>]) -> SmallVec<[Locked<'a>; 8]> {
-    set.iter()
-        .map(|a| Locked {
+fn lock_all<'a>(set: &'a [Access<'a>]) -> SmallVec<[Locked<'a>; 4]> {
+    let mut v = SmallVec::new();
+    for a in set {
+        v.push(Locked {
             guard: lock(&a.obj.state),
             access: a,
-        })
-        .collect()
+        });
+    }
+    v
 }
 
 /// Adds `rec` to the wait list unless an equal-or-newer one from its stream is there.
-fn add_wait(need: &mut Waits, rec: &Arc<Recording>) {
+fn add_wait(need: &mut Waits, rec: &RecRef) {
     match need.iter_mut().find(|r| r.stream_id() == rec.stream_id()) {
         Some(r) if r.seq >= rec.seq => {}
         Some(r) => *r = rec.clone(),
@@ -262,7 +266,7 @@ fn issue_waits(stream: &Stream, need: &Waits) -> Result<()> {
 }
 
 /// Publishes `rec` as the op's completion in every object.
-fn end_locked(stream: &Stream, locked: &mut [Locked<'_>], rec: &Arc<Recording>) {
+fn end_locked(stream: &Stream, locked: &mut [Locked<'_>], rec: &RecRef) {
     if let Some(cap) = stream.current_capture() {
         for l in locked.iter() {
             cap.touch(l.access.obj, &l.guard, l.access.write);
@@ -296,7 +300,7 @@ pub fn run_op(
     stream: &Stream,
     set: &[Access<'_>],
     enqueue: impl FnOnce() -> Result<()>,
-) -> Result<Option<Arc<Recording>>> {
+) -> Result<Option<RecRef>> {
     if set.is_empty() {
         enqueue()?;
         after_op(stream)?;
@@ -326,7 +330,7 @@ pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
 }
 
 /// Ends a foreign op: records one event (no lock held) and publishes it.
-pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<Option<Arc<Recording>>> {
+pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<Option<RecRef>> {
     if set.is_empty() {
         after_op(stream)?;
         return Ok(None);

@@ -9,7 +9,8 @@ use crate::memory::PinnedStats;
 use std::ffi::c_char;
 use std::sync::{Arc, LazyLock};
 
-pub(crate) static DEVICES: LazyLock<HandleTable<Device>> = LazyLock::new(|| HandleTable::new(1));
+pub(crate) static DEVICES: LazyLock<HandleTable<Arc<Device>>> =
+    LazyLock::new(|| HandleTable::new(1));
 
 /// The host backend: CPU worker threads with CUDA stream semantics.
 pub const SLUICE_BACKEND_HOST: u32 = 1;

@@ -4,10 +4,10 @@ use super::stream::{sluice_stream_t, STREAMS};
 use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
 use crate::error::{Error, Result};
 use crate::handle::HandleTable;
-use crate::stream::Recording;
-use std::sync::{Arc, LazyLock};
+use crate::stream::RecRef;
+use std::sync::LazyLock;
 
-pub(crate) static EVENTS: LazyLock<HandleTable<Recording>> = LazyLock::new(|| HandleTable::new(3));
+pub(crate) static EVENTS: LazyLock<HandleTable<RecRef>> = LazyLock::new(|| HandleTable::new(3));
 
 /// Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
 pub const SLUICE_EVENT_TIMING: u32 = 1;
@@ -23,7 +23,7 @@ pub struct sluice_event_t {
     pub bits: u64,
 }
 
-pub(crate) fn event(e: sluice_event_t) -> Result<Arc<Recording>> {
+pub(crate) fn event(e: sluice_event_t) -> Result<RecRef> {
     lookup(&EVENTS, e.bits, "event")
 }
 

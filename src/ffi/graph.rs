@@ -9,9 +9,10 @@ use crate::handle::HandleTable;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, LazyLock};
 
-pub(crate) static GRAPHS: LazyLock<HandleTable<Graph>> = LazyLock::new(|| HandleTable::new(9));
-pub(crate) static EXECS: LazyLock<HandleTable<GraphExec>> = LazyLock::new(|| HandleTable::new(10));
-pub(crate) static CACHES: LazyLock<HandleTable<GraphCache>> =
+pub(crate) static GRAPHS: LazyLock<HandleTable<Arc<Graph>>> = LazyLock::new(|| HandleTable::new(9));
+pub(crate) static EXECS: LazyLock<HandleTable<Arc<GraphExec>>> =
+    LazyLock::new(|| HandleTable::new(10));
+pub(crate) static CACHES: LazyLock<HandleTable<Arc<GraphCache>>> =
     LazyLock::new(|| HandleTable::new(11));
 
 pub(crate) fn live_graph_handles() -> usize {

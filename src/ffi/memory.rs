@@ -10,7 +10,8 @@ use crate::memory::{self as mem, Buffer};
 use std::ffi::c_void;
 use std::sync::{Arc, LazyLock};
 
-pub(crate) static BUFFERS: LazyLock<HandleTable<Buffer>> = LazyLock::new(|| HandleTable::new(6));
+pub(crate) static BUFFERS: LazyLock<HandleTable<Arc<Buffer>>> =
+    LazyLock::new(|| HandleTable::new(6));
 
 /// Buffer kind: device memory from the driver's stream-ordered pool.
 pub const SLUICE_BUFFER_DEVICE: u32 = 1;

@@ -29,9 +29,8 @@ pub use stream::*;
 pub use sync::*;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::handle::{HandleTable, Stale};
+use crate::handle::{HandleTable, Shared, Stale};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 
 /// Version of the C ABI. Bumped on any incompatible change.
 pub const SLUICE_ABI_VERSION: u32 = 1;
@@ -88,25 +87,25 @@ pub(crate) fn write_out<T>(p: *mut T, v: T) {
     unsafe { p.write(v) }
 }
 
-pub(crate) fn lookup<T>(table: &HandleTable<T>, bits: u64, what: &str) -> Result<Arc<T>> {
+pub(crate) fn lookup<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
     table.get(bits).map_err(|e| stale(e, bits, what))
 }
 
-/// Runs `f` on a borrowed object (no `Arc` clone). Short, non-blocking calls only.
-pub(crate) fn with<T, R>(
-    table: &HandleTable<T>,
+/// Runs `f` on a borrowed object (no clone). Short, non-blocking calls only.
+pub(crate) fn with<P: Shared, R>(
+    table: &HandleTable<P>,
     bits: u64,
     what: &str,
-    f: impl FnOnce(&Arc<T>) -> Result<R>,
+    f: impl FnOnce(&P) -> Result<R>,
 ) -> Result<R> {
     table.with(bits, f).map_err(|e| stale(e, bits, what))?
 }
 
-pub(crate) fn remove<T>(table: &HandleTable<T>, bits: u64, what: &str) -> Result<Arc<T>> {
+pub(crate) fn remove<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
     table.remove(bits).map_err(|e| stale(e, bits, what))
 }
 
-fn stale(e: Stale, bits: u64, what: &str) -> Error {
+pub(crate) fn stale(e: Stale, bits: u64, what: &str) -> Error {
     let msg = match e {
         Stale::Null => format!("{what} handle is null (0)"),
         Stale::WrongType => format!("handle 0x{bits:016x} is not a {what} handle"),

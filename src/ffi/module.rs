@@ -8,11 +8,13 @@ use crate::backend::LaunchDims;
 use crate::error::{Error, ErrorCode};
 use crate::handle::HandleTable;
 use crate::module::{self as m, Function, Module};
+use crate::sync::access_set;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
-pub(crate) static MODULES: LazyLock<HandleTable<Module>> = LazyLock::new(|| HandleTable::new(7));
-pub(crate) static FUNCTIONS: LazyLock<HandleTable<Function>> =
+pub(crate) static MODULES: LazyLock<HandleTable<Arc<Module>>> =
+    LazyLock::new(|| HandleTable::new(7));
+pub(crate) static FUNCTIONS: LazyLock<HandleTable<Arc<Function>>> =
     LazyLock::new(|| HandleTable::new(8));
 
 /// A loaded module (PTX, cubin or fatbin). Its functions keep it loaded.
@@ -147,8 +149,9 @@ pub extern "C" fn sluice_launch(
                     syncs(reads, num_reads, "reads")?,
                     syncs(writes, num_writes, "writes")?,
                 );
+                let set = access_set(&r, &w);
                 // SAFETY: the caller promises args match the kernel's parameters.
-                unsafe { m::launch(s, f, dims, argp, &r, &w) }
+                unsafe { m::launch_set(s, f, dims, argp, &set) }
             })
         })
     })

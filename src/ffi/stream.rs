@@ -10,7 +10,8 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock};
 
-pub(crate) static STREAMS: LazyLock<HandleTable<Stream>> = LazyLock::new(|| HandleTable::new(2));
+pub(crate) static STREAMS: LazyLock<HandleTable<Arc<Stream>>> =
+    LazyLock::new(|| HandleTable::new(2));
 
 /// Stream flag: do not synchronise with the legacy default stream.
 pub const SLUICE_STREAM_NON_BLOCKING: u32 = 1;
@@ -233,14 +234,14 @@ pub extern "C" fn sluice_stream_host_callback(
             syncs(reads, num_reads, "reads")?,
             syncs(writes, num_writes, "writes")?,
         );
-        crate::module::host_callback(
+        let set = crate::sync::access_set(&r, &w);
+        crate::module::host_callback_set(
             &s,
             move || {
                 // SAFETY: the caller provided a valid callback for this user_data.
                 unsafe { cb(ud.get()) }
             },
-            &r,
-            &w,
+            &set,
         )
     })
 }

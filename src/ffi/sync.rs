@@ -1,15 +1,16 @@
 //! Sync objects and foreign ops.
 
 use super::stream::{sluice_stream_t, stream};
-use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, write_out};
+use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, stale, write_out};
 use crate::error::{Error, Result};
-use crate::handle::HandleTable;
+use crate::handle::{Borrowed, HandleTable};
 use crate::stream::Stream;
 use crate::sync::{self as engine, EngineMode, SyncObject};
 use std::sync::{Arc, LazyLock};
 
-pub(crate) static SYNCS: LazyLock<HandleTable<SyncObject>> = LazyLock::new(|| HandleTable::new(4));
-pub(crate) static OPS: LazyLock<HandleTable<OpToken>> = LazyLock::new(|| HandleTable::new(5));
+pub(crate) static SYNCS: LazyLock<HandleTable<Arc<SyncObject>>> =
+    LazyLock::new(|| HandleTable::new(4));
+pub(crate) static OPS: LazyLock<HandleTable<Arc<OpToken>>> = LazyLock::new(|| HandleTable::new(5));
 
 /// Engine mode: ops only enqueue work (the default).
 pub const SLUICE_ENGINE_ASYNC: u32 = 0;
@@ -55,15 +56,22 @@ pub(crate) fn sync(s: sluice_sync_t) -> Result<Arc<SyncObject>> {
     lookup(&SYNCS, s.bits, "sync object")
 }
 
-/// Sync objects of an op; inline for up to 4 (no allocation on the hot path).
-pub(crate) type Syncs = smallvec::SmallVec<[Arc<SyncObject>; 4]>;
+/// Borrowed sync objects of an op; inline for up to 4 (no allocation on the hot path).
+pub(crate) type Syncs = smallvec::SmallVec<[Borrowed<'static, Arc<SyncObject>>; 4]>;
 
 pub(crate) fn syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Syncs> {
-    slice_in(p, n, name)?
-        .iter()
-        .enumerate()
-        .map(|(i, h)| sync(*h).map_err(|e| e.context(format!("{name}[{i}]"))))
-        .collect()
+    let mut v = Syncs::new();
+    for (i, h) in slice_in(p, n, name)?.iter().enumerate() {
+        match SYNCS.borrow(h.bits) {
+            Ok(b) => v.push(b),
+            Err(e) => return Err(stale(e, h.bits, "sync object").context(format!("{name}[{i}]"))),
+        }
+    }
+    Ok(v)
+}
+
+fn owned(v: Syncs) -> Vec<Arc<SyncObject>> {
+    v.iter().map(|b| (**b).clone()).collect()
 }
 
 /// Creates a standalone sync object, for memory sluice does not own (a libtorch
@@ -152,8 +160,8 @@ pub extern "C" fn sluice_op_begin(
         engine::op_begin(&s, &engine::access_set(&r, &w))?;
         let tok = OpToken {
             stream: s,
-            reads: r.into_vec(),
-            writes: w.into_vec(),
+            reads: owned(r),
+            writes: owned(w),
         };
         write_out(
             out,
