@@ -1,13 +1,16 @@
-//! sluice's own cost per exported call, measured against a stand-in driver
-//! (`tools/mockcuda`) whose calls return at once. Each row subtracts the same
-//! driver calls made directly, so what is left is sluice's bookkeeping.
-//! For profiling on a machine without a GPU; the GPU numbers come from
-//! `benches/overhead.rs`. Run with `scripts/profile-host.sh`.
+//! sluice's own cost per exported call: each row runs a sluice call and the raw
+//! driver calls it makes, on the same streams, and prints the difference.
+//!
+//! With the stand-in driver (`tools/mockcuda`, via `scripts/profile-host.sh`) the
+//! driver calls return at once, so the difference is sluice's bookkeeping on this
+//! CPU, and `perf` can profile it without a GPU. With `OPCOST_REAL_DRIVER=1` on a
+//! GPU it loads `kernels/test_kernels.ptx` and runs real kernels; the numbers that
+//! count come from `benches/overhead.rs`. An argument filters the rows by name.
 
 use sluice::ffi::*;
 use std::ffi::c_void;
 use std::hint::black_box;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 fn ok(e: *mut sluice_error_t) {
     assert!(e.is_null(), "{}", unsafe {
@@ -15,30 +18,41 @@ fn ok(e: *mut sluice_error_t) {
     });
 }
 
-/// Best-of-5 mean ns per call of `f`, `n` calls per try.
-fn ns(n: u32, mut f: impl FnMut()) -> f64 {
-    (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..n {
-                f();
-            }
-            t.elapsed().as_nanos() as f64 / n as f64
-        })
-        .fold(f64::INFINITY, f64::min)
-}
+const WORDS: u64 = 1024;
 
 fn main() {
     let only = std::env::args().nth(1);
     let want = |name: &str| only.as_deref().is_none_or(|o| name.contains(o));
-    let n = std::env::var("OPCOST_N")
+    let n: u32 = std::env::var("OPCOST_N")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000u32);
-    let drv =
-        sluice::backend::cuda::driver().expect("run with the mock libcuda on LD_LIBRARY_PATH");
+        .unwrap_or(200_000);
+    let real = std::env::var_os("OPCOST_REAL_DRIVER").is_some();
+    let drv = sluice::backend::cuda::driver()
+        .expect("needs SLUICE_BACKEND=cuda and a libcuda (real, or tools/mockcuda)");
     let mut d = sluice_device_t { bits: 0 };
     ok(sluice_device_open_default(&mut d));
+    // Best of 5 tries of mean ns per call; the device is drained every 1000 calls,
+    // outside the timed part, so queues never fill.
+    let ns = |f: &mut dyn FnMut()| -> f64 {
+        (0..5)
+            .map(|_| {
+                let mut t = Duration::ZERO;
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(1000);
+                    let t0 = Instant::now();
+                    for _ in 0..k {
+                        f();
+                    }
+                    t += t0.elapsed();
+                    left -= k;
+                    ok(sluice_device_wait_all(d));
+                }
+                t.as_nanos() as f64 / n as f64
+            })
+            .fold(f64::INFINITY, f64::min)
+    };
     let mk_stream = || {
         let mut s = sluice_stream_t { bits: 0 };
         ok(sluice_stream_create(
@@ -47,62 +61,98 @@ fn main() {
             0,
             &mut s,
         ));
-        s
+        let mut raw = std::ptr::null_mut();
+        ok(sluice_stream_raw(s, &mut raw));
+        (s, raw)
     };
-    let (sa, sb) = (mk_stream(), mk_stream());
-    let (mut ra, mut rb) = (std::ptr::null_mut(), std::ptr::null_mut());
-    ok(sluice_stream_raw(sa, &mut ra));
-    ok(sluice_stream_raw(sb, &mut rb));
-    let mut raw_ev = std::ptr::null_mut();
-    unsafe { (drv.cuEventCreate)(&mut raw_ev, 2) };
+    let ((sa, ra), (sb, rb)) = (mk_stream(), mk_stream());
+    let raw_event = || {
+        let mut e = std::ptr::null_mut();
+        unsafe { (drv.cuEventCreate)(&mut e, 2) };
+        e
+    };
+    let (eva, evb) = (raw_event(), raw_event());
 
-    let ptx = b".version 7.0\n.target sm_50\n.address_size 64\n";
+    let image: Vec<u8> = if real {
+        let mut v = std::fs::read("kernels/test_kernels.ptx").expect("kernels/test_kernels.ptx");
+        v.push(0);
+        v
+    } else {
+        b".version 7.0\n.target sm_50\n.address_size 64\n\0".to_vec()
+    };
     let mut m = sluice_module_t { bits: 0 };
     ok(sluice_module_load(
         d,
-        ptx.as_ptr().cast(),
-        ptx.len(),
+        image.as_ptr().cast(),
+        image.len(),
         &mut m,
     ));
     let mut f = sluice_function_t { bits: 0 };
-    ok(sluice_module_function(m, c"k".as_ptr(), &mut f));
+    ok(sluice_module_function(m, c"sluice_add".as_ptr(), &mut f));
+    let mut rm = std::ptr::null_mut();
     let mut rf = std::ptr::null_mut();
-    unsafe { (drv.cuModuleGetFunction)(&mut rf, std::ptr::null_mut(), c"k".as_ptr()) };
+    unsafe {
+        (drv.cuModuleLoadDataEx)(
+            &mut rm,
+            image.as_ptr().cast(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        (drv.cuModuleGetFunction)(&mut rf, rm, c"sluice_add".as_ptr());
+    }
     let dims = sluice_launch_dims_t {
-        grid: [1, 1, 1],
-        block: [1, 1, 1],
+        grid: [4, 1, 1],
+        block: [256, 1, 1],
         shared_mem_bytes: 0,
     };
     let mut bufs = [sluice_buffer_t { bits: 0 }; 2];
     let mut syncs = [sluice_sync_t { bits: 0 }; 2];
+    let mut ptrs = [0u64; 2];
     for i in 0..2 {
-        ok(sluice_buffer_alloc(sa, 4096, &mut bufs[i]));
+        ok(sluice_buffer_alloc(sa, WORDS as usize * 4, &mut bufs[i]));
+        ok(sluice_memset(sa, bufs[i], 0, 0, WORDS as usize * 4));
         ok(sluice_buffer_sync(bufs[i], &mut syncs[i]));
+        let mut info = std::mem::MaybeUninit::<sluice_buffer_info_t>::uninit();
+        ok(sluice_buffer_info(bufs[i], info.as_mut_ptr()));
+        ptrs[i] = unsafe { info.assume_init() }.device_ptr;
     }
+    ok(sluice_device_wait_all(d));
     let (x, y) = (syncs[0], syncs[1]);
-    let mut a0 = 0u64;
-    let mut args = [(&mut a0 as *mut u64).cast::<c_void>()];
+    let (mut xa, mut ya, mut na) = (ptrs[0], ptrs[1], WORDS);
+    let (mut yb, mut xb, mut nb) = (ptrs[1], ptrs[0], WORDS);
+    let arg = |v: &mut u64| (v as *mut u64).cast::<c_void>();
+    let mut args_a = [arg(&mut xa), arg(&mut ya), arg(&mut na)];
+    let mut args_b = [arg(&mut yb), arg(&mut xb), arg(&mut nb)];
 
-    println!("| call | sluice ns | same driver calls ns | sluice's own ns |\n|---|---:|---:|---:|");
+    println!("| call | sluice ns | raw driver calls ns | sluice's own ns |\n|---|---:|---:|---:|");
     let row = |name: &str, s: f64, r: f64| println!("| {name} | {s:.1} | {r:.1} | {:.1} |", s - r);
 
+    // A recorded event on each side, so the raw and sluice waits do the same work.
     let mut ev = sluice_event_t { bits: 0 };
     ok(sluice_event_record(sa, 0, &mut ev));
+    unsafe { (drv.cuEventRecord)(eva, ra as _) };
+    ok(sluice_device_wait_all(d));
     if want("wait") {
-        let s = ns(n, || ok(sluice_stream_wait_event(sb, ev)));
-        let r = ns(n, || unsafe {
-            black_box((drv.cuStreamWaitEvent)(rb as _, raw_ev, 0));
+        let s = ns(&mut || ok(sluice_stream_wait_event(sb, ev)));
+        let r = ns(&mut || unsafe {
+            black_box((drv.cuStreamWaitEvent)(rb as _, eva, 0));
         });
-        row("stream wait on event", s, r);
+        row("stream wait on a completed event", s, r);
+    }
+    if want("stats") {
+        let mut st = std::mem::MaybeUninit::<sluice_stream_stats_t>::uninit();
+        let s = ns(&mut || ok(sluice_stream_stats(sb, st.as_mut_ptr())));
+        row("stream stats (boundary + 1 lookup, no driver call)", s, 0.0);
     }
     if want("record") {
-        let s = ns(n, || {
+        let s = ns(&mut || {
             let mut e = sluice_event_t { bits: 0 };
             ok(sluice_event_record(sa, 0, &mut e));
             ok(sluice_event_destroy(e));
         });
-        let r = ns(n, || unsafe {
-            black_box((drv.cuEventRecord)(raw_ev, ra as _));
+        let r = ns(&mut || unsafe {
+            black_box((drv.cuEventRecord)(eva, ra as _));
         });
         row("event record + destroy", s, r);
     }
@@ -125,10 +175,10 @@ fn main() {
     let raw_launch = |s: *mut c_void, a: &mut [*mut c_void]| unsafe {
         black_box((drv.cuLaunchKernel)(
             rf,
+            4,
             1,
             1,
-            1,
-            1,
+            256,
             1,
             1,
             0,
@@ -138,47 +188,46 @@ fn main() {
         ));
     };
     if want("launch") {
-        let s = ns(n, || launch(sa, &[], &[], &mut args));
-        let r = ns(n, || raw_launch(ra, &mut args));
+        let s = ns(&mut || launch(sa, &[], &[], &mut args_a));
+        let r = ns(&mut || raw_launch(ra, &mut args_a));
         row("launch, no sync objects", s, r);
     }
     if want("ping") {
         let mut k = 0u64;
-        let s = ns(n, || {
+        let s = ns(&mut || {
             k += 1;
             if k % 2 == 0 {
-                launch(sa, &[y], &[x], &mut args)
+                launch(sa, &[y], &[x], &mut args_a)
             } else {
-                launch(sb, &[x], &[y], &mut args)
+                launch(sb, &[x], &[y], &mut args_b)
             }
         });
-        let r = ns(n, || {
+        let r = ns(&mut || {
             k += 1;
-            let (st, other) = if k % 2 == 0 { (ra, rb) } else { (rb, ra) };
-            let _ = other;
-            unsafe {
-                black_box((drv.cuStreamWaitEvent)(st as _, raw_ev, 0));
-            }
-            raw_launch(st, &mut args);
-            unsafe {
-                black_box((drv.cuEventRecord)(raw_ev, st as _));
-            }
+            let (st, a, wait_on, rec) = if k % 2 == 0 {
+                (ra, &mut args_a, evb, eva)
+            } else {
+                (rb, &mut args_b, eva, evb)
+            };
+            unsafe { black_box((drv.cuStreamWaitEvent)(st as _, wait_on, 0)) };
+            raw_launch(st, a);
+            unsafe { black_box((drv.cuEventRecord)(rec, st as _)) };
         });
         row("ping-pong op (launch, 1 read, 1 write, 1 wait)", s, r);
     }
     if want("op") {
-        let s = ns(n, || {
+        let s = ns(&mut || {
             let mut op = sluice_op_t { bits: 0 };
             ok(sluice_op_begin(sa, &x, 1, std::ptr::null(), 0, &mut op));
             ok(sluice_op_end(op));
         });
-        let r = ns(n, || unsafe {
-            black_box((drv.cuEventRecord)(raw_ev, ra as _));
+        let r = ns(&mut || unsafe {
+            black_box((drv.cuEventRecord)(eva, ra as _));
         });
         row("op_begin + op_end, 1 read", s, r);
     }
     if want("alloc") {
-        let s = ns(n, || {
+        let s = ns(&mut || {
             let mut b = sluice_buffer_t { bits: 0 };
             ok(sluice_buffer_alloc(sa, 1 << 20, &mut b));
             ok(sluice_buffer_free(b));

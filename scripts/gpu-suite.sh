@@ -39,6 +39,26 @@ for l in sys.stdin:
   du -sh .gpu
 }
 
+# kernels/test_kernels.cu as a cubin and a fatbin for this GPU, for tests/module_images.rs
+# (SLUICE_TEST_CUBIN, SLUICE_TEST_FATBIN; left unset, that test skips).
+module_images() {
+  local nvcc cc dir
+  nvcc=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null) \
+    || { note "module images: no nvcc, module_images skips"; return; }
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+  dir=$(mktemp -d)
+  if "$nvcc" -cubin -arch="sm_$cc" -o "$dir/test_kernels.cubin" kernels/test_kernels.cu \
+       > "$out/nvcc.log" 2>&1 \
+     && "$nvcc" -fatbin -gencode "arch=compute_$cc,code=[sm_$cc,compute_$cc]" \
+       -o "$dir/test_kernels.fatbin" kernels/test_kernels.cu >> "$out/nvcc.log" 2>&1; then
+    export SLUICE_TEST_CUBIN="$dir/test_kernels.cubin" SLUICE_TEST_FATBIN="$dir/test_kernels.fatbin"
+    note "module images: sm_$cc cubin $(stat -c %s "$SLUICE_TEST_CUBIN") B, fatbin" \
+      "$(stat -c %s "$SLUICE_TEST_FATBIN") B ($("$nvcc" --version | grep -o 'release [0-9.]*'))"
+  else
+    note "module images: nvcc failed for sm_$cc (nvcc.log), module_images skips"
+  fi
+}
+
 run() {
   out=${OUT:-/tmp/sluice-gpu-out}; mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/.gpu:${LD_LIBRARY_PATH:-}"
@@ -46,11 +66,13 @@ run() {
   note() { echo "$*" | tee -a "$summary"; }
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
   if has rust; then
+    module_images
     for t in .gpu/rust/*; do
       n=$(basename "$t")
       SLUICE_BACKEND=cuda timeout 300 "$t" --test-threads=4 > "$out/rust-$n.log" 2>&1
       note "rust $n (cuda): rc=$? $(grep -E '^test result' "$out/rust-$n.log" | tail -1)"
     done
+    grep -o 'SKIP [a-z_]*: .*' "$out/rust-module_images.log" 2>/dev/null | while read -r l; do note "  $l"; done
   fi
   if has c && [ -d .gpu/c ]; then
     for t in .gpu/c/sluice_c_tests; do

@@ -424,7 +424,7 @@ pub fn copy_to_host(stream: &Stream, dst: &mut [u8], src: &Buffer, src_off: usiz
     let backend = &stream.device.backend;
     let d = dst.as_mut_ptr() as u64;
     let len = dst.len();
-    let rec = sync::run_op(
+    let rec = sync::run_op_recorded(
         stream,
         &sync::access_set(std::slice::from_ref(&src.sync), &[]),
         || backend.memcpy_async(d, s, len, stream.raw),

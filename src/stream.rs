@@ -25,14 +25,15 @@ pub struct StreamStats {
 }
 
 /// The part of a stream that recordings keep alive: the pool and the clock.
+#[repr(C, align(64))]
 pub(crate) struct EventPool {
-    pub(crate) device: Arc<Device>,
     pub(crate) stream_id: u64,
+    /// Highest sequence known complete through a host wait (used to prune, never polled).
+    pub(crate) completed: AtomicU64,
     /// Guards the sequence counter and the free lists, so that sequence order
     /// equals recording order on the stream.
     inner: Mutex<PoolInner>,
-    /// Highest sequence known complete through a host wait (used to prune, never polled).
-    pub(crate) completed: AtomicU64,
+    pub(crate) device: Arc<Device>,
     /// Errors reported asynchronously (host callbacks), returned at the next sync.
     pub(crate) deferred: Mutex<Option<Error>>,
 }
@@ -175,6 +176,7 @@ impl Recording {
 /// pool keeps unreferenced nodes and hands them out again, so recording allocates
 /// nothing once the pool is warm.
 #[doc(hidden)]
+#[repr(C, align(64))]
 pub struct RecNode {
     refs: AtomicUsize,
     rec: Recording,
@@ -224,7 +226,8 @@ impl Drop for RecRef {
         std::sync::atomic::fence(Ordering::Acquire);
         // SAFETY: the last reference; the node came from Box::into_raw in `record`.
         let node = unsafe { Box::from_raw(self.0.as_ptr()) };
-        let pool = node.rec.pool.clone();
+        // SAFETY: the node holds the pool; the guard is dropped before the node.
+        let pool = unsafe { &*Arc::as_ptr(&node.rec.pool) };
         let mut inner = pool.inner.lock().unwrap_or_else(|p| p.into_inner());
         if inner.closed {
             drop(inner);
@@ -251,20 +254,22 @@ unsafe impl crate::handle::Shared for RecRef {
     }
 }
 
+// The fields every op reads come first, in one cache line of their own.
+#[repr(C, align(64))]
 pub struct Stream {
-    pub(crate) device: Arc<Device>,
     pub(crate) raw: u64,
-    /// What `raw()` exports: the caller's handle for adopted streams.
-    exported: u64,
-    owned: bool,
     pub id: u64,
+    pub(crate) device: Arc<Device>,
     pub(crate) pool: Arc<EventPool>,
-    pub stats: Arc<StreamStats>,
     /// Fast check for "is this stream capturing"; the capture itself is in `capture`.
     pub(crate) capturing: AtomicBool,
-    pub(crate) capture: Mutex<Option<Arc<Capture>>>,
     /// True on the stream that began the current capture.
     capture_origin: AtomicBool,
+    owned: bool,
+    pub stats: StreamStats,
+    /// What `raw()` exports: the caller's handle for adopted streams.
+    exported: u64,
+    pub(crate) capture: Mutex<Option<Arc<Capture>>>,
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
     /// Freed device blocks (size, address) reusable in this stream's order.
@@ -306,7 +311,7 @@ impl Stream {
                 completed: AtomicU64::new(0),
                 deferred: Mutex::new(None),
             }),
-            stats: Arc::new(StreamStats::default()),
+            stats: StreamStats::default(),
             capturing: AtomicBool::new(false),
             capture: Mutex::new(None),
             capture_origin: AtomicBool::new(false),

@@ -25,13 +25,15 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 #[derive(Clone, Default)]
 pub(crate) struct SyncState {
     pub(crate) writer: Option<RecRef>,
-    pub(crate) readers: Vec<RecRef>,
+    pub(crate) readers: SmallVec<[RecRef; 2]>,
     /// A fresh stream-ordered allocation: valid only in this stream's order until
     /// the first write on it or the first use on another stream.
     pub(crate) alloc_on: Option<Arc<Stream>>,
 }
 
 /// A per-object dependency record: stands for a buffer, or for foreign memory.
+// The id and the state share one cache line.
+#[repr(C, align(64))]
 pub struct SyncObject {
     pub id: u64,
     pub(crate) state: Mutex<SyncState>,
@@ -265,25 +267,39 @@ fn issue_waits(stream: &Stream, need: &Waits) -> Result<()> {
     Ok(())
 }
 
-/// Publishes `rec` as the op's completion in every object.
-fn end_locked(stream: &Stream, locked: &mut [Locked<'_>], rec: &RecRef) {
+/// Publishes `rec` as the op's completion in every object; gives `rec` back when
+/// `keep` is set (otherwise the last object takes it without a clone).
+fn end_locked(
+    stream: &Stream,
+    locked: &mut [Locked<'_>],
+    rec: RecRef,
+    keep: bool,
+) -> Option<RecRef> {
     if let Some(cap) = stream.current_capture() {
         for l in locked.iter() {
             cap.touch(l.access.obj, &l.guard, l.access.write);
         }
     }
-    for l in locked.iter_mut() {
+    let mut rec = Some(rec);
+    let last = locked.len().saturating_sub(1);
+    for (i, l) in locked.iter_mut().enumerate() {
+        let r = match (i == last && !keep, &mut rec) {
+            (true, r) => r.take(),
+            (false, r) => r.clone(),
+        };
+        let Some(r) = r else { break };
         let st = &mut *l.guard;
         if l.access.write {
             st.readers.clear();
-            st.writer = Some(rec.clone());
+            st.writer = Some(r);
         } else {
-            match st.readers.iter_mut().find(|r| r.stream_id() == stream.id) {
-                Some(slot) => *slot = rec.clone(),
-                None => st.readers.push(rec.clone()),
+            match st.readers.iter_mut().find(|x| x.stream_id() == stream.id) {
+                Some(slot) => *slot = r,
+                None => st.readers.push(r),
             }
         }
     }
+    rec
 }
 
 fn after_op(stream: &Stream) -> Result<()> {
@@ -300,6 +316,25 @@ pub fn run_op(
     stream: &Stream,
     set: &[Access<'_>],
     enqueue: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    run_op_inner(stream, set, enqueue, false).map(drop)
+}
+
+/// [`run_op`], also returning the op's recording (None when nothing was recorded).
+pub fn run_op_recorded(
+    stream: &Stream,
+    set: &[Access<'_>],
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<Option<RecRef>> {
+    run_op_inner(stream, set, enqueue, true)
+}
+
+#[inline]
+fn run_op_inner(
+    stream: &Stream,
+    set: &[Access<'_>],
+    enqueue: impl FnOnce() -> Result<()>,
+    keep: bool,
 ) -> Result<Option<RecRef>> {
     if set.is_empty() {
         enqueue()?;
@@ -310,13 +345,13 @@ pub fn run_op(
         let mut locked = lock_all(set);
         let need = collect_waits(stream, &mut locked)?;
         issue_waits(stream, &need)?;
+        drop(need);
         enqueue()?;
         let rec = stream.record(false)?;
-        end_locked(stream, &mut locked, &rec);
-        rec
+        end_locked(stream, &mut locked, rec, keep)
     };
     after_op(stream)?;
-    Ok(Some(rec))
+    Ok(rec)
 }
 
 /// Begins a foreign op: issues the waits for its accesses. No lock is held while
@@ -330,16 +365,14 @@ pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
 }
 
 /// Ends a foreign op: records one event (no lock held) and publishes it.
-pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<Option<RecRef>> {
+pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     if set.is_empty() {
-        after_op(stream)?;
-        return Ok(None);
+        return after_op(stream);
     }
     let rec = stream.record(false)?;
     {
         let mut locked = lock_all(set);
-        end_locked(stream, &mut locked, &rec);
+        end_locked(stream, &mut locked, rec, false);
     }
-    after_op(stream)?;
-    Ok(Some(rec))
+    after_op(stream)
 }

@@ -62,12 +62,13 @@ macro_rules! driver_api {
         /// The CUDA driver, probed once per process by [`driver`]. Holds every entry
         /// point the backend calls, already looked up, so calls through it never panic.
         #[allow(non_snake_case)]
+        #[repr(C, align(64))]
         pub struct Driver {
-            version: c_int,
             $(
                 #[doc = concat!("`", stringify!($name), "`, returning the raw `CUresult`.")]
                 pub $name: unsafe extern "C" fn($($arg),*) -> u32,
             )*
+            version: c_int,
         }
 
         impl Driver {
@@ -105,6 +106,18 @@ macro_rules! driver_api {
 }
 
 driver_api! {
+    // Called on the hot paths: kept together at the front of the table.
+    cuCtxGetCurrent: fn(*mut CUcontext);
+    cuStreamWaitEvent: fn(CUstream, CUevent, c_uint);
+    cuEventRecord: fn(CUevent, CUstream);
+    cuLaunchKernel: fn(
+        CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
+        CUstream, *mut *mut c_void, *mut *mut c_void,
+    );
+    cuMemcpyAsync: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream);
+    cuMemFreeAsync: fn(CUdeviceptr, CUstream);
+    cuStreamIsCapturing: fn(CUstream, *mut c_uint);
     cuInit: fn(c_uint);
     cuDriverGetVersion: fn(*mut c_int);
     cuGetErrorName: fn(u32, *mut *const c_char);
@@ -115,7 +128,6 @@ driver_api! {
     cuDeviceGetAttribute: fn(*mut c_int, c_uint, CUdevice);
     cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
     cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
-    cuCtxGetCurrent: fn(*mut CUcontext);
     cuCtxSetCurrent: fn(CUcontext);
     cuCtxGetStreamPriorityRange: fn(*mut c_int, *mut c_int);
     cuStreamCreateWithPriority: fn(*mut CUstream, c_uint, c_int);
@@ -124,34 +136,24 @@ driver_api! {
     cuStreamGetCtx: fn(CUstream, *mut CUcontext);
     cuStreamQuery: fn(CUstream);
     cuStreamSynchronize: fn(CUstream);
-    cuStreamWaitEvent: fn(CUstream, CUevent, c_uint);
     cuLaunchHostFunc: fn(CUstream, HostFnPtr, *mut c_void);
     cuEventCreate: fn(*mut CUevent, c_uint);
     cuEventDestroy_v2: fn(CUevent);
-    cuEventRecord: fn(CUevent, CUstream);
     cuEventQuery: fn(CUevent);
     cuEventSynchronize: fn(CUevent);
     cuEventElapsedTime: fn(*mut f32, CUevent, CUevent);
-    cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream);
-    cuMemFreeAsync: fn(CUdeviceptr, CUstream);
     cuMemHostAlloc: fn(*mut *mut c_void, usize, c_uint);
     cuMemFreeHost: fn(*mut c_void);
     cuMemHostRegister_v2: fn(*mut c_void, usize, c_uint);
     cuMemHostUnregister: fn(*mut c_void);
     cuPointerGetAttributes: fn(c_uint, *mut c_uint, *mut *mut c_void, CUdeviceptr);
-    cuMemcpyAsync: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
     cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, CUstream);
     cuMemsetD8Async: fn(CUdeviceptr, u8, usize, CUstream);
     cuModuleLoadDataEx: fn(*mut CUmodule, *const c_void, c_uint, *mut c_uint, *mut *mut c_void);
     cuModuleUnload: fn(CUmodule);
     cuModuleGetFunction: fn(*mut CUfunction, CUmodule, *const c_char);
-    cuLaunchKernel: fn(
-        CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
-        CUstream, *mut *mut c_void, *mut *mut c_void,
-    );
     cuStreamBeginCapture_v2: fn(CUstream, c_uint);
     cuStreamEndCapture: fn(CUstream, *mut CUgraph);
-    cuStreamIsCapturing: fn(CUstream, *mut c_uint);
     cuGraphDestroy: fn(CUgraph);
     cuGraphInstantiateWithFlags: fn(*mut CUgraphExec, CUgraph, u64);
     cuGraphExecDestroy: fn(CUgraphExec);

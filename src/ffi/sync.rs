@@ -180,7 +180,7 @@ pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
     boundary("sluice_op_end", || {
         let tok = remove(&OPS, op.bits, "op")?;
         let set = engine::access_set(&tok.reads, &tok.writes);
-        let r = engine::op_end(&tok.stream, &set).map(drop);
+        let r = engine::op_end(&tok.stream, &set);
         drop(set);
         r
     })
