@@ -1900,7 +1900,19 @@ fn main() {
         cu(d, res, "cuStreamCreateWithPriority");
         s
     };
-    let (ra, rb) = (mk_raw_stream(), mk_raw_stream());
+    // The raw rows run on sluice's own CUstreams, so both sides use the same
+    // hardware queues; SLUICE_BENCH_SEPARATE_STREAMS=1 gives raw its own streams.
+    let separate_streams = std::env::var_os("SLUICE_BENCH_SEPARATE_STREAMS").is_some();
+    let (ra, rb) = if separate_streams {
+        (mk_raw_stream(), mk_raw_stream())
+    } else {
+        let raw_of = |s: sluice_stream_t| {
+            let mut r = null_mut();
+            ck(sluice_stream_raw(s, &mut r), "sluice_stream_raw");
+            r as CUstream
+        };
+        (raw_of(sa), raw_of(sb))
+    };
     let mut ptx_nul = PTX.to_vec();
     ptx_nul.push(0);
     let mut rmod: CUmodule = null_mut();
@@ -1979,6 +1991,14 @@ fn main() {
             "full"
         },
         cfg.reps
+    );
+    println!(
+        "- raw rows run on {}",
+        if separate_streams {
+            "their own CUstreams (SLUICE_BENCH_SEPARATE_STREAMS=1)"
+        } else {
+            "the same CUstreams as sluice's (sluice_stream_raw)"
+        }
     );
     if sluice_engine_mode() != SLUICE_ENGINE_ASYNC {
         ck(
@@ -2085,9 +2105,11 @@ fn main() {
     );
     ck(sluice_device_close(b.dev), "sluice_device_close");
     for s in [b.ra, b.rb] {
-        b.r_sync(s);
-        // SAFETY: a stream created above, destroyed once.
-        cu(d, unsafe { (d.cuStreamDestroy_v2)(s) }, "cuStreamDestroy");
+        if separate_streams {
+            b.r_sync(s);
+            // SAFETY: a stream created above, destroyed once.
+            cu(d, unsafe { (d.cuStreamDestroy_v2)(s) }, "cuStreamDestroy");
+        }
     }
     // SAFETY: the module loaded above, unloaded once.
     cu(d, unsafe { (d.cuModuleUnload)(b.rmod) }, "cuModuleUnload");
