@@ -5,21 +5,23 @@
 //! handle passed as an event is rejected), the generation rejects stale handles, and
 //! 0 is never valid.
 //!
-//! Lookups take no lock. Slots live in segments that never move; each slot has one
-//! atomic state word `[generation:24][live:1][borrows:31]`. A lookup adds a borrow,
-//! checks the generation and the live bit, and drops the borrow when done; `remove`
-//! clears the live bit and waits for the borrows to drain before handing the object
-//! back. Only `insert` and `remove` take the table's mutex (for the free list).
+//! Lookups take no lock and write no shared memory. Slots live in segments that
+//! never move; each has a state word `[generation:24][live:1]` and a pointer. A
+//! lookup pins the thread ([`crate::epoch`]), reads the state, the pointer and the
+//! state again (a changed state means the entry went away: stale). `remove` clears
+//! the live bit and retires the table's reference, so the object is dropped only
+//! when no lookup can still hold it. `insert` and `remove` take the table's mutex
+//! for the free list.
 
+use crate::epoch;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 const GEN_MASK: u64 = 0xff_ffff;
 const LIVE: u64 = 1 << 31;
-const BORROWS: u64 = LIVE - 1;
 /// Slots in segment 0; segment k holds `SEG0 << k` slots.
 const SEG0_LOG: u32 = 6;
 const SEG0: usize = 1 << SEG0_LOG;
@@ -54,17 +56,20 @@ unsafe impl<T> Shared for Arc<T> {
 struct Slot<P: Shared> {
     state: AtomicU64,
     value: AtomicPtr<P::Target>,
-}
-
-struct Alloc {
-    next: usize,
-    free: Vec<u32>,
+    /// Next free index + 1 (0: none) while the slot is on the free list.
+    next_free: AtomicU32,
 }
 
 pub struct HandleTable<P: Shared> {
     tag: u8,
     segments: [AtomicPtr<Slot<P>>; SEGMENTS],
-    alloc: Mutex<Alloc>,
+    /// Free list head: `[tag:32][index + 1:32]`; the tag changes on every update,
+    /// so a stale compare-exchange cannot succeed (no ABA).
+    free_head: AtomicU64,
+    /// Indexes handed out so far.
+    next: AtomicUsize,
+    /// Serialises segment allocation only.
+    grow: Mutex<()>,
     _owns: PhantomData<P>,
 }
 
@@ -81,11 +86,12 @@ pub enum Stale {
     Dead,
 }
 
-/// A borrowed table entry: the object cannot be removed from the table (and so
-/// cannot be dropped by it) until this is dropped. Keep it short-lived.
+/// A borrowed table entry: the object cannot be dropped by the table while this
+/// lives (the thread stays pinned). Keep it short-lived.
 pub struct Borrowed<'a, P: Shared> {
-    state: &'a AtomicU64,
     value: ManuallyDrop<P>,
+    _pin: epoch::Guard,
+    _table: PhantomData<&'a ()>,
 }
 
 impl<P: Shared> Deref for Borrowed<'_, P> {
@@ -101,27 +107,20 @@ impl<P: Shared> std::borrow::Borrow<P> for Borrowed<'_, P> {
     }
 }
 
-impl<P: Shared> Drop for Borrowed<'_, P> {
-    fn drop(&mut self) {
-        self.state.fetch_sub(1, Ordering::Release);
-    }
-}
-
 fn segment_of(index: usize) -> (usize, usize) {
     let j = index + SEG0;
     let k = (usize::BITS - 1 - j.leading_zeros() - SEG0_LOG) as usize;
     (k, j - (SEG0 << k))
 }
 
-impl<P: Shared> HandleTable<P> {
+impl<P: Shared + Send + 'static> HandleTable<P> {
     pub fn new(tag: u8) -> Self {
         HandleTable {
             tag,
             segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
-            alloc: Mutex::new(Alloc {
-                next: 0,
-                free: Vec::new(),
-            }),
+            free_head: AtomicU64::new(0),
+            next: AtomicUsize::new(0),
+            grow: Mutex::new(()),
             _owns: PhantomData,
         }
     }
@@ -146,52 +145,82 @@ impl<P: Shared> HandleTable<P> {
         Some(unsafe { &*seg.add(off) })
     }
 
-    /// The slot for a new index; allocates its segment on first use (alloc lock held).
+    /// The slot for a fresh index; allocates its segment on first use.
     fn slot_for_insert(&self, index: usize) -> &Slot<P> {
         let (k, off) = segment_of(index);
         let mut seg = self.segments[k].load(Ordering::Acquire);
         if seg.is_null() {
-            let slots: Box<[Slot<P>]> = (0..SEG0 << k)
-                .map(|_| Slot {
-                    state: AtomicU64::new(0),
-                    value: AtomicPtr::new(std::ptr::null_mut()),
-                })
-                .collect();
-            seg = Box::into_raw(slots).cast::<Slot<P>>();
-            self.segments[k].store(seg, Ordering::Release);
+            let _g = self.grow.lock().unwrap_or_else(|p| p.into_inner());
+            seg = self.segments[k].load(Ordering::Acquire);
+            if seg.is_null() {
+                let slots: Box<[Slot<P>]> = (0..SEG0 << k)
+                    .map(|_| Slot {
+                        state: AtomicU64::new(0),
+                        value: AtomicPtr::new(std::ptr::null_mut()),
+                        next_free: AtomicU32::new(0),
+                    })
+                    .collect();
+                seg = Box::into_raw(slots).cast::<Slot<P>>();
+                self.segments[k].store(seg, Ordering::Release);
+            }
         }
         // SAFETY: as in `slot`.
         unsafe { &*seg.add(off) }
     }
 
+    /// Pops a free index, or hands out a fresh one.
+    fn take_index(&self) -> usize {
+        let mut h = self.free_head.load(Ordering::Acquire);
+        while h as u32 != 0 {
+            let index = (h as u32 - 1) as usize;
+            let next = self
+                .slot(index)
+                .map_or(0, |s| s.next_free.load(Ordering::Relaxed));
+            let new = ((h >> 32).wrapping_add(1) << 32) | next as u64;
+            match self
+                .free_head
+                .compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return index,
+                Err(now) => h = now,
+            }
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            segment_of(i).0 < SEGMENTS && i < u32::MAX as usize,
+            "handle table full"
+        );
+        i
+    }
+
+    fn push_free(&self, index: usize, slot: &Slot<P>) {
+        let mut h = self.free_head.load(Ordering::Acquire);
+        loop {
+            slot.next_free.store(h as u32, Ordering::Relaxed);
+            let new = ((h >> 32).wrapping_add(1) << 32) | (index as u64 + 1);
+            match self
+                .free_head
+                .compare_exchange_weak(h, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return,
+                Err(now) => h = now,
+            }
+        }
+    }
+
     pub fn insert(&self, value: P) -> u64 {
         let raw = value.into_raw().cast_mut();
-        let mut a = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
-        let index = match a.free.pop() {
-            Some(i) => i as usize,
-            None => {
-                let i = a.next;
-                assert!(
-                    segment_of(i).0 < SEGMENTS && i < u32::MAX as usize,
-                    "handle table full"
-                );
-                a.next += 1;
-                i
-            }
-        };
+        let index = self.take_index();
         let slot = self.slot_for_insert(index);
-        drop(a);
-        slot.value.store(raw, Ordering::Relaxed);
+        slot.value.store(raw, Ordering::Release);
         // A fresh slot (generation 0) starts at generation 1; a reused one had its
-        // generation advanced by `remove`. Stray borrows may be counted in the low
-        // bits, so the word is only ever changed by adding.
-        let s = slot.state.load(Ordering::Relaxed);
-        let add = if (s >> 32) & GEN_MASK == 0 {
-            (1 << 32) | LIVE
-        } else {
-            LIVE
+        // generation advanced by `remove`. Only insert and remove write the word.
+        let generation = match (slot.state.load(Ordering::Relaxed) >> 32) & GEN_MASK {
+            0 => 1,
+            g => g,
         };
-        let generation = ((slot.state.fetch_add(add, Ordering::Release) + add) >> 32) & GEN_MASK;
+        slot.state
+            .store((generation << 32) | LIVE, Ordering::Release);
         ((self.tag as u64) << 56) | (generation << 32) | index as u64
     }
 
@@ -200,17 +229,22 @@ impl<P: Shared> HandleTable<P> {
     pub fn borrow(&self, bits: u64) -> Result<Borrowed<'_, P>, Stale> {
         let (index, generation) = self.split(bits)?;
         let slot = self.slot(index).ok_or(Stale::Dead)?;
-        let s = slot.state.fetch_add(1, Ordering::Acquire);
+        let pin = epoch::pin();
+        let s = slot.state.load(Ordering::SeqCst);
         if s & LIVE == 0 || (s >> 32) & GEN_MASK != generation {
-            slot.state.fetch_sub(1, Ordering::Release);
             return Err(Stale::Dead);
         }
         let p = slot.value.load(Ordering::Acquire);
+        // The pointer belongs to this generation only if the state did not change.
+        if slot.state.load(Ordering::SeqCst) != s {
+            return Err(Stale::Dead);
+        }
         Ok(Borrowed {
-            state: &slot.state,
-            // SAFETY: live and borrowed, so `remove` waits before taking the pointer;
-            // ManuallyDrop keeps the table's reference.
+            // SAFETY: read while live and pinned, so the object is not dropped before
+            // the pin ends; ManuallyDrop keeps the table's reference.
             value: ManuallyDrop::new(unsafe { P::from_raw(p) }),
+            _pin: pin,
+            _table: PhantomData,
         })
     }
 
@@ -225,50 +259,37 @@ impl<P: Shared> HandleTable<P> {
         Ok(f(&b))
     }
 
-    /// Removes the entry; the object lives on while other references hold it.
+    /// Removes the entry and returns a reference to its object. The table's own
+    /// reference is dropped once no lookup can still be using it.
     pub fn remove(&self, bits: u64) -> Result<P, Stale> {
         let (index, generation) = self.split(bits)?;
         let slot = self.slot(index).ok_or(Stale::Dead)?;
-        let mut s = slot.state.load(Ordering::Relaxed);
+        let mut s = slot.state.load(Ordering::SeqCst);
         loop {
             if s & LIVE == 0 || (s >> 32) & GEN_MASK != generation {
                 return Err(Stale::Dead);
             }
             // Generation 0 is skipped so that no live handle has a zero generation.
             let next_gen = ((generation + 1) & GEN_MASK).max(1);
-            let new = (next_gen << 32) | (s & BORROWS);
-            match slot
-                .state
-                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match slot.state.compare_exchange_weak(
+                s,
+                next_gen << 32,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
                 Ok(_) => break,
                 Err(now) => s = now,
             }
         }
-        // Borrows that saw the entry live finish before the pointer is taken.
-        let mut spins = 0u32;
-        while slot.state.load(Ordering::Acquire) & BORROWS != 0 {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        let p = slot.value.swap(std::ptr::null_mut(), Ordering::Acquire);
-        self.alloc
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .free
-            .push(index as u32);
-        // SAFETY: the table owned this reference; no borrow can see it any more.
-        Ok(unsafe { P::from_raw(p) })
+        let p = slot.value.load(Ordering::Acquire);
+        self.push_free(index, slot);
+        // SAFETY: the table's reference, taken out once (the CAS above succeeded once).
+        Ok(epoch::retire(unsafe { P::from_raw(p) }))
     }
 
     /// Number of live entries (for leak tests).
     pub fn len(&self) -> usize {
-        let a = self.alloc.lock().unwrap_or_else(|p| p.into_inner());
-        (0..a.next)
+        (0..self.next.load(Ordering::Acquire))
             .filter(|&i| {
                 self.slot(i)
                     .is_some_and(|s| s.state.load(Ordering::Acquire) & LIVE != 0)
@@ -294,7 +315,8 @@ impl<P: Shared> Drop for HandleTable<P> {
                 unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(seg, SEG0 << k)) };
             for s in slots.iter() {
                 let p = s.value.load(Ordering::Relaxed);
-                if !p.is_null() {
+                // Removed entries were retired; only live ones are still the table's.
+                if s.state.load(Ordering::Relaxed) & LIVE != 0 && !p.is_null() {
                     // SAFETY: the table's own reference, dropped once.
                     drop(unsafe { P::from_raw(p) });
                 }
@@ -348,25 +370,58 @@ mod tests {
         assert_eq!(*t.get(hs[4999]).unwrap(), 4999);
     }
 
+    /// Waits up to a second (other tests may be pinned for a moment).
+    fn eventually(f: impl Fn() -> bool) -> bool {
+        let t0 = std::time::Instant::now();
+        while !f() {
+            if t0.elapsed() > std::time::Duration::from_secs(1) {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
     #[test]
-    fn remove_waits_for_a_borrow_and_drops_the_table_reference() {
+    fn a_removed_object_outlives_a_borrow_taken_before_the_remove() {
         let t = Arc::new(HandleTable::new(5));
         let obj = Arc::new(42u64);
         let h = t.insert(obj.clone());
-        let b = t.borrow(h).unwrap();
+        let (borrowed_tx, borrowed_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
         let t2 = t.clone();
-        let remover = std::thread::spawn(move || t2.remove(h).map(|p| *p));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(!remover.is_finished(), "remove must wait for the borrow");
-        assert_eq!(**b, 42);
-        drop(b);
-        assert_eq!(remover.join().unwrap(), Ok(42));
+        let reader = std::thread::spawn(move || {
+            let b = t2.borrow(h).unwrap();
+            borrowed_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            assert_eq!(**b, 42, "the borrowed object is intact after the remove");
+        });
+        borrowed_rx.recv().unwrap();
+        assert_eq!(*t.remove(h).unwrap(), 42);
+        assert_eq!(t.borrow(h).err(), Some(Stale::Dead));
+        assert_eq!(t.remove(h).err(), Some(Stale::Dead));
         assert_eq!(
             Arc::strong_count(&obj),
-            1,
-            "the table's reference was dropped"
+            2,
+            "the table's reference is kept while the reader is pinned"
         );
-        assert_eq!(t.borrow(h).err(), Some(Stale::Dead));
+        go_tx.send(()).unwrap();
+        reader.join().unwrap();
+        assert!(
+            eventually(|| Arc::strong_count(&obj) == 1),
+            "the table's reference is dropped once the reader unpinned"
+        );
+    }
+
+    #[test]
+    fn a_reused_slot_never_serves_the_old_handle() {
+        let t = HandleTable::new(7);
+        let h1 = t.insert(Arc::new(1u32));
+        t.remove(h1).unwrap();
+        let h2 = t.insert(Arc::new(2u32));
+        assert_eq!(h1 & 0xffff_ffff, h2 & 0xffff_ffff, "the slot was reused");
+        assert_eq!(t.get(h1).err(), Some(Stale::Dead));
+        assert_eq!(*t.get(h2).unwrap(), 2);
     }
 
     #[test]

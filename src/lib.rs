@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod device;
+mod epoch;
 pub mod error;
 pub mod graph;
 mod handle;

@@ -87,12 +87,16 @@ pub(crate) fn write_out<T>(p: *mut T, v: T) {
     unsafe { p.write(v) }
 }
 
-pub(crate) fn lookup<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
+pub(crate) fn lookup<P: Shared + Send + 'static>(
+    table: &HandleTable<P>,
+    bits: u64,
+    what: &str,
+) -> Result<P> {
     table.get(bits).map_err(|e| stale(e, bits, what))
 }
 
 /// Runs `f` on a borrowed object (no clone). Short, non-blocking calls only.
-pub(crate) fn with<P: Shared, R>(
+pub(crate) fn with<P: Shared + Send + 'static, R>(
     table: &HandleTable<P>,
     bits: u64,
     what: &str,
@@ -101,7 +105,11 @@ pub(crate) fn with<P: Shared, R>(
     table.with(bits, f).map_err(|e| stale(e, bits, what))?
 }
 
-pub(crate) fn remove<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
+pub(crate) fn remove<P: Shared + Send + 'static>(
+    table: &HandleTable<P>,
+    bits: u64,
+    what: &str,
+) -> Result<P> {
     table.remove(bits).map_err(|e| stale(e, bits, what))
 }
 
