@@ -19,6 +19,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::stream::{RecRef, Recording, Stream};
 use smallvec::SmallVec;
 use std::borrow::Borrow;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -160,7 +161,39 @@ pub struct Access<'a> {
 
 /// An op's accesses; inline for up to 4 objects (no allocation on the common path).
 pub type AccessSet<'a> = SmallVec<[Access<'a>; 4]>;
-type Waits = SmallVec<[RecRef; 4]>;
+/// The recordings an op must wait on, newest per source stream. The pointers stay
+/// valid while the objects they were read from stay locked and unchanged.
+#[derive(Default)]
+struct Waits {
+    recs: SmallVec<[NonNull<Recording>; 4]>,
+    /// Recordings made while collecting, kept alive until the waits are issued.
+    temps: SmallVec<[RecRef; 1]>,
+}
+
+impl Waits {
+    /// Adds `rec` unless an equal-or-newer one from its stream is there.
+    fn add(&mut self, rec: &Recording) {
+        // SAFETY: every stored pointer is still valid (see the type's doc).
+        let get = |p: &NonNull<Recording>| unsafe { p.as_ref() };
+        match self
+            .recs
+            .iter_mut()
+            .find(|r| get(r).stream_id() == rec.stream_id())
+        {
+            Some(r) if get(r).seq >= rec.seq => {}
+            Some(r) => *r = NonNull::from(rec),
+            None => self.recs.push(NonNull::from(rec)),
+        }
+    }
+
+    /// Adds a recording made while collecting.
+    fn add_temp(&mut self, rec: RecRef) {
+        let p = NonNull::from(&*rec);
+        self.temps.push(rec);
+        // SAFETY: the node behind `p` is kept alive by `temps`.
+        self.add(unsafe { p.as_ref() });
+    }
+}
 
 /// Sorts by id and merges duplicates; an object both read and written is a write.
 #[inline]
@@ -200,15 +233,6 @@ fn lock_all<'a>(set: &'a [Access<'a>]) -> SmallVec<[Locked<'a>; 4]> {
     v
 }
 
-/// Adds `rec` to the wait list unless an equal-or-newer one from its stream is there.
-fn add_wait(need: &mut Waits, rec: &RecRef) {
-    match need.iter_mut().find(|r| r.stream_id() == rec.stream_id()) {
-        Some(r) if r.seq >= rec.seq => {}
-        Some(r) => *r = rec.clone(),
-        None => need.push(rec.clone()),
-    }
-}
-
 /// Collects the recordings `stream` must wait on before the op's accesses.
 fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
     let me = stream.id;
@@ -216,7 +240,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
     // Inside a capture only captured recordings order anything; outside one,
     // recordings of an ongoing capture are ignored (their state is rolled back).
     let relevant = |r: &Recording| r.stream_id() != me && r.capture_id == cap;
-    let mut need = Waits::new();
+    let mut need = Waits::default();
     for l in locked.iter_mut() {
         let st = &mut *l.guard;
         if let (Some(home), None) = (&st.alloc_on, cap) {
@@ -225,7 +249,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
                 let rec = home.record(false)?;
                 match &st.writer {
                     None => st.writer = Some(rec),
-                    Some(_) => add_wait(&mut need, &rec),
+                    Some(_) => need.add_temp(rec),
                 }
                 st.alloc_on = None;
             } else if home.id == me && l.access.write {
@@ -244,7 +268,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
         if l.access.write {
             for r in st.writer.iter().chain(st.readers.iter()) {
                 if relevant(r) {
-                    add_wait(&mut need, r);
+                    need.add(r);
                 }
             }
         } else if !st
@@ -253,16 +277,18 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
             .any(|r| r.stream_id() == me && r.capture_id == cap)
         {
             if let Some(w) = st.writer.as_ref().filter(|w| relevant(w)) {
-                add_wait(&mut need, w);
+                need.add(w);
             }
         }
     }
     Ok(need)
 }
 
+/// Issues the waits; the objects they were collected from are still locked.
 fn issue_waits(stream: &Stream, need: &Waits) -> Result<()> {
-    for r in need {
-        stream.wait(r)?;
+    for r in &need.recs {
+        // SAFETY: collected under the locks the caller still holds.
+        stream.wait(unsafe { r.as_ref() })?;
     }
     Ok(())
 }
@@ -354,13 +380,11 @@ fn run_op_inner(
     Ok(rec)
 }
 
-/// Begins a foreign op: issues the waits for its accesses. No lock is held while
-/// the driver is called.
+/// Begins a foreign op: issues the waits for its accesses (with the objects
+/// locked, so the waits are ordered against library ops on them).
 pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
-    let need = {
-        let mut locked = lock_all(set);
-        collect_waits(stream, &mut locked)?
-    };
+    let mut locked = lock_all(set);
+    let need = collect_waits(stream, &mut locked)?;
     issue_waits(stream, &need)
 }
 
