@@ -4,9 +4,11 @@
 //! A thread *pins* itself before reading table slots (one `swap` on its own
 //! participant word, the first time in a nest of pins) and unpins when the outermost
 //! pin ends. Removing an entry *retires* the table's reference: it is dropped only
-//! once every other pinned thread pinned after the removal, so no pointer read from
-//! a slot can outlive its object. Retired objects are dropped by the remover at once
-//! when no other thread is pinned (the usual case), else by the last thread to unpin.
+//! once no thread that was pinned at the removal is still pinned, so no pointer read
+//! from a slot can outlive its object. The remover drops it at once when no other
+//! thread is pinned (the usual case); otherwise the remover keeps it in a
+//! thread-local bag and drops it at one of its own later unpins (a thread that
+//! exits hands its bag to the next thread that unpins). No lock is shared.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
@@ -23,8 +25,11 @@ static HIGH: AtomicUsize = AtomicUsize::new(0);
 /// Words of threads beyond the first `SLOTS` (rare), with their count.
 static OVERFLOW: Mutex<Vec<Arc<AtomicU64>>> = Mutex::new(Vec::new());
 static OVERFLOW_COUNT: AtomicUsize = AtomicUsize::new(0);
-static RETIRED: Mutex<Vec<(u64, Box<dyn Send>)>> = Mutex::new(Vec::new());
-static PENDING: AtomicUsize = AtomicUsize::new(0);
+/// Bags of threads that exited with retired values still in them.
+static ORPHANS: Mutex<Vec<(u64, Box<dyn Send>)>> = Mutex::new(Vec::new());
+static ORPHANS_PENDING: AtomicUsize = AtomicUsize::new(0);
+
+type Bag = Vec<(u64, Box<dyn Send>)>;
 
 enum Word {
     Slot(usize),
@@ -34,6 +39,8 @@ enum Word {
 struct Local {
     depth: Cell<u32>,
     word: Word,
+    /// Values this thread retired while another thread was pinned.
+    bag: std::cell::RefCell<Bag>,
 }
 
 impl Local {
@@ -57,6 +64,7 @@ impl Local {
         Local {
             depth: Cell::new(0),
             word,
+            bag: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -71,6 +79,12 @@ impl Local {
 impl Drop for Local {
     fn drop(&mut self) {
         self.word().store(0, SeqCst);
+        let bag = std::mem::take(self.bag.get_mut());
+        if !bag.is_empty() {
+            let n = bag.len();
+            lock(&ORPHANS).extend(bag);
+            ORPHANS_PENDING.fetch_add(n, SeqCst);
+        }
         match &self.word {
             Word::Slot(i) => CLAIMED[*i].store(false, SeqCst),
             Word::Overflow(w) => {
@@ -113,18 +127,53 @@ pub fn pin() -> Guard {
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        let last = LOCAL.with(|l| {
+        let bag_waiting = LOCAL.with(|l| {
             let d = l.depth.get() - 1;
             l.depth.set(d);
-            if d == 0 {
-                l.word().store(0, SeqCst);
+            if d != 0 {
+                return false;
             }
-            d == 0
+            l.word().store(0, SeqCst);
+            !l.bag.borrow().is_empty()
         });
-        if last && PENDING.load(SeqCst) != 0 {
-            reclaim();
+        if bag_waiting {
+            reclaim_bag();
+        }
+        if ORPHANS_PENDING.load(SeqCst) != 0 {
+            reclaim_orphans();
         }
     }
+}
+
+/// Removes the entries of `bag` that no pinned thread can still see.
+fn take_ready(bag: &mut Bag, oldest: u64) -> Vec<Box<dyn Send>> {
+    let mut ready = Vec::new();
+    let mut i = 0;
+    while i < bag.len() {
+        if bag[i].0 < oldest {
+            ready.push(bag.swap_remove(i).1);
+        } else {
+            i += 1;
+        }
+    }
+    ready
+}
+
+fn reclaim_bag() {
+    let oldest = oldest_other();
+    // Dropped after the bag is released: a drop may pin or retire again.
+    let ready = LOCAL.with(|l| take_ready(&mut l.bag.borrow_mut(), oldest));
+    drop(ready);
+}
+
+fn reclaim_orphans() {
+    let Ok(mut orphans) = ORPHANS.try_lock() else {
+        return;
+    };
+    let ready = take_ready(&mut orphans, oldest_other());
+    ORPHANS_PENDING.fetch_sub(ready.len(), SeqCst);
+    drop(orphans);
+    drop(ready);
 }
 
 /// The oldest epoch another thread is pinned in (`u64::MAX` when none is).
@@ -153,38 +202,26 @@ fn oldest_other() -> u64 {
 
 /// Takes a reference that was just made unreachable from the tables, and gives back
 /// one the caller may use and drop freely. When another thread may still have read
-/// it from a slot, the original is kept until that thread unpins and a clone is
-/// returned; otherwise the original itself comes back.
+/// it from a slot, the original is kept (in this thread's bag) until that thread
+/// unpins and a clone is returned; otherwise the original itself comes back.
+/// The bag is reclaimed at this thread's next unpin.
 pub fn retire<T: Clone + Send + 'static>(value: T) -> T {
-    let e = EPOCH.fetch_add(2, SeqCst);
-    if oldest_other() > e {
+    // No other thread pinned: none can hold a pointer read before the unlink, and
+    // any that pins from now on sees the slot dead.
+    if oldest_other() == u64::MAX {
         return value;
     }
+    // Threads pinned now have an epoch <= e and hold the value back until they unpin.
+    let e = EPOCH.fetch_add(2, SeqCst);
     let out = value.clone();
-    lock(&RETIRED).push((e, Box::new(value)));
-    PENDING.fetch_add(1, SeqCst);
+    let entry: (u64, Box<dyn Send>) = (e, Box::new(value));
+    if LOCAL.try_with(|_| ()).is_ok() {
+        LOCAL.with(|l| l.bag.borrow_mut().push(entry));
+    } else {
+        lock(&ORPHANS).push(entry);
+        ORPHANS_PENDING.fetch_add(1, SeqCst);
+    }
     out
-}
-
-/// Drops every retired value that no pinned thread can still see.
-fn reclaim() {
-    let oldest = oldest_other();
-    let ready: Vec<Box<dyn Send>> = {
-        let mut r = lock(&RETIRED);
-        let mut ready = Vec::new();
-        let mut i = 0;
-        while i < r.len() {
-            if r[i].0 < oldest {
-                ready.push(r.swap_remove(i).1);
-            } else {
-                i += 1;
-            }
-        }
-        PENDING.fetch_sub(ready.len(), SeqCst);
-        ready
-    };
-    // Dropped outside the locks: a drop may pin, remove or retire again.
-    drop(ready);
 }
 
 #[cfg(test)]
@@ -210,31 +247,55 @@ mod tests {
             drop(g);
         });
         pinned_rx.recv().unwrap();
+        let g = pin();
         drop(retire(Arc::new(Flag(dropped.clone()))));
+        drop(g);
         assert!(
             !dropped.load(SeqCst),
             "dropped while another thread was pinned"
         );
         go_tx.send(()).unwrap();
         t.join().unwrap();
-        assert!(dropped.load(SeqCst), "the last unpin drops it");
-    }
-
-    #[test]
-    fn the_retiring_thread_does_not_hold_back_its_own_retirement() {
-        let dropped = Arc::new(AtomicBool::new(false));
-        let g = pin();
-        drop(retire(Arc::new(Flag(dropped.clone()))));
-        // Other tests of this binary may be pinned for a moment.
+        // This thread's next unpin reclaims its bag (other tests may pin briefly).
         let t0 = std::time::Instant::now();
         while !dropped.load(SeqCst) && t0.elapsed() < std::time::Duration::from_secs(1) {
+            drop(pin());
             std::thread::yield_now();
-            reclaim();
         }
         assert!(
             dropped.load(SeqCst),
-            "still retired while only this thread is pinned"
+            "reclaimed once the other thread unpinned"
         );
-        drop(g);
+    }
+
+    #[test]
+    fn a_bag_left_by_an_exiting_thread_is_reclaimed_by_another() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let g = pin();
+            pinned_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            drop(g);
+        });
+        pinned_rx.recv().unwrap();
+        let d = dropped.clone();
+        std::thread::spawn(move || {
+            let g = pin();
+            drop(retire(Arc::new(Flag(d))));
+            drop(g);
+        })
+        .join()
+        .unwrap();
+        assert!(!dropped.load(SeqCst));
+        go_tx.send(()).unwrap();
+        holder.join().unwrap();
+        let t0 = std::time::Instant::now();
+        while !dropped.load(SeqCst) && t0.elapsed() < std::time::Duration::from_secs(1) {
+            drop(pin());
+            std::thread::yield_now();
+        }
+        assert!(dropped.load(SeqCst), "the orphaned bag was reclaimed");
     }
 }
