@@ -18,7 +18,10 @@ use std::sync::{Arc, Mutex};
 static EPOCH: AtomicU64 = AtomicU64::new(2);
 /// Participant words of the first `SLOTS` threads, scanned without a lock.
 const SLOTS: usize = 1024;
-static WORDS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
+/// One cache line each, so that threads pinning at once do not share a line.
+#[repr(align(64))]
+struct Padded(AtomicU64);
+static WORDS: [Padded; SLOTS] = [const { Padded(AtomicU64::new(0)) }; SLOTS];
 static CLAIMED: [AtomicBool; SLOTS] = [const { AtomicBool::new(false) }; SLOTS];
 /// One past the highest slot ever claimed.
 static HIGH: AtomicUsize = AtomicUsize::new(0);
@@ -70,7 +73,7 @@ impl Local {
 
     fn word(&self) -> &AtomicU64 {
         match &self.word {
-            Word::Slot(i) => &WORDS[*i],
+            Word::Slot(i) => &WORDS[*i].0,
             Word::Overflow(w) => w,
         }
     }
@@ -184,6 +187,7 @@ fn oldest_other() -> u64 {
     let others = |w: &AtomicU64| !std::ptr::eq(w, me);
     let mut oldest = WORDS[..HIGH.load(SeqCst)]
         .iter()
+        .map(|p| &p.0)
         .filter(|w| others(w))
         .map(|w| w.load(SeqCst))
         .filter(|&e| e != 0)

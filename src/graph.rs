@@ -74,7 +74,7 @@ impl Capture {
     /// they replaced and keeping what non-capturing streams did meanwhile.
     pub(crate) fn rollback(&self) {
         let t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = |r: &RecRef| r.capture_id == Some(self.id);
+        let mine = |r: &RecRef| r.capture_id() == Some(self.id);
         for x in t.iter() {
             let mut st = x.obj.state.lock().unwrap_or_else(|p| p.into_inner());
             st.readers.retain(|r| !mine(r));
@@ -207,7 +207,7 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
 
 /// Called when `stream` waits on `rec`: joining a capture (fork) or a join back.
 pub(crate) fn note_wait(stream: &Arc<Stream>, rec: &Recording) {
-    let Some(cid) = rec.capture_id else { return };
+    let Some(cid) = rec.capture_id() else { return };
     let Some(cap) = live_capture(cid) else { return };
     if !stream.is_capturing() {
         // Fork: the driver moved this stream into the capture.
@@ -290,7 +290,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         .remove(&cap.id);
     cap.rollback();
     for (home, addr, recs) in frees {
-        for r in recs.iter().filter(|r| r.capture_id.is_none()) {
+        for r in recs.iter().filter(|r| !r.in_capture()) {
             let _ = home.wait(r);
         }
         let _ = home.device.backend.mem_free_async(addr, home.raw);

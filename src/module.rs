@@ -16,8 +16,11 @@ pub struct Module {
 
 /// A kernel of a module; keeps its module loaded.
 pub struct Function {
-    pub(crate) module: Arc<Module>,
     raw: u64,
+    /// The module's device, read by every launch (saves a hop through the module).
+    device: Arc<Device>,
+    /// Keeps the module loaded while the function exists.
+    _module: Arc<Module>,
     pub name: String,
 }
 
@@ -37,7 +40,8 @@ impl Module {
     pub fn function(self: &Arc<Self>, name: &CStr) -> Result<Arc<Function>> {
         let raw = self.device.backend.module_function(self.raw, name)?;
         Ok(Arc::new(Function {
-            module: self.clone(),
+            device: self.device.clone(),
+            _module: self.clone(),
             raw,
             name: name.to_string_lossy().into_owned(),
         }))
@@ -90,7 +94,7 @@ pub(crate) unsafe fn launch_set(
 ) -> Result<()> {
     stream
         .device
-        .same_device_with(&func.module.device, || format!("kernel '{}'", func.name))?;
+        .same_device_with(&func.device, || format!("kernel '{}'", func.name))?;
     check_dims(&dims)?;
     let backend = &stream.device.backend;
     sync::run_op(stream, set, || {

@@ -9,6 +9,7 @@ use crate::backend::HostFn;
 use crate::device::{next_id, Device};
 use crate::error::{Error, ErrorCode, Result};
 use crate::graph::Capture;
+use std::num::NonZeroU64;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -93,19 +94,56 @@ impl EventPool {
     }
 }
 
-/// One recording of a pooled event on a stream.
+/// One recording of a pooled event on a stream. The stream id and the device are
+/// copied from the pool, so the engine reads one cache line per recording.
 pub struct Recording {
     pub(crate) pool: Arc<EventPool>,
     pub(crate) raw: u64,
     pub seq: u64,
-    pub timing: bool,
+    stream_id: u64,
+    /// The pool's device (kept alive by `pool`).
+    device: *const Device,
     /// The capture this recording belongs to, if it was made while capturing.
-    pub(crate) capture_id: Option<u64>,
+    capture_id: Option<NonZeroU64>,
+    pub timing: bool,
+}
+
+// SAFETY: `device` points into the `Arc<Device>` that `pool` keeps alive.
+unsafe impl Send for Recording {}
+// SAFETY: as above; the pointee is Sync.
+unsafe impl Sync for Recording {}
+
+/// Bumped whenever some stream's completed sequence advances (host waits), so the
+/// engine prunes completed recordings only when there can be any.
+static COMPLETIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The current completion count (see `COMPLETIONS`).
+pub(crate) fn completions() -> u64 {
+    COMPLETIONS.load(Ordering::Acquire)
+}
+
+impl EventPool {
+    /// Records that the stream's work up to `seq` completed.
+    fn complete_through(&self, seq: u64) {
+        if self.completed.fetch_max(seq, Ordering::AcqRel) < seq {
+            COMPLETIONS.fetch_add(1, Ordering::AcqRel);
+        }
+    }
 }
 
 impl Recording {
     pub fn stream_id(&self) -> u64 {
-        self.pool.stream_id
+        self.stream_id
+    }
+
+    pub(crate) fn device(&self) -> &Device {
+        // SAFETY: see the field.
+        unsafe { &*self.device }
+    }
+
+    /// The capture this recording was made in, if any.
+    pub(crate) fn capture_id(&self) -> Option<u64> {
+        self.capture_id.map(NonZeroU64::get)
     }
 
     pub(crate) fn known_complete(&self) -> bool {
@@ -120,7 +158,7 @@ impl Recording {
     /// Refuses a host-side use of a recording made inside a capture, and aborts
     /// that capture.
     fn reject_if_captured(&self, op: &str) -> Result<()> {
-        match self.capture_id {
+        match self.capture_id() {
             Some(cid) => {
                 crate::graph::poison(cid, op);
                 Err(Error::new(
@@ -141,7 +179,7 @@ impl Recording {
         }
         let done = self.pool.device.backend.event_query(self.raw)?;
         if done {
-            self.pool.completed.fetch_max(self.seq, Ordering::AcqRel);
+            self.pool.complete_through(self.seq);
         }
         Ok(done)
     }
@@ -157,7 +195,7 @@ impl Recording {
     pub(crate) fn wait_complete(&self) -> Result<()> {
         if !self.known_complete() {
             self.pool.device.backend.event_synchronize(self.raw)?;
-            self.pool.completed.fetch_max(self.seq, Ordering::AcqRel);
+            self.pool.complete_through(self.seq);
         }
         Ok(())
     }
@@ -448,8 +486,10 @@ impl Stream {
                         pool: self.pool.clone(),
                         raw: backend.event_create(timing)?,
                         seq: 0,
-                        timing,
+                        stream_id: self.id,
+                        device: Arc::as_ptr(&self.device),
                         capture_id: None,
+                        timing,
                     },
                 })
             }
@@ -465,7 +505,7 @@ impl Stream {
         inner.seq += 1;
         node.rec.seq = inner.seq;
         drop(inner);
-        node.rec.capture_id = capture_id;
+        node.rec.capture_id = capture_id.and_then(NonZeroU64::new);
         *node.refs.get_mut() = 1;
         // SAFETY: Box::into_raw is never null.
         Ok(RecRef(unsafe {
@@ -483,7 +523,7 @@ impl Stream {
 
     /// Makes this stream wait on a recording, with no host block.
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
-        self.device.same_device(&rec.pool.device, "the event")?;
+        self.device.same_device(rec.device(), "the event")?;
         self.device.backend.stream_wait_event(self.raw, rec.raw)?;
         self.stats.waits.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -507,7 +547,7 @@ impl Stream {
             .backend
             .stream_synchronize(self.raw)
             .map_err(|e| self.fault(e))?;
-        self.pool.completed.fetch_max(seq, Ordering::AcqRel);
+        self.pool.complete_through(seq);
         self.take_deferred()
     }
 

@@ -30,6 +30,8 @@ pub(crate) struct SyncState {
     /// A fresh stream-ordered allocation: valid only in this stream's order until
     /// the first write on it or the first use on another stream.
     pub(crate) alloc_on: Option<Arc<Stream>>,
+    /// `stream::completions()` when completed recordings were last pruned.
+    pruned_at: u64,
 }
 
 /// A per-object dependency record: stands for a buffer, or for foreign memory.
@@ -120,7 +122,7 @@ impl SyncObject {
         if include_readers {
             v.extend(st.readers.iter().cloned());
         }
-        if let Some(cid) = v.iter().find_map(|r| r.capture_id) {
+        if let Some(cid) = v.iter().find_map(|r| r.capture_id()) {
             crate::graph::poison(cid, op);
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
@@ -239,7 +241,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
     let cap = stream.capture_id();
     // Inside a capture only captured recordings order anything; outside one,
     // recordings of an ongoing capture are ignored (their state is rolled back).
-    let relevant = |r: &Recording| r.stream_id() != me && r.capture_id == cap;
+    let relevant = |r: &Recording| r.stream_id() != me && r.capture_id() == cap;
     let mut need = Waits::default();
     for l in locked.iter_mut() {
         let st = &mut *l.guard;
@@ -256,7 +258,9 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
                 st.alloc_on = None;
             }
         }
-        if cap.is_none() {
+        let completions = crate::stream::completions();
+        if cap.is_none() && st.pruned_at != completions {
+            st.pruned_at = completions;
             let before = st.readers.len();
             st.readers.retain(|r| !r.known_complete());
             // Readers come after the writer, so a completed reader implies a
@@ -274,7 +278,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
         } else if !st
             .readers
             .iter()
-            .any(|r| r.stream_id() == me && r.capture_id == cap)
+            .any(|r| r.stream_id() == me && r.capture_id() == cap)
         {
             if let Some(w) = st.writer.as_ref().filter(|w| relevant(w)) {
                 need.add(w);
