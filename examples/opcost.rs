@@ -234,5 +234,19 @@ fn main() {
         });
         row("alloc + free (block cache)", s, 0.0);
     }
+    if want("alloc") {
+        ok(sluice_stream_set_block_cache_limit(sa, 0));
+        let s = ns(&mut || {
+            let mut b = sluice_buffer_t { bits: 0 };
+            ok(sluice_buffer_alloc(sa, 1 << 20, &mut b));
+            ok(sluice_buffer_free(b));
+        });
+        let r = ns(&mut || unsafe {
+            let mut p = 0;
+            (drv.cuMemAllocAsync)(&mut p, 1 << 20, ra as _);
+            (drv.cuMemFreeAsync)(p, ra as _);
+        });
+        row("alloc + free (cache off)", s, r);
+    }
     ok(sluice_event_destroy(ev));
 }
