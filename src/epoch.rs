@@ -112,7 +112,7 @@ pub struct Guard {
 }
 
 /// Pins the current thread (nests).
-#[inline]
+#[inline(always)]
 pub fn pin() -> Guard {
     // A thread being torn down has no participant: it cannot use the tables.
     LOCAL.with(|l| {
@@ -128,7 +128,7 @@ pub fn pin() -> Guard {
 }
 
 impl Drop for Guard {
-    #[inline]
+    #[inline(always)]
     fn drop(&mut self) {
         let bag_waiting = LOCAL.with(|l| {
             let d = l.depth.get() - 1;
@@ -162,6 +162,8 @@ fn take_ready(bag: &mut Bag, oldest: u64) -> Vec<Box<dyn Send>> {
     ready
 }
 
+#[cold]
+#[inline(never)]
 fn reclaim_bag() {
     let oldest = oldest_other();
     // Dropped after the bag is released: a drop may pin or retire again.
@@ -169,6 +171,8 @@ fn reclaim_bag() {
     drop(ready);
 }
 
+#[cold]
+#[inline(never)]
 fn reclaim_orphans() {
     let Ok(mut orphans) = ORPHANS.try_lock() else {
         return;

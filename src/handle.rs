@@ -125,6 +125,7 @@ impl<P: Shared + Send + 'static> HandleTable<P> {
         }
     }
 
+    #[inline(always)]
     fn split(&self, bits: u64) -> Result<(usize, u64), Stale> {
         if bits == 0 {
             return Err(Stale::Null);
@@ -135,6 +136,7 @@ impl<P: Shared + Send + 'static> HandleTable<P> {
         Ok(((bits & 0xffff_ffff) as usize, (bits >> 32) & GEN_MASK))
     }
 
+    #[inline(always)]
     fn slot(&self, index: usize) -> Option<&Slot<P>> {
         let (k, off) = segment_of(index);
         let seg = self.segments.get(k)?.load(Ordering::Acquire);
@@ -225,7 +227,7 @@ impl<P: Shared + Send + 'static> HandleTable<P> {
     }
 
     /// Borrows the object named by `bits` without cloning it.
-    #[inline]
+    #[inline(always)]
     pub fn borrow(&self, bits: u64) -> Result<Borrowed<'_, P>, Stale> {
         let (index, generation) = self.split(bits)?;
         let slot = self.slot(index).ok_or(Stale::Dead)?;
@@ -253,7 +255,7 @@ impl<P: Shared + Send + 'static> HandleTable<P> {
     }
 
     /// Runs `f` on the object without cloning it. `f` must not remove this entry.
-    #[inline]
+    #[inline(always)]
     pub fn with<R>(&self, bits: u64, f: impl FnOnce(&P) -> R) -> Result<R, Stale> {
         let b = self.borrow(bits)?;
         Ok(f(&b))

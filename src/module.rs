@@ -85,6 +85,7 @@ pub unsafe fn launch(
 ///
 /// # Safety
 /// As for [`launch`].
+#[inline(always)]
 pub(crate) unsafe fn launch_set(
     stream: &Stream,
     func: &Function,
@@ -117,6 +118,7 @@ pub fn host_callback(
 }
 
 /// [`host_callback`] over an access set built by the caller.
+#[inline(always)]
 pub(crate) fn host_callback_set(
     stream: &Stream,
     call: impl Fn() -> i32 + Send + Sync + 'static,

@@ -467,6 +467,7 @@ impl Stream {
     }
 
     /// Records a pooled event at the current end of the stream.
+    #[inline(always)]
     pub fn record(&self, timing: bool) -> Result<RecRef> {
         let backend = &self.device.backend;
         let capture_id = self.capture_id();
@@ -515,6 +516,7 @@ impl Stream {
 
     /// Makes this stream wait on a recording, with no host block. Waiting on an event
     /// recorded inside a capture forks this stream into that capture, or joins it back.
+    #[inline(always)]
     pub fn wait_event(self: &Arc<Self>, rec: &Recording) -> Result<()> {
         self.wait(rec)?;
         crate::graph::note_wait(self, rec);
@@ -522,6 +524,7 @@ impl Stream {
     }
 
     /// Makes this stream wait on a recording, with no host block.
+    #[inline(always)]
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
         self.device.same_device(rec.device(), "the event")?;
         self.device.backend.stream_wait_event(self.raw, rec.raw)?;

@@ -198,7 +198,7 @@ impl Waits {
 }
 
 /// Sorts by id and merges duplicates; an object both read and written is a write.
-#[inline]
+#[inline(always)]
 pub(crate) fn access_set<'a, R: Borrow<Arc<SyncObject>>>(
     reads: &'a [R],
     writes: &'a [R],
@@ -224,6 +224,7 @@ struct Locked<'a> {
     access: &'a Access<'a>,
 }
 
+#[inline(always)]
 fn lock_all<'a>(set: &'a [Access<'a>]) -> SmallVec<[Locked<'a>; 4]> {
     let mut v = SmallVec::new();
     for a in set {
@@ -236,6 +237,7 @@ fn lock_all<'a>(set: &'a [Access<'a>]) -> SmallVec<[Locked<'a>; 4]> {
 }
 
 /// Collects the recordings `stream` must wait on before the op's accesses.
+#[inline(always)]
 fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
     let me = stream.id;
     let cap = stream.capture_id();
@@ -289,6 +291,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
 }
 
 /// Issues the waits; the objects they were collected from are still locked.
+#[inline(always)]
 fn issue_waits(stream: &Stream, need: &Waits) -> Result<()> {
     for r in &need.recs {
         // SAFETY: collected under the locks the caller still holds.
@@ -299,6 +302,7 @@ fn issue_waits(stream: &Stream, need: &Waits) -> Result<()> {
 
 /// Publishes `rec` as the op's completion in every object; gives `rec` back when
 /// `keep` is set (otherwise the last object takes it without a clone).
+#[inline(always)]
 fn end_locked(
     stream: &Stream,
     locked: &mut [Locked<'_>],
@@ -332,6 +336,7 @@ fn end_locked(
     rec
 }
 
+#[inline(always)]
 fn after_op(stream: &Stream) -> Result<()> {
     if engine_mode() == EngineMode::Sync && !stream.is_capturing() {
         stream.stats.engine_syncs.fetch_add(1, Ordering::Relaxed);
@@ -342,6 +347,7 @@ fn after_op(stream: &Stream) -> Result<()> {
 
 /// Runs one tracked op atomically: waits, `enqueue`, one recording, publication.
 /// With no objects there is nothing to order or publish, so nothing is recorded.
+#[inline(always)]
 pub fn run_op(
     stream: &Stream,
     set: &[Access<'_>],
@@ -351,6 +357,7 @@ pub fn run_op(
 }
 
 /// [`run_op`], also returning the op's recording (None when nothing was recorded).
+#[inline(always)]
 pub fn run_op_recorded(
     stream: &Stream,
     set: &[Access<'_>],
@@ -359,7 +366,7 @@ pub fn run_op_recorded(
     run_op_inner(stream, set, enqueue, true)
 }
 
-#[inline]
+#[inline(always)]
 fn run_op_inner(
     stream: &Stream,
     set: &[Access<'_>],
@@ -386,6 +393,7 @@ fn run_op_inner(
 
 /// Begins a foreign op: issues the waits for its accesses (with the objects
 /// locked, so the waits are ordered against library ops on them).
+#[inline(always)]
 pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     let mut locked = lock_all(set);
     let need = collect_waits(stream, &mut locked)?;
@@ -393,6 +401,7 @@ pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
 }
 
 /// Ends a foreign op: records one event (no lock held) and publishes it.
+#[inline(always)]
 pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     if set.is_empty() {
         return after_op(stream);

@@ -335,12 +335,14 @@ thread_local! {
 }
 
 /// Marks the start of one C-ABI call: the thread's context is checked again.
+#[inline(always)]
 pub fn enter_call() {
     CALL_SCOPE.with(|c| c.set(c.get() + 1));
     CALL_BOUND.with(|c| c.set(0));
 }
 
 /// Marks the end of one C-ABI call.
+#[inline(always)]
 pub fn leave_call() {
     CALL_SCOPE.with(|c| c.set(c.get().saturating_sub(1)));
     CALL_BOUND.with(|c| c.set(0));
@@ -363,7 +365,7 @@ extern "C" fn host_fn_trampoline(user_data: *mut c_void) {
 
 impl CudaDevice {
     /// Makes the primary context current on this thread (compare, then set).
-    #[inline]
+    #[inline(always)]
     fn bind(&self) -> Result<&'static Driver> {
         let d = self.drv;
         let ctx_bits = self.ctx as usize;

@@ -43,6 +43,7 @@ pub const SLUICE_VERSION_PATCH: u32 = 0;
 
 /// Runs an export body: catches panics and turns `Err` into an error object whose
 /// message starts with the operation's name.
+#[inline(always)]
 pub(crate) fn boundary(op: &'static str, f: impl FnOnce() -> Result<()>) -> *mut sluice_error_t {
     crate::backend::cuda::enter_call();
     let r = catch_unwind(AssertUnwindSafe(f));
@@ -96,6 +97,7 @@ pub(crate) fn lookup<P: Shared + Send + 'static>(
 }
 
 /// Runs `f` on a borrowed object (no clone). Short, non-blocking calls only.
+#[inline(always)]
 pub(crate) fn with<P: Shared + Send + 'static, R>(
     table: &HandleTable<P>,
     bits: u64,

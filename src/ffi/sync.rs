@@ -59,6 +59,7 @@ pub(crate) fn sync(s: sluice_sync_t) -> Result<Arc<SyncObject>> {
 /// Borrowed sync objects of an op; inline for up to 4 (no allocation on the hot path).
 pub(crate) type Syncs = smallvec::SmallVec<[Borrowed<'static, Arc<SyncObject>>; 4]>;
 
+#[inline(always)]
 pub(crate) fn syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Syncs> {
     let mut v = Syncs::new();
     for (i, h) in slice_in(p, n, name)?.iter().enumerate() {
