@@ -128,11 +128,13 @@ impl Device {
         first.map_or(Ok(()), Err)
     }
 
+    #[inline(always)]
     pub(crate) fn same_device(&self, other: &Device, what: &str) -> Result<()> {
         self.same_device_with(other, || what.to_string())
     }
 
     /// Like `same_device`, but only builds the description on a mismatch.
+    #[inline(always)]
     pub(crate) fn same_device_with(
         &self,
         other: &Device,
@@ -141,13 +143,15 @@ impl Device {
         if std::ptr::eq(self, other) {
             Ok(())
         } else {
-            Err(Error::new(
-                ErrorCode::WrongDevice,
-                format!(
-                    "{} belongs to device {other:?}, the stream to device {self:?}",
-                    what()
-                ),
-            ))
+            Err(self.wrong_device(other, what()))
         }
+    }
+
+    #[cold]
+    fn wrong_device(&self, other: &Device, what: String) -> Error {
+        Error::new(
+            ErrorCode::WrongDevice,
+            format!("{what} belongs to device {other:?}, the stream to device {self:?}"),
+        )
     }
 }

@@ -11,7 +11,10 @@
 //! exits hands its bag to the next thread that unpins). No lock is shared.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{Relaxed, Release, SeqCst},
+};
 use std::sync::{Arc, Mutex};
 
 /// Even, starts at 2; 0 in a participant word means "not pinned".
@@ -39,8 +42,10 @@ enum Word {
     Overflow(Arc<AtomicU64>),
 }
 
+/// A thread's registration: its participant word and its bag. Created on the
+/// thread's first pin; dropping it (thread exit) releases the word and hands the
+/// bag to `ORPHANS`.
 struct Local {
-    depth: Cell<u32>,
     word: Word,
     /// Values this thread retired while another thread was pinned.
     bag: std::cell::RefCell<Bag>,
@@ -58,14 +63,8 @@ impl Local {
                 HIGH.fetch_max(i + 1, SeqCst);
                 Word::Slot(i)
             })
-            .unwrap_or_else(|| {
-                let w = Arc::new(AtomicU64::new(0));
-                lock(&OVERFLOW).push(w.clone());
-                OVERFLOW_COUNT.fetch_add(1, SeqCst);
-                Word::Overflow(w)
-            });
+            .unwrap_or_else(|| Word::Overflow(overflow_word()));
         Local {
-            depth: Cell::new(0),
             word,
             bag: std::cell::RefCell::new(Vec::new()),
         }
@@ -79,9 +78,20 @@ impl Local {
     }
 }
 
+/// A participant word outside the fixed array (more than `SLOTS` threads, or a
+/// thread that pins while it is being torn down).
+fn overflow_word() -> Arc<AtomicU64> {
+    let w = Arc::new(AtomicU64::new(0));
+    lock(&OVERFLOW).push(w.clone());
+    OVERFLOW_COUNT.fetch_add(1, SeqCst);
+    w
+}
+
 impl Drop for Local {
     fn drop(&mut self) {
         self.word().store(0, SeqCst);
+        WORD.with(|w| w.set(std::ptr::null()));
+        BAGGED.with(|b| b.set(false));
         let bag = std::mem::take(self.bag.get_mut());
         if !bag.is_empty() {
             let n = bag.len();
@@ -99,7 +109,23 @@ impl Drop for Local {
 }
 
 thread_local! {
+    // The pin fast path uses only these constant-initialised cells.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    static WORD: Cell<*const AtomicU64> = const { Cell::new(std::ptr::null()) };
+    /// True while this thread's bag holds something.
+    static BAGGED: Cell<bool> = const { Cell::new(false) };
     static LOCAL: Local = Local::new();
+}
+
+/// This thread's participant word, registering the thread on first use.
+#[cold]
+fn register() -> *const AtomicU64 {
+    let w = LOCAL
+        .try_with(|l| l.word() as *const AtomicU64)
+        // Torn down already: a word of its own, released never (rare).
+        .unwrap_or_else(|_| Arc::into_raw(overflow_word()));
+    WORD.with(|c| c.set(w));
+    w
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -114,14 +140,16 @@ pub struct Guard {
 /// Pins the current thread (nests).
 #[inline(always)]
 pub fn pin() -> Guard {
-    // A thread being torn down has no participant: it cannot use the tables.
-    LOCAL.with(|l| {
-        let d = l.depth.get();
-        if d == 0 {
-            l.word().swap(EPOCH.load(SeqCst), SeqCst);
+    let d = DEPTH.with(Cell::get);
+    if d == 0 {
+        let mut w = WORD.with(Cell::get);
+        if w.is_null() {
+            w = register();
         }
-        l.depth.set(d + 1);
-    });
+        // SAFETY: a participant word lives in a static or a never-freed Arc.
+        unsafe { &*w }.swap(EPOCH.load(SeqCst), SeqCst);
+    }
+    DEPTH.with(|c| c.set(d + 1));
     Guard {
         _not_send: std::marker::PhantomData,
     }
@@ -130,19 +158,17 @@ pub fn pin() -> Guard {
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
-        let bag_waiting = LOCAL.with(|l| {
-            let d = l.depth.get() - 1;
-            l.depth.set(d);
-            if d != 0 {
-                return false;
-            }
-            l.word().store(0, SeqCst);
-            !l.bag.borrow().is_empty()
-        });
-        if bag_waiting {
+        let d = DEPTH.with(Cell::get) - 1;
+        DEPTH.with(|c| c.set(d));
+        if d != 0 {
+            return;
+        }
+        // SAFETY: set by the pin that this unpins.
+        unsafe { &*WORD.with(Cell::get) }.store(0, Release);
+        if BAGGED.with(Cell::get) {
             reclaim_bag();
         }
-        if ORPHANS_PENDING.load(SeqCst) != 0 {
+        if ORPHANS_PENDING.load(Relaxed) != 0 {
             reclaim_orphans();
         }
     }
@@ -167,7 +193,14 @@ fn take_ready(bag: &mut Bag, oldest: u64) -> Vec<Box<dyn Send>> {
 fn reclaim_bag() {
     let oldest = oldest_other();
     // Dropped after the bag is released: a drop may pin or retire again.
-    let ready = LOCAL.with(|l| take_ready(&mut l.bag.borrow_mut(), oldest));
+    let ready = LOCAL
+        .try_with(|l| {
+            let mut bag = l.bag.borrow_mut();
+            let ready = take_ready(&mut bag, oldest);
+            BAGGED.with(|b| b.set(!bag.is_empty()));
+            ready
+        })
+        .unwrap_or_default();
     drop(ready);
 }
 
@@ -185,9 +218,7 @@ fn reclaim_orphans() {
 
 /// The oldest epoch another thread is pinned in (`u64::MAX` when none is).
 fn oldest_other() -> u64 {
-    let me = LOCAL
-        .try_with(|l| l.word() as *const AtomicU64)
-        .unwrap_or(std::ptr::null());
+    let me = WORD.with(Cell::get);
     let others = |w: &AtomicU64| !std::ptr::eq(w, me);
     let mut oldest = WORDS[..HIGH.load(SeqCst)]
         .iter()
@@ -225,6 +256,7 @@ pub fn retire<T: Clone + Send + 'static>(value: T) -> T {
     let entry: (u64, Box<dyn Send>) = (e, Box::new(value));
     if LOCAL.try_with(|_| ()).is_ok() {
         LOCAL.with(|l| l.bag.borrow_mut().push(entry));
+        BAGGED.with(|b| b.set(true));
     } else {
         lock(&ORPHANS).push(entry);
         ORPHANS_PENDING.fetch_add(1, SeqCst);

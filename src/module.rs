@@ -54,6 +54,7 @@ impl Drop for Module {
     }
 }
 
+#[inline(always)]
 fn check_dims(d: &LaunchDims) -> Result<()> {
     if d.grid.contains(&0) || d.block.contains(&0) {
         return Err(Error::invalid_argument(format!(

@@ -82,6 +82,7 @@ pub fn set_engine_mode(mode: EngineMode) {
     engine_cell().store(mode as u8, Ordering::Relaxed);
 }
 
+#[inline(always)]
 fn lock(m: &Mutex<SyncState>) -> MutexGuard<'_, SyncState> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -169,11 +170,12 @@ pub type AccessSet<'a> = SmallVec<[Access<'a>; 4]>;
 struct Waits {
     recs: SmallVec<[NonNull<Recording>; 4]>,
     /// Recordings made while collecting, kept alive until the waits are issued.
-    temps: SmallVec<[RecRef; 1]>,
+    temps: Vec<RecRef>,
 }
 
 impl Waits {
     /// Adds `rec` unless an equal-or-newer one from its stream is there.
+    #[inline(always)]
     fn add(&mut self, rec: &Recording) {
         // SAFETY: every stored pointer is still valid (see the type's doc).
         let get = |p: &NonNull<Recording>| unsafe { p.as_ref() };
@@ -212,9 +214,21 @@ pub(crate) fn access_set<'a, R: Borrow<Arc<SyncObject>>>(
             });
         }
     }
-    if v.len() > 1 {
-        v.sort_unstable_by_key(|a| (a.obj.id, !a.write));
-        v.dedup_by(|later, first| later.obj.id == first.obj.id);
+    match v.len() {
+        0 | 1 => {}
+        // The common two-object op, without the general sort and dedup.
+        2 => match v[0].obj.id.cmp(&v[1].obj.id) {
+            std::cmp::Ordering::Less => {}
+            std::cmp::Ordering::Greater => v.swap(0, 1),
+            std::cmp::Ordering::Equal => {
+                v[0].write |= v[1].write;
+                v.pop();
+            }
+        },
+        _ => {
+            v.sort_unstable_by_key(|a| (a.obj.id, !a.write));
+            v.dedup_by(|later, first| later.obj.id == first.obj.id);
+        }
     }
     v
 }

@@ -127,6 +127,7 @@ pub(crate) fn stale(e: Stale, bits: u64, what: &str) -> Error {
 }
 
 /// Borrows `n` elements from C. NULL is allowed only when `n == 0`.
+#[inline(always)]
 pub(crate) fn slice_in<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a [T]> {
     if n == 0 {
         return Ok(&[]);
