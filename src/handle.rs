@@ -9,9 +9,9 @@
 //! never move; each has a state word `[generation:24][live:1]` and a pointer. A
 //! lookup pins the thread ([`crate::epoch`]), reads the state, the pointer and the
 //! state again (a changed state means the entry went away: stale). `remove` clears
-//! the live bit and retires the table's reference, so the object is dropped only
-//! when no lookup can still hold it. `insert` and `remove` take the table's mutex
-//! for the free list.
+//! the live bit, waits until lookups that may have read the slot are done (none,
+//! usually) and hands the table's reference to the caller, so the object is
+//! dropped in the destroying call. The free list is a tagged lock-free stack.
 
 use crate::epoch;
 use std::marker::PhantomData;
@@ -113,7 +113,7 @@ fn segment_of(index: usize) -> (usize, usize) {
     (k, j - (SEG0 << k))
 }
 
-impl<P: Shared + Send + 'static> HandleTable<P> {
+impl<P: Shared> HandleTable<P> {
     pub fn new(tag: u8) -> Self {
         HandleTable {
             tag,
@@ -285,8 +285,10 @@ impl<P: Shared + Send + 'static> HandleTable<P> {
         }
         let p = slot.value.load(Ordering::Acquire);
         self.push_free(index, slot);
+        // Lookups that read the slot before the unlink finish before this returns.
+        epoch::synchronize();
         // SAFETY: the table's reference, taken out once (the CAS above succeeded once).
-        Ok(epoch::retire(unsafe { P::from_raw(p) }))
+        Ok(unsafe { P::from_raw(p) })
     }
 
     /// Number of live entries (for leak tests).
@@ -317,7 +319,7 @@ impl<P: Shared> Drop for HandleTable<P> {
                 unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(seg, SEG0 << k)) };
             for s in slots.iter() {
                 let p = s.value.load(Ordering::Relaxed);
-                // Removed entries were retired; only live ones are still the table's.
+                // Removed entries were handed out; only live ones are still the table's.
                 if s.state.load(Ordering::Relaxed) & LIVE != 0 && !p.is_null() {
                     // SAFETY: the table's own reference, dropped once.
                     drop(unsafe { P::from_raw(p) });
@@ -372,20 +374,8 @@ mod tests {
         assert_eq!(*t.get(hs[4999]).unwrap(), 4999);
     }
 
-    /// Waits up to a second (other tests may be pinned for a moment).
-    fn eventually(f: impl Fn() -> bool) -> bool {
-        let t0 = std::time::Instant::now();
-        while !f() {
-            if t0.elapsed() > std::time::Duration::from_secs(1) {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-        true
-    }
-
     #[test]
-    fn a_removed_object_outlives_a_borrow_taken_before_the_remove() {
+    fn remove_waits_for_a_borrow_taken_before_it_then_hands_the_object_over() {
         let t = Arc::new(HandleTable::new(5));
         let obj = Arc::new(42u64);
         let h = t.insert(obj.clone());
@@ -396,26 +386,30 @@ mod tests {
             let b = t2.borrow(h).unwrap();
             borrowed_tx.send(()).unwrap();
             go_rx.recv().unwrap();
-            assert_eq!(**b, 42, "the borrowed object is intact after the remove");
+            assert_eq!(**b, 42, "the borrowed object is intact");
         });
         borrowed_rx.recv().unwrap();
-        assert_eq!(*t.remove(h).unwrap(), 42);
-        assert_eq!(t.borrow(h).err(), Some(Stale::Dead));
-        assert_eq!(t.remove(h).err(), Some(Stale::Dead));
+        let t3 = t.clone();
+        let remover = std::thread::spawn(move || t3.remove(h).map(|p| *p));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            !remover.is_finished(),
+            "remove must wait for the earlier borrow"
+        );
         assert_eq!(
-            Arc::strong_count(&obj),
-            2,
-            "the table's reference is kept while the reader is pinned"
+            t.borrow(h).err(),
+            Some(Stale::Dead),
+            "but the handle is already dead"
         );
         go_tx.send(()).unwrap();
         reader.join().unwrap();
-        assert!(
-            eventually(|| {
-                drop(epoch::pin()); // this thread's next unpin reclaims its bag
-                Arc::strong_count(&obj) == 1
-            }),
-            "the table's reference is dropped once the reader unpinned"
+        assert_eq!(remover.join().unwrap(), Ok(42));
+        assert_eq!(
+            Arc::strong_count(&obj),
+            1,
+            "the table's reference was dropped"
         );
+        assert_eq!(t.remove(h).err(), Some(Stale::Dead));
     }
 
     #[test]

@@ -88,17 +88,13 @@ pub(crate) fn write_out<T>(p: *mut T, v: T) {
     unsafe { p.write(v) }
 }
 
-pub(crate) fn lookup<P: Shared + Send + 'static>(
-    table: &HandleTable<P>,
-    bits: u64,
-    what: &str,
-) -> Result<P> {
+pub(crate) fn lookup<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
     table.get(bits).map_err(|e| stale(e, bits, what))
 }
 
 /// Runs `f` on a borrowed object (no clone). Short, non-blocking calls only.
 #[inline(always)]
-pub(crate) fn with<P: Shared + Send + 'static, R>(
+pub(crate) fn with<P: Shared, R>(
     table: &HandleTable<P>,
     bits: u64,
     what: &str,
@@ -107,11 +103,7 @@ pub(crate) fn with<P: Shared + Send + 'static, R>(
     table.with(bits, f).map_err(|e| stale(e, bits, what))?
 }
 
-pub(crate) fn remove<P: Shared + Send + 'static>(
-    table: &HandleTable<P>,
-    bits: u64,
-    what: &str,
-) -> Result<P> {
+pub(crate) fn remove<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
     table.remove(bits).map_err(|e| stale(e, bits, what))
 }
 
