@@ -149,6 +149,11 @@ impl Drop for Guard {
     }
 }
 
+/// True while the current thread is pinned.
+pub fn is_pinned() -> bool {
+    DEPTH.with(Cell::get) > 0
+}
+
 /// True while `w` is pinned in an epoch at or before `e`.
 fn pinned_since(w: &AtomicU64, e: u64) -> bool {
     let v = w.load(SeqCst);

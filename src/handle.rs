@@ -286,6 +286,8 @@ impl<P: Shared> HandleTable<P> {
         let p = slot.value.load(Ordering::Acquire);
         self.push_free(index, slot);
         // Lookups that read the slot before the unlink finish before this returns.
+        // Removing while pinned could wait on a thread that waits on this one.
+        debug_assert!(!epoch::is_pinned(), "handle removed inside a lookup");
         epoch::synchronize();
         // SAFETY: the table's reference, taken out once (the CAS above succeeded once).
         Ok(unsafe { P::from_raw(p) })
