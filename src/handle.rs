@@ -448,4 +448,72 @@ mod tests {
         }
         assert!(t.is_empty());
     }
+
+    #[test]
+    fn lookups_racing_removes_of_the_same_handles_see_live_or_stale_only() {
+        // Readers hammer a shared set of handles while writers remove and replace
+        // them. Every lookup must see the value the handle was created with, or
+        // Stale::Dead; every removed object must be dropped exactly once.
+        struct Tracked(u64, Arc<AtomicUsize>);
+        impl Drop for Tracked {
+            fn drop(&mut self) {
+                self.1.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let t = Arc::new(HandleTable::new(8));
+        let drops = Arc::new(AtomicUsize::new(0));
+        let handles: Arc<Vec<AtomicU64>> = Arc::new(
+            (0..16u64)
+                .map(|v| AtomicU64::new(t.insert(Arc::new(Tracked(v, drops.clone())))))
+                .collect(),
+        );
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let start = Arc::new(std::sync::Barrier::new(4));
+        let readers: Vec<_> = (0..3)
+            .map(|_| {
+                let (t, handles, stop) = (t.clone(), handles.clone(), stop.clone());
+                let start = start.clone();
+                std::thread::spawn(move || {
+                    let mut seen = 0u64;
+                    start.wait();
+                    while seen == 0 || !stop.load(Ordering::SeqCst) {
+                        for (i, h) in handles.iter().enumerate() {
+                            match t.with(h.load(Ordering::SeqCst), |p| p.0) {
+                                Ok(v) => {
+                                    assert_eq!(v % 16, i as u64, "a lookup saw another object");
+                                    seen += 1;
+                                }
+                                Err(e) => assert_eq!(e, Stale::Dead),
+                            }
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        let mut created = 16u64;
+        start.wait();
+        for round in 0..2000u64 {
+            let i = (round % 16) as usize;
+            let old = handles[i].load(Ordering::SeqCst);
+            let v = t.remove(old).expect("only this thread removes");
+            assert_eq!(v.0 % 16, i as u64);
+            drop(v);
+            let next = 16 * (round + 1) + i as u64;
+            handles[i].store(
+                t.insert(Arc::new(Tracked(next, drops.clone()))),
+                Ordering::SeqCst,
+            );
+            created += 1;
+        }
+        stop.store(true, Ordering::SeqCst);
+        let seen: u64 = readers.into_iter().map(|r| r.join().unwrap()).sum();
+        assert!(seen > 0, "the readers ran");
+        assert_eq!(
+            drops.load(Ordering::SeqCst) as u64,
+            created - 16,
+            "each removed object dropped once"
+        );
+        assert_eq!(t.len(), 16);
+    }
 }
