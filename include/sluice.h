@@ -16,7 +16,9 @@
  * Thread safety
  * - Every function may be called from any thread at any time. Handles may be shared
  *   between threads. Destroying a handle while another thread uses it is safe: that
- *   call either sees the object or gets SLUICE_ERROR_INVALID_HANDLE.
+ *   call either sees the object or gets SLUICE_ERROR_INVALID_HANDLE. A destroy may
+ *   wait briefly for non-blocking calls that other threads are in the middle of;
+ *   the object is released in the destroying call.
  * - The dependency engine is safe under concurrency; conflicting foreign ops that two
  *   threads keep open at once (sluice_op_begin..sluice_op_end) are not ordered against
  *   each other.
