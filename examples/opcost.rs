@@ -248,5 +248,54 @@ fn main() {
         });
         row("alloc + free (cache off)", s, r);
     }
+    if want("threads") {
+        // 8 threads, each on its own stream, read the same 4 sync objects.
+        let shared: Vec<sluice_sync_t> = (0..4)
+            .map(|_| {
+                let mut o = sluice_sync_t { bits: 0 };
+                ok(sluice_sync_new(&mut o));
+                o
+            })
+            .collect();
+        let per = (n / 10).max(1000);
+        let t0 = Instant::now();
+        std::thread::scope(|sc| {
+            for _ in 0..8 {
+                let shared = &shared;
+                sc.spawn(move || {
+                    let mut st = sluice_stream_t { bits: 0 };
+                    ok(sluice_stream_create(
+                        d,
+                        SLUICE_STREAM_NON_BLOCKING,
+                        0,
+                        &mut st,
+                    ));
+                    for _ in 0..per {
+                        let mut op = sluice_op_t { bits: 0 };
+                        ok(sluice_op_begin(
+                            st,
+                            shared.as_ptr(),
+                            4,
+                            std::ptr::null(),
+                            0,
+                            &mut op,
+                        ));
+                        ok(sluice_op_end(op));
+                    }
+                    ok(sluice_stream_synchronize(st));
+                    ok(sluice_stream_destroy(st));
+                });
+            }
+        });
+        let per_pair = t0.elapsed().as_nanos() as f64 / per as f64;
+        row(
+            "op_begin + op_end, 8 threads, 4 shared objects (ns per pair per thread)",
+            per_pair,
+            0.0,
+        );
+        for o in shared {
+            ok(sluice_sync_destroy(o));
+        }
+    }
     ok(sluice_event_destroy(ev));
 }

@@ -154,15 +154,17 @@ pub extern "C" fn sluice_op_begin(
     boundary("sluice_op_begin", || {
         let out = out_ptr(op_out, "op_out")?;
         let s = self::stream(stream)?;
+        // Owned at once (the op keeps them), so the thread is not pinned while the
+        // waits are issued: a destroy on another thread never waits for them.
         let (r, w) = (
-            syncs(reads, num_reads, "reads")?,
-            syncs(writes, num_writes, "writes")?,
+            owned(syncs(reads, num_reads, "reads")?),
+            owned(syncs(writes, num_writes, "writes")?),
         );
         engine::op_begin(&s, &engine::access_set(&r, &w))?;
         let tok = OpToken {
             stream: s,
-            reads: owned(r),
-            writes: owned(w),
+            reads: r,
+            writes: w,
         };
         write_out(
             out,
