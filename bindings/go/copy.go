@@ -12,6 +12,27 @@ import (
 
 // All offsets and lengths of this file are in bytes.
 
+// streamAndBuffer checks and resolves the stream and the one buffer of a
+// single-buffer copy or memset; off and n must not be negative.
+func streamAndBuffer(op string, s *Stream, buf Memory, off, n int) (C.sluice_stream_t, *memory, C.sluice_buffer_t, error) {
+	var bh C.sluice_buffer_t
+	sh, err := s.raw(op)
+	if err != nil {
+		return sh, nil, bh, err
+	}
+	if buf == nil {
+		return sh, nil, bh, argError(CodeNullArgument, op, "nil buffer")
+	}
+	m := buf.mem()
+	if bh, err = m.raw(op); err != nil {
+		return sh, nil, bh, err
+	}
+	if off < 0 || n < 0 {
+		return sh, nil, bh, argError(CodeOutOfRange, op, "negative offset or length (%d, %d)", off, n)
+	}
+	return sh, m, bh, nil
+}
+
 // Copy copies n bytes from src at srcOff to dst at dstOff on the stream: any
 // direction between device, pinned and registered buffers. The copy is a
 // tracked op (it reads src and writes dst), ordered after conflicting work on
@@ -53,21 +74,9 @@ func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) erro
 // once src may be reused (sluice copies or waits before returning); the
 // write of dst is ordered on the stream.
 func CopyFromHost(s *Stream, dst Memory, off int, src []byte) error {
-	const op = "CopyFromHost"
-	sh, err := s.raw(op)
+	sh, dm, dh, err := streamAndBuffer("CopyFromHost", s, dst, off, 0)
 	if err != nil {
 		return err
-	}
-	if dst == nil {
-		return argError(CodeNullArgument, op, "nil buffer")
-	}
-	dm := dst.mem()
-	dh, err := dm.raw(op)
-	if err != nil {
-		return err
-	}
-	if off < 0 {
-		return argError(CodeOutOfRange, op, "negative offset %d", off)
 	}
 	e := C.sluice_copy_from_host(sh, dh, C.size_t(off), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
 	runtime.KeepAlive(s)
@@ -79,21 +88,9 @@ func CopyFromHost(s *Stream, dst Memory, off int, src []byte) error {
 // CopyToHost copies len(dst) bytes of src at off into dst (pageable Go
 // memory). It blocks until the bytes have arrived.
 func CopyToHost(s *Stream, dst []byte, src Memory, off int) error {
-	const op = "CopyToHost"
-	sh, err := s.raw(op)
+	sh, sm, srh, err := streamAndBuffer("CopyToHost", s, src, off, 0)
 	if err != nil {
 		return err
-	}
-	if src == nil {
-		return argError(CodeNullArgument, op, "nil buffer")
-	}
-	sm := src.mem()
-	srh, err := sm.raw(op)
-	if err != nil {
-		return err
-	}
-	if off < 0 {
-		return argError(CodeOutOfRange, op, "negative offset %d", off)
 	}
 	e := C.sluice_copy_to_host(sh, unsafe.Pointer(unsafe.SliceData(dst)), srh, C.size_t(off), C.size_t(len(dst)))
 	runtime.KeepAlive(s)
@@ -104,21 +101,9 @@ func CopyToHost(s *Stream, dst []byte, src Memory, off int) error {
 
 // Memset sets n bytes of dst at off to value, in order on the stream.
 func Memset(s *Stream, dst Memory, off int, value byte, n int) error {
-	const op = "Memset"
-	sh, err := s.raw(op)
+	sh, dm, dh, err := streamAndBuffer("Memset", s, dst, off, n)
 	if err != nil {
 		return err
-	}
-	if dst == nil {
-		return argError(CodeNullArgument, op, "nil buffer")
-	}
-	dm := dst.mem()
-	dh, err := dm.raw(op)
-	if err != nil {
-		return err
-	}
-	if off < 0 || n < 0 {
-		return argError(CodeOutOfRange, op, "negative offset or length (%d, %d)", off, n)
 	}
 	e := C.sluice_memset(sh, dh, C.size_t(off), C.uint8_t(value), C.size_t(n))
 	runtime.KeepAlive(s)

@@ -172,7 +172,8 @@ func (s *Stream) EndCapture() (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &Graph{dev: s.dev, keep: keep}
+	out := &Graph{dev: s.dev}
+	out.keep.set(keep)
 	out.h.bits.Store(uint64(g.bits))
 	out.h.cleanup = runtime.AddCleanup(out, destroyGraph, uint64(g.bits))
 	return out, nil
@@ -198,17 +199,28 @@ func (s *Stream) IsCapturing() (bool, error) {
 // Graph keeps its Device alive, and the Go wrappers of the buffers its ops
 // use reachable (see BeginCapture).
 type Graph struct {
-	h   handle
-	dev *Device
-
-	mu   sync.Mutex
-	keep []any // nil once closed
+	h    handle
+	dev  *Device
+	keep keptWrappers
 }
 
-func (g *Graph) kept() []any {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.keep
+// keptWrappers holds the Go wrappers a graph or executable graph keeps
+// reachable; nil once closed.
+type keptWrappers struct {
+	mu   sync.Mutex
+	list []any
+}
+
+func (k *keptWrappers) get() []any {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.list
+}
+
+func (k *keptWrappers) set(list []any) {
+	k.mu.Lock()
+	k.list = list
+	k.mu.Unlock()
 }
 
 func (g *Graph) raw(op string) (C.sluice_graph_t, error) {
@@ -226,9 +238,7 @@ func (g *Graph) Close() error {
 		return nil
 	}
 	err := takeError(C.sluice_graph_destroy(C.sluice_graph_t{bits: C.uint64_t(b)}))
-	g.mu.Lock()
-	g.keep = nil
-	g.mu.Unlock()
+	g.keep.set(nil)
 	return err
 }
 
@@ -278,7 +288,8 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 	if err := check(e, &g.h); err != nil {
 		return nil, err
 	}
-	out := &GraphExec{dev: g.dev, keep: g.kept()}
+	out := &GraphExec{dev: g.dev}
+	out.keep.set(g.keep.get())
 	out.h.bits.Store(uint64(x.bits))
 	out.h.cleanup = runtime.AddCleanup(out, destroyGraphExec, uint64(x.bits))
 	return out, nil
@@ -288,11 +299,9 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 // stream of its device. It keeps its Device alive, and the Go wrappers of
 // the buffers its graph uses reachable.
 type GraphExec struct {
-	h   handle
-	dev *Device
-
-	mu   sync.Mutex
-	keep []any
+	h    handle
+	dev  *Device
+	keep keptWrappers
 }
 
 // UpdateResult says how GraphExec.Update applied a graph.
@@ -319,9 +328,7 @@ func (x *GraphExec) Close() error {
 		return nil
 	}
 	err := takeError(C.sluice_graph_exec_destroy(C.sluice_graph_exec_t{bits: C.uint64_t(b)}))
-	x.mu.Lock()
-	x.keep = nil
-	x.mu.Unlock()
+	x.keep.set(nil)
 	return err
 }
 
@@ -383,10 +390,7 @@ func (x *GraphExec) Update(g *Graph) (UpdateResult, error) {
 	if err := check(e, &x.h, &g.h); err != nil {
 		return UpdateResult{}, err
 	}
-	keep := g.kept()
-	x.mu.Lock()
-	x.keep = keep
-	x.mu.Unlock()
+	x.keep.set(g.keep.get())
 	if info.result == C.SLUICE_GRAPH_UPDATE_IN_PLACE {
 		return UpdateResult{InPlace: true}, nil
 	}
