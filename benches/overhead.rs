@@ -168,6 +168,31 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
+/// Host cost of `op`: `batches` timed batches of `BATCH` calls, with `settle`
+/// (a stream sync) run untimed after each batch. Seconds per call.
+fn per_call(batches: usize, mut op: impl FnMut(), mut settle: impl FnMut()) -> f64 {
+    let mut t = Duration::ZERO;
+    for _ in 0..batches {
+        let t0 = Instant::now();
+        for _ in 0..BATCH {
+            op();
+        }
+        t += t0.elapsed();
+        settle();
+    }
+    secs(t) / (batches * BATCH) as f64
+}
+
+/// `cuStreamSynchronize` on a raw stream; any error stops the run.
+fn raw_sync(d: &Driver, s: CUstream) {
+    // SAFETY: a live stream of the bound context.
+    cu(
+        d,
+        unsafe { (d.cuStreamSynchronize)(s) },
+        "cuStreamSynchronize",
+    );
+}
+
 fn us(s: f64) -> String {
     format!("{:.3} µs", s * 1e6)
 }
@@ -415,19 +440,15 @@ fn s_launch(
 // Result tables.
 
 enum Goal {
-    /// Per-call overhead: ratio <= 1.10 or under 100 ns added.
-    Overhead,
-    /// The same for a row that makes this many sluice calls per raw unit: the
-    /// added time is shared among the calls.
-    OverheadOf(u32),
-    /// No goal: printed for information, with the reason.
-    Info(&'static str),
+    /// Per-call overhead: ratio <= 1.10 or under 100 ns added per sluice call. The
+    /// number is how many sluice calls the row makes per raw unit.
+    Overhead(u32),
     /// Bandwidth at least this fraction of raw.
     Bandwidth(f64),
-    /// Bandwidth, printed for information, with the reason there is no goal.
-    BandwidthInfo(&'static str),
     /// sluice at most this many seconds per unit.
     AtMost(f64),
+    /// No goal: printed for information, with the reason.
+    Info(&'static str),
 }
 
 struct Row {
@@ -497,7 +518,7 @@ struct Bench {
 
 impl Bench {
     fn report(&mut self, r: Row) {
-        if !matches!(r.goal, Goal::Info(_) | Goal::BandwidthInfo(_)) {
+        if !matches!(r.goal, Goal::Info(_)) {
             self.goals += 1;
         }
         print_row(&r, &mut self.fails);
@@ -729,7 +750,6 @@ impl Bench {
 
     fn bench_wait_event(&mut self) {
         let batches = self.cfg.n(100);
-        let calls = (batches * BATCH) as f64;
         let (sa, sb, ra, rb, d) = (self.sa, self.sb, self.ra, self.rb, self.d);
 
         let mut ev = sluice_event_t { bits: 0 };
@@ -741,38 +761,25 @@ impl Bench {
         self.r_sync(ra);
 
         let mut sl = || {
-            let mut t = Duration::ZERO;
-            for _ in 0..batches {
-                let t0 = Instant::now();
-                for _ in 0..BATCH {
-                    ck(sluice_stream_wait_event(sb, ev), "sluice_stream_wait_event");
-                }
-                t += t0.elapsed();
-                s_sync(sb);
-            }
-            secs(t) / calls
+            per_call(
+                batches,
+                || ck(sluice_stream_wait_event(sb, ev), "sluice_stream_wait_event"),
+                || s_sync(sb),
+            )
         };
         let mut raw = || {
-            let mut t = Duration::ZERO;
-            for _ in 0..batches {
-                let t0 = Instant::now();
-                for _ in 0..BATCH {
-                    // SAFETY: live stream and event.
+            per_call(
+                batches,
+                // SAFETY: live stream and event.
+                || {
                     cu(
                         d,
                         unsafe { (d.cuStreamWaitEvent)(rb, rev, 0) },
                         "cuStreamWaitEvent",
-                    );
-                }
-                t += t0.elapsed();
-                // SAFETY: live stream.
-                cu(
-                    d,
-                    unsafe { (d.cuStreamSynchronize)(rb) },
-                    "cuStreamSynchronize",
-                );
-            }
-            secs(t) / calls
+                    )
+                },
+                || raw_sync(d, rb),
+            )
         };
         let m = measure(self.cfg.reps, &mut [&mut sl, &mut raw]);
         ck(sluice_event_destroy(ev), "sluice_event_destroy");
@@ -782,7 +789,7 @@ impl Bench {
             sluice: m[0],
             raw: m[1],
             bytes: 0,
-            goal: Goal::Overhead,
+            goal: Goal::Overhead(1),
         });
     }
 
@@ -794,36 +801,23 @@ impl Bench {
         // record + destroy (the pooled event is recycled) vs re-recording one event.
         let rev = self.r_event();
         let mut sl = || {
-            let mut t = Duration::ZERO;
             let mut e = sluice_event_t { bits: 0 };
-            for _ in 0..batches {
-                let t0 = Instant::now();
-                for _ in 0..BATCH {
+            per_call(
+                batches,
+                || {
                     ck(sluice_event_record(sa, 0, &mut e), "sluice_event_record");
                     ck(sluice_event_destroy(e), "sluice_event_destroy");
-                }
-                t += t0.elapsed();
-                s_sync(sa);
-            }
-            secs(t) / calls
+                },
+                || s_sync(sa),
+            )
         };
         let mut raw = || {
-            let mut t = Duration::ZERO;
-            for _ in 0..batches {
-                let t0 = Instant::now();
-                for _ in 0..BATCH {
-                    // SAFETY: live event and stream.
-                    cu(d, unsafe { (d.cuEventRecord)(rev, ra) }, "cuEventRecord");
-                }
-                t += t0.elapsed();
-                // SAFETY: live stream.
-                cu(
-                    d,
-                    unsafe { (d.cuStreamSynchronize)(ra) },
-                    "cuStreamSynchronize",
-                );
-            }
-            secs(t) / calls
+            per_call(
+                batches,
+                // SAFETY: live event and stream.
+                || cu(d, unsafe { (d.cuEventRecord)(rev, ra) }, "cuEventRecord"),
+                || raw_sync(d, ra),
+            )
         };
         let m = measure(self.cfg.reps, &mut [&mut sl, &mut raw]);
         self.report(Row {
@@ -831,7 +825,7 @@ impl Bench {
             sluice: m[0],
             raw: m[1],
             bytes: 0,
-            goal: Goal::OverheadOf(2),
+            goal: Goal::Overhead(2),
         });
 
         // record only: BATCH live recordings (the pool was warmed to BATCH events by
@@ -892,7 +886,7 @@ impl Bench {
             sluice: m[0],
             raw: m[1],
             bytes: 0,
-            goal: Goal::Overhead,
+            goal: Goal::Overhead(1),
         });
     }
 
@@ -927,7 +921,7 @@ impl Bench {
             sluice: m[0],
             raw: m[1],
             bytes: 0,
-            goal: Goal::Overhead,
+            goal: Goal::Overhead(1),
         });
     }
 
@@ -1124,44 +1118,39 @@ impl Bench {
             sluice: h2d[0],
             raw: h2d[1],
             bytes: len,
-            goal: Goal::BandwidthInfo("none (issue 2 sets a goal for pinned copies only)"),
+            goal: Goal::Info("none (issue 2 sets a goal for pinned copies only)"),
         });
         self.report(Row {
             name: "D2H pageable, 64 MiB (sluice_copy_to_host vs cuMemcpyAsync + sync)".into(),
             sluice: d2h[0],
             raw: d2h[1],
             bytes: len,
-            goal: Goal::BandwidthInfo("none (issue 2 sets a goal for pinned copies only)"),
+            goal: Goal::Info("none (issue 2 sets a goal for pinned copies only)"),
         });
     }
 
     fn bench_alloc(&mut self) {
         let batches = self.cfg.n(100);
-        let pairs = (batches * BATCH) as f64;
         let (sa, ra, d) = (self.sa, self.ra, self.d);
         let mut sl = || {
-            let mut t = Duration::ZERO;
             let mut b = sluice_buffer_t { bits: 0 };
-            for _ in 0..batches {
-                let t0 = Instant::now();
-                for _ in 0..BATCH {
+            per_call(
+                batches,
+                || {
                     ck(
                         sluice_buffer_alloc(sa, ALLOC_BYTES, &mut b),
                         "sluice_buffer_alloc",
                     );
                     ck(sluice_buffer_free(b), "sluice_buffer_free");
-                }
-                t += t0.elapsed();
-                s_sync(sa);
-            }
-            secs(t) / pairs
+                },
+                || s_sync(sa),
+            )
         };
         let mut raw = || {
-            let mut t = Duration::ZERO;
             let mut p: CUdeviceptr = 0;
-            for _ in 0..batches {
-                let t0 = Instant::now();
-                for _ in 0..BATCH {
+            per_call(
+                batches,
+                || {
                     // SAFETY: writes one pointer, then frees it once, both on ra.
                     cu(
                         d,
@@ -1170,16 +1159,9 @@ impl Bench {
                     );
                     // SAFETY: as above.
                     cu(d, unsafe { (d.cuMemFreeAsync)(p, ra) }, "cuMemFreeAsync");
-                }
-                t += t0.elapsed();
-                // SAFETY: live stream.
-                cu(
-                    d,
-                    unsafe { (d.cuStreamSynchronize)(ra) },
-                    "cuStreamSynchronize",
-                );
-            }
-            secs(t) / pairs
+                },
+                || raw_sync(d, ra),
+            )
         };
         let m = measure(self.cfg.reps, &mut [&mut sl, &mut raw]);
         self.report(Row {
@@ -1583,7 +1565,6 @@ impl Bench {
         const THREADS: usize = 8;
         const MAX_OBJ: usize = 16;
         let batches = self.cfg.n(50);
-        let pairs = batches * BATCH;
         let dev = self.dev;
 
         let streams: Vec<sluice_stream_t> = (0..THREADS)
@@ -1605,7 +1586,7 @@ impl Bench {
             .map(|v| v.iter().map(|b| b.sync).collect())
             .collect();
 
-        // One thread's loop: `pairs` op_begin/op_end pairs reading `objs`.
+        // One thread's loop: `batches` x BATCH op_begin/op_end pairs reading `objs`.
         let worker = |s: sluice_stream_t, objs: &[sluice_sync_t], barrier: &Barrier| -> f64 {
             let mut op = sluice_op_t { bits: 0 };
             let pair = |op: &mut sluice_op_t| {
@@ -1620,16 +1601,7 @@ impl Bench {
             }
             s_sync(s);
             barrier.wait();
-            let mut t = Duration::ZERO;
-            for _ in 0..batches {
-                let t0 = Instant::now();
-                for _ in 0..BATCH {
-                    pair(&mut op);
-                }
-                t += t0.elapsed();
-                s_sync(s);
-            }
-            secs(t) / pairs as f64
+            per_call(batches, || pair(&mut op), || s_sync(s))
         };
 
         let mut rows = Vec::new();
@@ -1700,84 +1672,42 @@ fn print_rows_header() {
 }
 
 /// Prints one row at once (so a later fatal error keeps the rows measured so far).
+/// Rows with bytes are shown as bandwidth, the others as time per unit.
 fn print_row(r: &Row, fails: &mut usize) {
-    let ratio = r.sluice / r.raw;
+    let bandwidth = r.bytes > 0;
+    let value = |t: f64| if bandwidth { gbps(r.bytes, t) } else { us(t) };
+    let (ratio, per_copy) = if bandwidth {
+        (r.raw / r.sluice, " per copy")
+    } else {
+        (r.sluice / r.raw, "")
+    };
     let add = r.sluice - r.raw;
-    match r.goal {
-        Goal::Overhead => {
-            let ok = ratio <= 1.10 || add < 100e-9;
-            println!(
-                "| {} | {} | {} | {:.3}x | {} | ≤ 1.10x or < 100 ns added | {} |",
-                r.name,
-                us(r.sluice),
-                us(r.raw),
-                ratio,
-                added(r.sluice, r.raw),
-                verdict(ok, fails)
-            );
-        }
-        Goal::OverheadOf(calls) => {
+    let mut added_col = format!("{}{per_copy}", added(r.sluice, r.raw));
+    let (goal, ok) = match r.goal {
+        Goal::Overhead(calls) => {
             let per_call = add / calls as f64;
-            let ok = ratio <= 1.10 || per_call < 100e-9;
-            println!(
-                "| {} | {} | {} | {:.3}x | {} ({:+.0} ns per call) | ≤ 1.10x or < 100 ns added per call | {} |",
-                r.name,
-                us(r.sluice),
-                us(r.raw),
-                ratio,
-                added(r.sluice, r.raw),
-                per_call * 1e9,
-                verdict(ok, fails)
-            );
+            let suffix = if calls > 1 {
+                added_col += &format!(" ({:+.0} ns per call)", per_call * 1e9);
+                " per call"
+            } else {
+                ""
+            };
+            (
+                format!("≤ 1.10x or < 100 ns added{suffix}"),
+                Some(ratio <= 1.10 || per_call < 100e-9),
+            )
         }
-        Goal::Info(why) => {
-            println!(
-                "| {} | {} | {} | {:.3}x | {} | {} | info |",
-                r.name,
-                us(r.sluice),
-                us(r.raw),
-                ratio,
-                added(r.sluice, r.raw),
-                why
-            );
-        }
-        Goal::BandwidthInfo(why) => {
-            println!(
-                "| {} | {} | {} | {:.3}x | {} per copy | {} | info |",
-                r.name,
-                gbps(r.bytes, r.sluice),
-                gbps(r.bytes, r.raw),
-                r.raw / r.sluice,
-                added(r.sluice, r.raw),
-                why
-            );
-        }
-        Goal::Bandwidth(min) => {
-            let bw_ratio = r.raw / r.sluice;
-            println!(
-                "| {} | {} | {} | {:.3}x | {} per copy | ≥ {:.2}x raw GB/s | {} |",
-                r.name,
-                gbps(r.bytes, r.sluice),
-                gbps(r.bytes, r.raw),
-                bw_ratio,
-                added(r.sluice, r.raw),
-                min,
-                verdict(bw_ratio >= min, fails)
-            );
-        }
-        Goal::AtMost(limit) => {
-            println!(
-                "| {} | {} | {} | {:.3}x | {} | sluice ≤ {} | {} |",
-                r.name,
-                us(r.sluice),
-                us(r.raw),
-                ratio,
-                added(r.sluice, r.raw),
-                us(limit),
-                verdict(r.sluice <= limit, fails)
-            );
-        }
-    }
+        Goal::Bandwidth(min) => (format!("≥ {min:.2}x raw GB/s"), Some(ratio >= min)),
+        Goal::AtMost(limit) => (format!("sluice ≤ {}", us(limit)), Some(r.sluice <= limit)),
+        Goal::Info(why) => (why.to_string(), None),
+    };
+    let result = ok.map_or("info", |ok| verdict(ok, fails));
+    println!(
+        "| {} | {} | {} | {ratio:.3}x | {added_col} | {goal} | {result} |",
+        r.name,
+        value(r.sluice),
+        value(r.raw),
+    );
 }
 
 fn print_ping_pong(p: &PingPong, fails: &mut usize) {
