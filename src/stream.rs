@@ -78,6 +78,16 @@ struct PoolInner {
     closed: bool,
 }
 
+impl PoolInner {
+    fn free_list(&mut self, timing: bool) -> &mut Vec<Box<RecNode>> {
+        if timing {
+            &mut self.free_timing
+        } else {
+            &mut self.free
+        }
+    }
+}
+
 impl EventPool {
     /// Destroys the free events; later recordings destroy theirs when unreferenced.
     /// Breaks the cycle between the pool and its free nodes (which hold the pool).
@@ -91,6 +101,13 @@ impl EventPool {
             )
         };
         drop((a, b));
+    }
+
+    /// Records that the stream's work up to `seq` completed.
+    fn complete_through(&self, seq: u64) {
+        if self.completed.fetch_max(seq, Ordering::AcqRel) < seq {
+            COMPLETIONS.fetch_add(1, Ordering::AcqRel);
+        }
     }
 }
 
@@ -120,15 +137,6 @@ static COMPLETIONS: AtomicU64 = AtomicU64::new(0);
 /// The current completion count (see `COMPLETIONS`).
 pub(crate) fn completions() -> u64 {
     COMPLETIONS.load(Ordering::Acquire)
-}
-
-impl EventPool {
-    /// Records that the stream's work up to `seq` completed.
-    fn complete_through(&self, seq: u64) {
-        if self.completed.fetch_max(seq, Ordering::AcqRel) < seq {
-            COMPLETIONS.fetch_add(1, Ordering::AcqRel);
-        }
-    }
 }
 
 impl Recording {
@@ -270,10 +278,8 @@ impl Drop for RecRef {
         if inner.closed {
             drop(inner);
             drop(node);
-        } else if node.rec.timing {
-            inner.free_timing.push(node);
         } else {
-            inner.free.push(node);
+            inner.free_list(node.rec.timing).push(node);
         }
     }
 }
@@ -472,12 +478,7 @@ impl Stream {
         let backend = &self.device.backend;
         let capture_id = self.capture_id();
         let mut inner = self.pool.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let popped = if timing {
-            inner.free_timing.pop()
-        } else {
-            inner.free.pop()
-        };
-        let mut node = match popped {
+        let mut node = match inner.free_list(timing).pop() {
             Some(n) => n,
             None => {
                 self.stats.events_created.fetch_add(1, Ordering::Relaxed);
@@ -496,11 +497,7 @@ impl Stream {
             }
         };
         if let Err(e) = backend.event_record(node.rec.raw, self.raw) {
-            if timing {
-                inner.free_timing.push(node)
-            } else {
-                inner.free.push(node)
-            }
+            inner.free_list(timing).push(node);
             return Err(e);
         }
         inner.seq += 1;
