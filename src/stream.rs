@@ -79,6 +79,7 @@ struct PoolInner {
 }
 
 impl PoolInner {
+    #[allow(clippy::vec_box)]
     fn free_list(&mut self, timing: bool) -> &mut Vec<Box<RecNode>> {
         if timing {
             &mut self.free_timing
