@@ -117,8 +117,8 @@ fn main() -> Result<(), sluice::Error> {
         "{batches} batches of {mib} MiB: {:.1} batches/s, {:.2} GB/s H2D+compute; copy waits {}, compute waits {}",
         batches as f64 / secs,
         (batches * bytes) as f64 / secs / 1e9,
-        copy.stats.waits.load(std::sync::atomic::Ordering::Relaxed),
-        compute.stats.waits.load(std::sync::atomic::Ordering::Relaxed),
+        copy.waits(),
+        compute.waits(),
     );
     if !ok {
         eprintln!("checksum mismatch");

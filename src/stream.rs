@@ -12,12 +12,13 @@ use crate::graph::Capture;
 use std::num::NonZeroU64;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Per-stream counters, for tests and tuning.
 #[derive(Default, Debug)]
 pub struct StreamStats {
-    /// `cuStreamWaitEvent`s inserted by the dependency engine.
+    /// `cuStreamWaitEvent`s other than those of library ops (foreign ops, explicit
+    /// event waits); [`Stream::waits`] gives the total.
     pub waits: AtomicU64,
     /// Events created (pool misses).
     pub events_created: AtomicU64,
@@ -70,8 +71,11 @@ impl EventPool {
 
 // Boxed nodes keep their heap address while recycled.
 #[allow(clippy::vec_box)]
-struct PoolInner {
+pub(crate) struct PoolInner {
     seq: u64,
+    /// Waits inserted by library ops, counted when their event is recorded (under
+    /// this lock, so the hot path adds no atomic of its own).
+    op_waits: u64,
     free: Vec<Box<RecNode>>,
     free_timing: Vec<Box<RecNode>>,
     /// Set when the stream is gone: recordings dropped later destroy their event.
@@ -265,22 +269,92 @@ impl Clone for RecRef {
     }
 }
 
-impl Drop for RecRef {
-    fn drop(&mut self) {
-        if self.node().refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
+impl RecRef {
+    /// Drops one reference; returns the node when it was the last.
+    #[inline(always)]
+    fn unref(self) -> Option<Box<RecNode>> {
+        let p = self.0;
+        std::mem::forget(self);
+        // SAFETY: this reference kept the node alive until now.
+        if unsafe { p.as_ref() }.refs.fetch_sub(1, Ordering::Release) != 1 {
+            return None;
         }
         std::sync::atomic::fence(Ordering::Acquire);
         // SAFETY: the last reference; the node came from Box::into_raw in `record`.
-        let node = unsafe { Box::from_raw(self.0.as_ptr()) };
-        // SAFETY: the node holds the pool; the guard is dropped before the node.
-        let pool = unsafe { &*Arc::as_ptr(&node.rec.pool) };
-        let mut inner = pool.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.closed {
-            drop(inner);
-            drop(node);
-        } else {
-            inner.free_list(node.rec.timing).push(node);
+        Some(unsafe { Box::from_raw(p.as_ptr()) })
+    }
+
+    /// Another reference to the node, already counted by `record_locked`'s `refs`.
+    ///
+    /// # Safety
+    /// The caller accounts for every reference made this way in that count.
+    #[inline(always)]
+    pub(crate) unsafe fn dup_counted(&self) -> RecRef {
+        RecRef(self.0)
+    }
+}
+
+/// Returns an unreferenced node to its pool's free list, or destroys its event
+/// when the stream is gone.
+fn recycle(node: Box<RecNode>) {
+    // SAFETY: the node holds the pool; the guard is dropped before the node.
+    let pool = unsafe { &*Arc::as_ptr(&node.rec.pool) };
+    let mut inner = pool.inner.lock().unwrap_or_else(|p| p.into_inner());
+    if inner.closed {
+        drop(inner);
+        drop(node);
+    } else {
+        inner.free_list(node.rec.timing).push(node);
+    }
+}
+
+impl Drop for RecRef {
+    fn drop(&mut self) {
+        if let Some(node) = RecRef(self.0).unref() {
+            recycle(node);
+        }
+    }
+}
+
+/// Publication of an op's recording while the recording stream's pool lock is
+/// still held: recordings that die there go straight back to that pool's free list;
+/// nodes of other pools are recycled after the lock is released.
+#[allow(clippy::vec_box)] // the boxed nodes go back to free lists as they are
+pub(crate) struct Publish<'a> {
+    pool: *const EventPool,
+    inner: Option<MutexGuard<'a, PoolInner>>,
+    others: Vec<Box<RecNode>>,
+}
+
+impl<'a> Publish<'a> {
+    #[inline(always)]
+    pub(crate) fn new(stream: &'a Stream, inner: MutexGuard<'a, PoolInner>) -> Self {
+        Publish {
+            pool: Arc::as_ptr(&stream.pool),
+            inner: Some(inner),
+            others: Vec::new(),
+        }
+    }
+
+    /// Drops a replaced reference.
+    #[inline(always)]
+    pub(crate) fn release(&mut self, r: RecRef) {
+        let Some(node) = r.unref() else { return };
+        match &mut self.inner {
+            Some(inner) if std::ptr::eq(Arc::as_ptr(&node.rec.pool), self.pool) => {
+                inner.free_list(node.rec.timing).push(node)
+            }
+            _ => self.others.push(node),
+        }
+    }
+}
+
+impl Drop for Publish<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        drop(self.inner.take());
+        for node in self.others.drain(..) {
+            recycle(node);
         }
     }
 }
@@ -349,6 +423,7 @@ impl Stream {
                 stream_id: id,
                 inner: Mutex::new(PoolInner {
                     seq: 0,
+                    op_waits: 0,
                     free: Vec::new(),
                     free_timing: Vec::new(),
                     closed: false,
@@ -476,9 +551,24 @@ impl Stream {
     /// Records a pooled event at the current end of the stream.
     #[inline(always)]
     pub fn record(&self, timing: bool) -> Result<RecRef> {
+        self.record_locked(timing, 1, 0).map(|(r, _)| r)
+    }
+
+    /// Records a pooled event whose node starts with `refs` references, adds
+    /// `op_waits` to the stream's wait count, and returns the pool lock still held,
+    /// so that recordings released while publishing go back to the free list
+    /// without taking it again.
+    #[inline(always)]
+    pub(crate) fn record_locked(
+        &self,
+        timing: bool,
+        refs: usize,
+        op_waits: u64,
+    ) -> Result<(RecRef, MutexGuard<'_, PoolInner>)> {
         let backend = &self.device.backend;
         let capture_id = self.capture_id();
         let mut inner = self.pool.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.op_waits += op_waits;
         let mut node = match inner.free_list(timing).pop() {
             Some(n) => n,
             None => {
@@ -503,13 +593,22 @@ impl Stream {
         }
         inner.seq += 1;
         node.rec.seq = inner.seq;
-        drop(inner);
         node.rec.capture_id = capture_id.and_then(NonZeroU64::new);
-        *node.refs.get_mut() = 1;
+        *node.refs.get_mut() = refs;
         // SAFETY: Box::into_raw is never null.
-        Ok(RecRef(unsafe {
-            NonNull::new_unchecked(Box::into_raw(node))
-        }))
+        let rec = RecRef(unsafe { NonNull::new_unchecked(Box::into_raw(node)) });
+        Ok((rec, inner))
+    }
+
+    /// Waits inserted on this stream: by the engine and by explicit event waits.
+    pub fn waits(&self) -> u64 {
+        let op = self
+            .pool
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .op_waits;
+        self.stats.waits.load(Ordering::Relaxed) + op
     }
 
     /// Makes this stream wait on a recording, with no host block. Waiting on an event
@@ -524,10 +623,16 @@ impl Stream {
     /// Makes this stream wait on a recording, with no host block.
     #[inline(always)]
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
-        self.device.same_device(rec.device(), "the event")?;
-        self.device.backend.stream_wait_event(self.raw, rec.raw)?;
+        self.wait_uncounted(rec)?;
         self.stats.waits.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// [`Stream::wait`] for library ops, which count their waits when they record.
+    #[inline(always)]
+    pub(crate) fn wait_uncounted(&self, rec: &Recording) -> Result<()> {
+        self.device.same_device(rec.device(), "the event")?;
+        self.device.backend.stream_wait_event(self.raw, rec.raw)
     }
 
     /// True when all work enqueued so far completed.

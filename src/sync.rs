@@ -16,7 +16,7 @@
 
 use crate::device::next_id;
 use crate::error::{Error, ErrorCode, Result};
-use crate::stream::{RecRef, Recording, Stream};
+use crate::stream::{Publish, RecRef, Recording, Stream};
 use smallvec::SmallVec;
 use std::borrow::Borrow;
 use std::ptr::NonNull;
@@ -305,49 +305,61 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
 }
 
 /// Issues the waits; the objects they were collected from are still locked.
+/// Returns how many were issued; the caller counts them.
 #[inline(always)]
-fn issue_waits(stream: &Stream, need: &Waits) -> Result<()> {
-    for r in &need.recs {
+fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
+    for (i, r) in need.recs.iter().enumerate() {
         // SAFETY: collected under the locks the caller still holds.
-        stream.wait(unsafe { r.as_ref() })?;
+        if let Err(e) = stream.wait_uncounted(unsafe { r.as_ref() }) {
+            stream.stats.waits.fetch_add(i as u64, Ordering::Relaxed);
+            return Err(e);
+        }
     }
-    Ok(())
+    Ok(need.recs.len() as u64)
 }
 
-/// Publishes `rec` as the op's completion in every object; gives `rec` back when
-/// `keep` is set (otherwise the last object takes it without a clone).
+/// Publishes `rec` as the op's completion in every object. `rec` was recorded with
+/// one reference per object, plus one when `keep` is set (then it is returned).
+/// Replaced references go to `release`.
 #[inline(always)]
 fn end_locked(
     stream: &Stream,
     locked: &mut [Locked<'_>],
     rec: RecRef,
     keep: bool,
+    release: &mut impl FnMut(RecRef),
 ) -> Option<RecRef> {
     if let Some(cap) = stream.current_capture() {
         for l in locked.iter() {
             cap.touch(l.access.obj, &l.guard, l.access.write);
         }
     }
-    let mut rec = Some(rec);
-    let last = locked.len().saturating_sub(1);
-    for (i, l) in locked.iter_mut().enumerate() {
-        let r = match (i == last && !keep, &mut rec) {
-            (true, r) => r.take(),
-            (false, r) => r.clone(),
-        };
-        let Some(r) = r else { break };
+    debug_assert!(!locked.is_empty(), "an op without objects records nothing");
+    for l in locked.iter_mut() {
+        // SAFETY: counted in the references `rec` was recorded with.
+        let r = unsafe { rec.dup_counted() };
         let st = &mut *l.guard;
         if l.access.write {
-            st.readers.clear();
-            st.writer = Some(r);
+            for old in st.readers.drain(..) {
+                release(old);
+            }
+            if let Some(old) = st.writer.replace(r) {
+                release(old);
+            }
         } else {
             match st.readers.iter_mut().find(|x| x.stream_id() == stream.id) {
-                Some(slot) => *slot = r,
+                Some(slot) => release(std::mem::replace(slot, r)),
                 None => st.readers.push(r),
             }
         }
     }
-    rec
+    if keep {
+        Some(rec)
+    } else {
+        // Its reference was handed to the last object.
+        std::mem::forget(rec);
+        None
+    }
 }
 
 #[inline(always)]
@@ -395,11 +407,19 @@ fn run_op_inner(
     let rec = {
         let mut locked = lock_all(set);
         let need = collect_waits(stream, &mut locked)?;
-        issue_waits(stream, &need)?;
+        let waits = issue_waits(stream, &need)?;
         drop(need);
-        enqueue()?;
-        let rec = stream.record(false)?;
-        end_locked(stream, &mut locked, rec, keep)
+        let refs = locked.len() + keep as usize;
+        let recorded = enqueue().and_then(|()| stream.record_locked(false, refs, waits));
+        let (rec, inner) = match recorded {
+            Ok(r) => r,
+            Err(e) => {
+                stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        let mut publish = Publish::new(stream, inner);
+        end_locked(stream, &mut locked, rec, keep, &mut |r| publish.release(r))
     };
     after_op(stream)?;
     Ok(rec)
@@ -411,19 +431,22 @@ fn run_op_inner(
 pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     let mut locked = lock_all(set);
     let need = collect_waits(stream, &mut locked)?;
-    issue_waits(stream, &need)
+    let waits = issue_waits(stream, &need)?;
+    stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+    Ok(())
 }
 
-/// Ends a foreign op: records one event (no lock held) and publishes it.
+/// Ends a foreign op: records one event (no object lock held) and publishes it.
 #[inline(always)]
 pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     if set.is_empty() {
         return after_op(stream);
     }
-    let rec = stream.record(false)?;
+    let (rec, inner) = stream.record_locked(false, set.len(), 0)?;
+    drop(inner);
     {
         let mut locked = lock_all(set);
-        end_locked(stream, &mut locked, rec, false);
+        end_locked(stream, &mut locked, rec, false, &mut drop);
     }
     after_op(stream)
 }

@@ -174,7 +174,7 @@ pub extern "C" fn sluice_stream_stats(
             out,
             sluice_stream_stats_t {
                 id: s.id,
-                waits: st.waits.load(Ordering::Relaxed),
+                waits: s.waits(),
                 records: s.last_seq(),
                 events_created: st.events_created.load(Ordering::Relaxed),
                 engine_syncs: st.engine_syncs.load(Ordering::Relaxed),

@@ -199,5 +199,5 @@ pub fn sync_of(b: &Buffer) -> Arc<SyncObject> {
 }
 
 pub fn waits(s: &Stream) -> u64 {
-    s.stats.waits.load(std::sync::atomic::Ordering::Relaxed)
+    s.waits()
 }
