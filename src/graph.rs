@@ -2,7 +2,7 @@
 
 use crate::device::next_id;
 use crate::stream::{RecRef, Recording};
-use crate::sync::{SyncObject, SyncState};
+use crate::sync::{ObjRef, SyncObject, SyncState};
 use std::sync::{Arc, Mutex};
 
 /// State shared by every stream taking part in one capture.
@@ -37,7 +37,7 @@ impl Capture {
     }
 
     /// Notes an access made inside the capture; `state` is the object's state now.
-    pub(crate) fn touch(&self, obj: &Arc<SyncObject>, state: &SyncState, write: bool) {
+    pub(crate) fn touch(&self, obj: ObjRef<'_>, state: &SyncState, write: bool) {
         let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
         match t.iter_mut().find(|x| x.obj.id == obj.id) {
             Some(x) => x.written |= write,
@@ -46,7 +46,7 @@ impl Capture {
                     self.ctl().keep.push(mem);
                 }
                 t.push(Touched {
-                    obj: obj.clone(),
+                    obj: obj.to_arc(),
                     before: state.clone(),
                     written: write,
                 })
@@ -76,7 +76,7 @@ impl Capture {
         let t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
         let mine = |r: &RecRef| r.capture_id() == Some(self.id);
         for x in t.iter() {
-            let mut st = x.obj.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = x.obj.state.lock();
             st.readers.retain(|r| !mine(r));
             if st.writer.as_ref().is_some_and(mine) {
                 st.writer = x.before.writer.clone();

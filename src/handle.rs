@@ -229,9 +229,35 @@ impl<P: Shared> HandleTable<P> {
     /// Borrows the object named by `bits` without cloning it.
     #[inline(always)]
     pub fn borrow(&self, bits: u64) -> Result<Borrowed<'_, P>, Stale> {
+        let pin = epoch::pin();
+        let p = self.lookup(bits)?;
+        Ok(Borrowed {
+            // SAFETY: read while live and pinned, so the object is not dropped before
+            // the pin ends; ManuallyDrop keeps the table's reference.
+            value: ManuallyDrop::new(unsafe { P::from_raw(p) }),
+            _pin: pin,
+            _table: PhantomData,
+        })
+    }
+
+    /// The object named by `bits`, valid while the caller's pin lasts.
+    #[inline(always)]
+    pub fn get_pinned<'g>(
+        &'g self,
+        _pin: &'g epoch::Guard,
+        bits: u64,
+    ) -> Result<&'g P::Target, Stale> {
+        // SAFETY: read while live and pinned: the table drops its reference only
+        // after every pin that saw the entry has ended.
+        self.lookup(bits).map(|p| unsafe { &*p })
+    }
+
+    /// The entry's pointer, if `bits` names a live entry. The caller is pinned.
+    #[inline(always)]
+    fn lookup(&self, bits: u64) -> Result<*const P::Target, Stale> {
+        debug_assert!(epoch::is_pinned());
         let (index, generation) = self.split(bits)?;
         let slot = self.slot(index).ok_or(Stale::Dead)?;
-        let pin = epoch::pin();
         let s = slot.state.load(Ordering::SeqCst);
         if s & LIVE == 0 || (s >> 32) & GEN_MASK != generation {
             return Err(Stale::Dead);
@@ -241,13 +267,7 @@ impl<P: Shared> HandleTable<P> {
         if slot.state.load(Ordering::SeqCst) != s {
             return Err(Stale::Dead);
         }
-        Ok(Borrowed {
-            // SAFETY: read while live and pinned, so the object is not dropped before
-            // the pin ends; ManuallyDrop keeps the table's reference.
-            value: ManuallyDrop::new(unsafe { P::from_raw(p) }),
-            _pin: pin,
-            _table: PhantomData,
-        })
+        Ok(p)
     }
 
     pub fn get(&self, bits: u64) -> Result<P, Stale> {

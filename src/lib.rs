@@ -10,8 +10,10 @@ mod epoch;
 pub mod error;
 pub mod graph;
 mod handle;
+mod inline;
 pub mod memory;
 pub mod module;
+mod objlock;
 pub mod stream;
 pub mod sync;
 

@@ -5,7 +5,7 @@
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, Result};
 use crate::stream::{RecRef, Stream};
-use crate::sync::{self, Access, SyncObject};
+use crate::sync::{self, Access, ObjRef, SyncObject};
 use std::sync::{Arc, Mutex};
 
 /// Where a buffer's memory lives. Values are part of the C ABI.
@@ -176,10 +176,7 @@ impl Drop for Memory {
                         return;
                     }
                     // Order the free after every outstanding use, on the device.
-                    let set = [Access {
-                        obj: &self.sync,
-                        write: true,
-                    }];
+                    let set = [Access::new(ObjRef::new(&self.sync), true)];
                     let _ = sync::op_begin(home, &set);
                     if !home.cache_block(self.size, self.addr) {
                         let _ = backend.mem_free_async(self.addr, home.raw);

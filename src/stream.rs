@@ -9,10 +9,11 @@ use crate::backend::HostFn;
 use crate::device::{next_id, Device};
 use crate::error::{Error, ErrorCode, Result};
 use crate::graph::Capture;
+use crate::objlock::{ObjGuard, ObjLock};
 use std::num::NonZeroU64;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Per-stream counters, for tests and tuning.
 #[derive(Default, Debug)]
@@ -34,7 +35,7 @@ pub(crate) struct EventPool {
     pub(crate) completed: AtomicU64,
     /// Guards the sequence counter and the free lists, so that sequence order
     /// equals recording order on the stream.
-    inner: Mutex<PoolInner>,
+    inner: ObjLock<PoolInner>,
     pub(crate) device: Arc<Device>,
     /// Errors reported asynchronously (host callbacks), returned at the next sync.
     pub(crate) deferred: Mutex<Option<Error>>,
@@ -98,7 +99,7 @@ impl EventPool {
     /// Breaks the cycle between the pool and its free nodes (which hold the pool).
     fn close(&self) {
         let (a, b) = {
-            let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = self.inner.lock();
             inner.closed = true;
             (
                 std::mem::take(&mut inner.free),
@@ -299,7 +300,7 @@ impl RecRef {
 fn recycle(node: Box<RecNode>) {
     // SAFETY: the node holds the pool; the guard is dropped before the node.
     let pool = unsafe { &*Arc::as_ptr(&node.rec.pool) };
-    let mut inner = pool.inner.lock().unwrap_or_else(|p| p.into_inner());
+    let mut inner = pool.inner.lock();
     if inner.closed {
         drop(inner);
         drop(node);
@@ -322,13 +323,13 @@ impl Drop for RecRef {
 #[allow(clippy::vec_box)] // the boxed nodes go back to free lists as they are
 pub(crate) struct Publish<'a> {
     pool: *const EventPool,
-    inner: Option<MutexGuard<'a, PoolInner>>,
+    inner: Option<ObjGuard<'a, PoolInner>>,
     others: Vec<Box<RecNode>>,
 }
 
 impl<'a> Publish<'a> {
     #[inline(always)]
-    pub(crate) fn new(stream: &'a Stream, inner: MutexGuard<'a, PoolInner>) -> Self {
+    pub(crate) fn new(stream: &'a Stream, inner: ObjGuard<'a, PoolInner>) -> Self {
         Publish {
             pool: Arc::as_ptr(&stream.pool),
             inner: Some(inner),
@@ -421,7 +422,7 @@ impl Stream {
             pool: Arc::new(EventPool {
                 device: device.clone(),
                 stream_id: id,
-                inner: Mutex::new(PoolInner {
+                inner: ObjLock::new(PoolInner {
                     seq: 0,
                     op_waits: 0,
                     free: Vec::new(),
@@ -491,15 +492,22 @@ impl Stream {
         }
     }
 
+    #[inline(always)]
     pub fn is_capturing(&self) -> bool {
         self.capturing.load(Ordering::Acquire)
     }
 
     /// The capture this stream takes part in, if any.
+    #[inline(always)]
     pub(crate) fn current_capture(&self) -> Option<Arc<Capture>> {
         if !self.is_capturing() {
             return None;
         }
+        self.capture_slow()
+    }
+
+    #[cold]
+    fn capture_slow(&self) -> Option<Arc<Capture>> {
         self.capture
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -516,15 +524,20 @@ impl Stream {
 
     /// Sequence number of the newest recording: also the number of events recorded.
     pub fn last_seq(&self) -> u64 {
-        self.pool
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .seq
+        self.pool.inner.lock().seq
     }
 
+    #[inline(always)]
     pub(crate) fn capture_id(&self) -> Option<u64> {
-        self.current_capture().map(|c| c.id)
+        if !self.is_capturing() {
+            return None;
+        }
+        self.capture_id_slow()
+    }
+
+    #[cold]
+    fn capture_id_slow(&self) -> Option<u64> {
+        self.capture_slow().map(|c| c.id)
     }
 
     /// Fails with `CaptureUnsupported` when the stream is capturing.
@@ -564,10 +577,10 @@ impl Stream {
         timing: bool,
         refs: usize,
         op_waits: u64,
-    ) -> Result<(RecRef, MutexGuard<'_, PoolInner>)> {
+    ) -> Result<(RecRef, ObjGuard<'_, PoolInner>)> {
         let backend = &self.device.backend;
         let capture_id = self.capture_id();
-        let mut inner = self.pool.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.pool.inner.lock();
         inner.op_waits += op_waits;
         let mut node = match inner.free_list(timing).pop() {
             Some(n) => n,
@@ -602,12 +615,7 @@ impl Stream {
 
     /// Waits inserted on this stream: by the engine and by explicit event waits.
     pub fn waits(&self) -> u64 {
-        let op = self
-            .pool
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .op_waits;
+        let op = self.pool.inner.lock().op_waits;
         self.stats.waits.load(Ordering::Relaxed) + op
     }
 

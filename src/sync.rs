@@ -16,12 +16,15 @@
 
 use crate::device::next_id;
 use crate::error::{Error, ErrorCode, Result};
+use crate::inline::Small;
+use crate::objlock::ObjLock;
 use crate::stream::{Publish, RecRef, Recording, Stream};
 use smallvec::SmallVec;
 use std::borrow::Borrow;
+use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 #[derive(Clone, Default)]
 pub(crate) struct SyncState {
@@ -39,7 +42,7 @@ pub(crate) struct SyncState {
 #[repr(C, align(64))]
 pub struct SyncObject {
     pub id: u64,
-    pub(crate) state: Mutex<SyncState>,
+    pub(crate) state: ObjLock<SyncState>,
     /// The memory this object stands for, if sluice owns it (kept alive by graphs).
     pub(crate) owner: OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
 }
@@ -82,16 +85,11 @@ pub fn set_engine_mode(mode: EngineMode) {
     engine_cell().store(mode as u8, Ordering::Relaxed);
 }
 
-#[inline(always)]
-fn lock(m: &Mutex<SyncState>) -> MutexGuard<'_, SyncState> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl SyncObject {
     pub fn new() -> Arc<SyncObject> {
         Arc::new(SyncObject {
             id: next_id(),
-            state: Mutex::new(SyncState::default()),
+            state: ObjLock::new(SyncState::default()),
             owner: OnceLock::new(),
         })
     }
@@ -100,7 +98,7 @@ impl SyncObject {
     pub(crate) fn allocated_on(stream: &Arc<Stream>) -> Arc<SyncObject> {
         Arc::new(SyncObject {
             id: next_id(),
-            state: Mutex::new(SyncState {
+            state: ObjLock::new(SyncState {
                 alloc_on: Some(stream.clone()),
                 ..SyncState::default()
             }),
@@ -110,15 +108,15 @@ impl SyncObject {
 
     /// Number of reader entries (at most one per stream).
     pub fn reader_count(&self) -> usize {
-        lock(&self.state).readers.len()
+        self.state.lock().readers.len()
     }
 
     pub fn has_writer(&self) -> bool {
-        lock(&self.state).writer.is_some()
+        self.state.lock().writer.is_some()
     }
 
     fn pending(&self, include_readers: bool, op: &str) -> Result<Vec<RecRef>> {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         let mut v: Vec<RecRef> = st.writer.iter().cloned().collect();
         if include_readers {
             v.extend(st.readers.iter().cloned());
@@ -151,29 +149,171 @@ impl SyncObject {
 
     /// All outstanding recordings (writer and readers), for frees.
     pub(crate) fn outstanding(&self) -> Vec<RecRef> {
-        let st = lock(&self.state);
+        let st = self.state.lock();
         st.writer.iter().chain(st.readers.iter()).cloned().collect()
     }
 }
 
-/// One object of an op and how it is accessed.
-pub struct Access<'a> {
-    pub obj: &'a Arc<SyncObject>,
-    pub write: bool,
+/// A sync object borrowed for one call, without touching its reference count:
+/// from a caller's `&Arc` or from a handle-table slot read while pinned.
+#[derive(Clone, Copy)]
+pub struct ObjRef<'a> {
+    ptr: NonNull<SyncObject>,
+    _life: PhantomData<&'a SyncObject>,
 }
 
-/// An op's accesses; inline for up to 4 objects (no allocation on the common path).
-pub type AccessSet<'a> = SmallVec<[Access<'a>; 4]>;
+impl<'a> ObjRef<'a> {
+    #[inline(always)]
+    pub fn new(obj: &'a Arc<SyncObject>) -> Self {
+        ObjRef {
+            ptr: NonNull::from(&**obj),
+            _life: PhantomData,
+        }
+    }
+
+    /// # Safety
+    /// `obj` lives in an `Arc` that stays alive for `'a`.
+    #[inline(always)]
+    pub(crate) unsafe fn in_arc(obj: &'a SyncObject) -> Self {
+        ObjRef {
+            ptr: NonNull::from(obj),
+            _life: PhantomData,
+        }
+    }
+
+    /// A counted reference, for keeping the object beyond the call.
+    pub fn to_arc(self) -> Arc<SyncObject> {
+        // SAFETY: every ObjRef points into a live Arc (see the constructors).
+        unsafe {
+            Arc::increment_strong_count(self.ptr.as_ptr());
+            Arc::from_raw(self.ptr.as_ptr())
+        }
+    }
+}
+
+impl std::ops::Deref for ObjRef<'_> {
+    type Target = SyncObject;
+    #[inline(always)]
+    fn deref(&self) -> &SyncObject {
+        // SAFETY: alive for 'a (see the constructors).
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+/// One object of an op and how it is accessed: the object's address with the
+/// write flag in bit 0 (objects are 64-byte aligned), so that an access is one word
+/// and moving it never splits a store.
+#[derive(Clone, Copy)]
+pub struct Access<'a> {
+    bits: usize,
+    _life: PhantomData<&'a SyncObject>,
+}
+
+impl<'a> Access<'a> {
+    #[inline(always)]
+    pub fn new(obj: ObjRef<'a>, write: bool) -> Self {
+        Access {
+            bits: obj.ptr.as_ptr() as usize | write as usize,
+            _life: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    pub fn obj(self) -> ObjRef<'a> {
+        ObjRef {
+            // SAFETY: made from a non-null, aligned pointer in `new`.
+            ptr: unsafe { NonNull::new_unchecked((self.bits & !1) as *mut SyncObject) },
+            _life: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    pub fn write(self) -> bool {
+        self.bits & 1 != 0
+    }
+
+    /// The object's state. The caller holds the object's lock.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn state(&self) -> &'a mut SyncState {
+        let obj: &'a SyncObject = unsafe { &*((self.bits & !1) as *const SyncObject) };
+        // SAFETY: locked by the caller; each object appears once in a set.
+        unsafe { obj.state.get() }
+    }
+}
+
+/// An op's accesses, sorted by object id, each object once; inline for up to 4
+/// objects (no allocation on the common path).
+pub struct AccessSet<'a>(Small<Access<'a>, 4>);
+
+impl<'a> AccessSet<'a> {
+    /// Room for `n` accesses.
+    #[inline(always)]
+    pub fn with_capacity(n: usize) -> Self {
+        AccessSet(Small::with_capacity(n))
+    }
+
+    #[inline(always)]
+    pub fn push(&mut self, obj: ObjRef<'a>, write: bool) {
+        self.0.push(Access::new(obj, write));
+    }
+
+    /// Sorts by id and merges duplicates; an object both read and written is a write.
+    #[inline(always)]
+    pub fn normalize(&mut self) {
+        let v = &mut *self.0;
+        let id = |a: &Access<'_>| a.obj().id;
+        match v.len() {
+            0 | 1 => {}
+            // The common two-object op, without the general sort and dedup.
+            2 => match id(&v[0]).cmp(&id(&v[1])) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Greater => v.swap(0, 1),
+                std::cmp::Ordering::Equal => {
+                    v[0].bits |= v[1].bits & 1;
+                    self.0.truncate(1);
+                }
+            },
+            _ => {
+                v.sort_unstable_by_key(|a| (id(a), !a.write()));
+                let mut kept = 1;
+                for i in 1..v.len() {
+                    if id(&v[i]) != id(&v[kept - 1]) {
+                        v[kept] = v[i];
+                        kept += 1;
+                    }
+                }
+                self.0.truncate(kept);
+            }
+        }
+    }
+}
+
+impl<'a> std::ops::Deref for AccessSet<'a> {
+    type Target = [Access<'a>];
+    #[inline(always)]
+    fn deref(&self) -> &[Access<'a>] {
+        &self.0
+    }
+}
+
 /// The recordings an op must wait on, newest per source stream. The pointers stay
 /// valid while the objects they were read from stay locked and unchanged.
-#[derive(Default)]
 struct Waits {
-    recs: SmallVec<[NonNull<Recording>; 4]>,
+    recs: Small<NonNull<Recording>, 4>,
     /// Recordings made while collecting, kept alive until the waits are issued.
     temps: Vec<RecRef>,
 }
 
 impl Waits {
+    #[inline(always)]
+    fn new() -> Self {
+        Waits {
+            recs: Small::new(),
+            temps: Vec::new(),
+        }
+    }
+
     /// Adds `rec` unless an equal-or-newer one from its stream is there.
     #[inline(always)]
     fn add(&mut self, rec: &Recording) {
@@ -199,68 +339,66 @@ impl Waits {
     }
 }
 
-/// Sorts by id and merges duplicates; an object both read and written is a write.
+/// The access set of `reads` and `writes` given as `Arc`s.
 #[inline(always)]
 pub(crate) fn access_set<'a, R: Borrow<Arc<SyncObject>>>(
     reads: &'a [R],
     writes: &'a [R],
 ) -> AccessSet<'a> {
-    let mut v: AccessSet<'a> = SmallVec::new();
+    let mut v = AccessSet::with_capacity(reads.len() + writes.len());
     for (objs, write) in [(reads, false), (writes, true)] {
         for o in objs {
-            v.push(Access {
-                obj: o.borrow(),
-                write,
-            });
+            v.push(ObjRef::new(o.borrow()), write);
         }
     }
-    match v.len() {
-        0 | 1 => {}
-        // The common two-object op, without the general sort and dedup.
-        2 => match v[0].obj.id.cmp(&v[1].obj.id) {
-            std::cmp::Ordering::Less => {}
-            std::cmp::Ordering::Greater => v.swap(0, 1),
-            std::cmp::Ordering::Equal => {
-                v[0].write |= v[1].write;
-                v.pop();
-            }
-        },
-        _ => {
-            v.sort_unstable_by_key(|a| (a.obj.id, !a.write));
-            v.dedup_by(|later, first| later.obj.id == first.obj.id);
-        }
-    }
+    v.normalize();
     v
 }
 
-struct Locked<'a> {
-    guard: MutexGuard<'a, SyncState>,
-    access: &'a Access<'a>,
+/// The objects of a set, locked in the set's (id) order; unlocked on drop.
+struct Locked<'s, 'a> {
+    set: &'s [Access<'a>],
 }
 
-#[inline(always)]
-fn lock_all<'a>(set: &'a [Access<'a>]) -> SmallVec<[Locked<'a>; 4]> {
-    let mut v = SmallVec::new();
-    for a in set {
-        v.push(Locked {
-            guard: lock(&a.obj.state),
-            access: a,
-        });
+impl<'s, 'a> Locked<'s, 'a> {
+    #[inline(always)]
+    fn new(set: &'s [Access<'a>]) -> Self {
+        for a in set {
+            a.obj().state_lock().lock_raw();
+        }
+        Locked { set }
     }
-    v
+}
+
+impl Drop for Locked<'_, '_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        for a in self.set {
+            // SAFETY: locked in `new`.
+            unsafe { a.obj().state_lock().unlock() };
+        }
+    }
+}
+
+impl<'a> ObjRef<'a> {
+    #[inline(always)]
+    fn state_lock(self) -> &'a ObjLock<SyncState> {
+        // SAFETY: alive for 'a (see the constructors).
+        unsafe { &(*self.ptr.as_ptr()).state }
+    }
 }
 
 /// Collects the recordings `stream` must wait on before the op's accesses.
 #[inline(always)]
-fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
+fn collect_waits(stream: &Stream, locked: &Locked<'_, '_>, need: &mut Waits) -> Result<()> {
     let me = stream.id;
     let cap = stream.capture_id();
     // Inside a capture only captured recordings order anything; outside one,
     // recordings of an ongoing capture are ignored (their state is rolled back).
     let relevant = |r: &Recording| r.stream_id() != me && r.capture_id() == cap;
-    let mut need = Waits::default();
-    for l in locked.iter_mut() {
-        let st = &mut *l.guard;
+    for a in locked.set {
+        // SAFETY: locked.
+        let st = unsafe { a.state() };
         if let (Some(home), None) = (&st.alloc_on, cap) {
             if home.id != me && !home.is_capturing() {
                 // Order this first foreign use after the allocation point.
@@ -270,7 +408,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
                     Some(_) => need.add_temp(rec),
                 }
                 st.alloc_on = None;
-            } else if home.id == me && l.access.write {
+            } else if home.id == me && a.write() {
                 st.alloc_on = None;
             }
         }
@@ -285,7 +423,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
                 st.writer = None;
             }
         }
-        if l.access.write {
+        if a.write() {
             for r in st.writer.iter().chain(st.readers.iter()) {
                 if relevant(r) {
                     need.add(r);
@@ -301,7 +439,7 @@ fn collect_waits(stream: &Stream, locked: &mut [Locked<'_>]) -> Result<Waits> {
             }
         }
     }
-    Ok(need)
+    Ok(())
 }
 
 /// Issues the waits; the objects they were collected from are still locked.
@@ -324,22 +462,27 @@ fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
 #[inline(always)]
 fn end_locked(
     stream: &Stream,
-    locked: &mut [Locked<'_>],
+    locked: &Locked<'_, '_>,
     rec: RecRef,
     keep: bool,
     release: &mut impl FnMut(RecRef),
 ) -> Option<RecRef> {
     if let Some(cap) = stream.current_capture() {
-        for l in locked.iter() {
-            cap.touch(l.access.obj, &l.guard, l.access.write);
+        for a in locked.set {
+            // SAFETY: locked.
+            cap.touch(a.obj(), unsafe { a.state() }, a.write());
         }
     }
-    debug_assert!(!locked.is_empty(), "an op without objects records nothing");
-    for l in locked.iter_mut() {
+    debug_assert!(
+        !locked.set.is_empty(),
+        "an op without objects records nothing"
+    );
+    for a in locked.set {
         // SAFETY: counted in the references `rec` was recorded with.
         let r = unsafe { rec.dup_counted() };
-        let st = &mut *l.guard;
-        if l.access.write {
+        // SAFETY: locked.
+        let st = unsafe { a.state() };
+        if a.write() {
             for old in st.readers.drain(..) {
                 release(old);
             }
@@ -405,11 +548,12 @@ fn run_op_inner(
         return Ok(None);
     }
     let rec = {
-        let mut locked = lock_all(set);
-        let need = collect_waits(stream, &mut locked)?;
+        let locked = Locked::new(set);
+        let mut need = Waits::new();
+        collect_waits(stream, &locked, &mut need)?;
         let waits = issue_waits(stream, &need)?;
         drop(need);
-        let refs = locked.len() + keep as usize;
+        let refs = set.len() + keep as usize;
         let recorded = enqueue().and_then(|()| stream.record_locked(false, refs, waits));
         let (rec, inner) = match recorded {
             Ok(r) => r,
@@ -419,7 +563,7 @@ fn run_op_inner(
             }
         };
         let mut publish = Publish::new(stream, inner);
-        end_locked(stream, &mut locked, rec, keep, &mut |r| publish.release(r))
+        end_locked(stream, &locked, rec, keep, &mut |r| publish.release(r))
     };
     after_op(stream)?;
     Ok(rec)
@@ -429,8 +573,9 @@ fn run_op_inner(
 /// locked, so the waits are ordered against library ops on them).
 #[inline(always)]
 pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
-    let mut locked = lock_all(set);
-    let need = collect_waits(stream, &mut locked)?;
+    let locked = Locked::new(set);
+    let mut need = Waits::new();
+    collect_waits(stream, &locked, &mut need)?;
     let waits = issue_waits(stream, &need)?;
     stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
     Ok(())
@@ -445,8 +590,8 @@ pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     let (rec, inner) = stream.record_locked(false, set.len(), 0)?;
     drop(inner);
     {
-        let mut locked = lock_all(set);
-        end_locked(stream, &mut locked, rec, false, &mut drop);
+        let locked = Locked::new(set);
+        end_locked(stream, &locked, rec, false, &mut drop);
     }
     after_op(stream)
 }

@@ -3,7 +3,7 @@
 
 mod common;
 use common::{kit, scaled, waits};
-use sluice::sync::{self, Access};
+use sluice::sync::{self, Access, ObjRef};
 use sluice::{Buffer, SyncObject};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -269,10 +269,7 @@ fn foreign_op_begin_end_orders_foreign_work() {
     let xs: [Arc<SyncObject>; 1] = [x.sync.clone()];
     k.fill(&a, &x, 11, 10 * MS);
     // A foreign reader of X on B: begin makes B wait on A's write.
-    let set = [Access {
-        obj: &xs[0],
-        write: false,
-    }];
+    let set = [Access::new(ObjRef::new(&xs[0]), false)];
     let before = waits(&b);
     sync::op_begin(&b, &set).unwrap();
     assert_eq!(waits(&b) - before, 1);

@@ -103,6 +103,19 @@ pub(crate) fn with<P: Shared, R>(
     table.with(bits, f).map_err(|e| stale(e, bits, what))?
 }
 
+/// The object named by `bits`, valid while `pin` lasts (no clone, no pin of its own).
+#[inline(always)]
+pub(crate) fn pinned<'g, P: Shared>(
+    table: &'g HandleTable<P>,
+    pin: &'g crate::epoch::Guard,
+    bits: u64,
+    what: &str,
+) -> Result<&'g P::Target> {
+    table
+        .get_pinned(pin, bits)
+        .map_err(|e| stale(e, bits, what))
+}
+
 pub(crate) fn remove<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
     table.remove(bits).map_err(|e| stale(e, bits, what))
 }

@@ -2,10 +2,11 @@
 
 use super::stream::{sluice_stream_t, stream};
 use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, stale, write_out};
+use crate::epoch::Guard;
 use crate::error::{Error, Result};
-use crate::handle::{Borrowed, HandleTable};
+use crate::handle::{Borrowed, HandleTable, Stale};
 use crate::stream::Stream;
-use crate::sync::{self as engine, EngineMode, SyncObject};
+use crate::sync::{self as engine, AccessSet, EngineMode, ObjRef, SyncObject};
 use std::sync::{Arc, LazyLock};
 
 pub(crate) static SYNCS: LazyLock<HandleTable<Arc<SyncObject>>> =
@@ -69,6 +70,33 @@ pub(crate) fn syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Syn
         }
     }
     Ok(v)
+}
+
+/// Fills `set` (empty, with room for both arrays) with the normalised accesses of
+/// an op's handle arrays, borrowed under `pin`.
+#[inline(always)]
+pub(crate) fn fill_access_set<'g>(
+    set: &mut AccessSet<'g>,
+    pin: &'g Guard,
+    reads: &[sluice_sync_t],
+    writes: &[sluice_sync_t],
+) -> Result<()> {
+    for (handles, write, name) in [(reads, false, "reads"), (writes, true, "writes")] {
+        for (i, h) in handles.iter().enumerate() {
+            match SYNCS.get_pinned(pin, h.bits) {
+                // SAFETY: table entries are Arcs, alive while `pin` lasts.
+                Ok(o) => set.push(unsafe { ObjRef::in_arc(o) }, write),
+                Err(e) => return Err(bad_sync(e, h.bits, name, i)),
+            }
+        }
+    }
+    set.normalize();
+    Ok(())
+}
+
+#[cold]
+fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
+    stale(e, bits, "sync object").context(format!("{name}[{i}]"))
 }
 
 fn owned(v: Syncs) -> Vec<Arc<SyncObject>> {
