@@ -98,11 +98,14 @@ pub(crate) unsafe fn launch_set(
         .device
         .same_device_with(&func.device, || format!("kernel '{}'", func.name))?;
     check_dims(&dims)?;
-    let backend = &stream.device.backend;
     sync::run_op(stream, set, || {
         // SAFETY: forwarded from the caller's contract.
-        unsafe { backend.launch_kernel(func.raw, dims, args, stream.raw) }
-            .map_err(|e| e.context(format!("launch of '{}'", func.name)))
+        unsafe {
+            stream
+                .device
+                .launch_kernel(func.raw, dims, args, stream.raw)
+        }
+        .map_err(|e| e.context(format!("launch of '{}'", func.name)))
     })?;
     Ok(())
 }

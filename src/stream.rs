@@ -337,6 +337,15 @@ impl<'a> Publish<'a> {
         }
     }
 
+    /// Publication without a pool lock held: dead nodes are recycled at the end.
+    pub(crate) fn unlocked() -> Self {
+        Publish {
+            pool: std::ptr::null(),
+            inner: None,
+            others: Vec::new(),
+        }
+    }
+
     /// Drops a replaced reference.
     #[inline(always)]
     pub(crate) fn release(&mut self, r: RecRef) {
@@ -600,7 +609,7 @@ impl Stream {
                 })
             }
         };
-        if let Err(e) = backend.event_record(node.rec.raw, self.raw) {
+        if let Err(e) = self.device.event_record(node.rec.raw, self.raw) {
             inner.free_list(timing).push(node);
             return Err(e);
         }
@@ -640,7 +649,7 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn wait_uncounted(&self, rec: &Recording) -> Result<()> {
         self.device.same_device(rec.device(), "the event")?;
-        self.device.backend.stream_wait_event(self.raw, rec.raw)
+        self.device.stream_wait_event(self.raw, rec.raw)
     }
 
     /// True when all work enqueued so far completed.

@@ -458,14 +458,14 @@ fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
 
 /// Publishes `rec` as the op's completion in every object. `rec` was recorded with
 /// one reference per object, plus one when `keep` is set (then it is returned).
-/// Replaced references go to `release`.
+/// Replaced references go to `publish`.
 #[inline(always)]
 fn end_locked(
     stream: &Stream,
     locked: &Locked<'_, '_>,
     rec: RecRef,
     keep: bool,
-    release: &mut impl FnMut(RecRef),
+    publish: &mut Publish<'_>,
 ) -> Option<RecRef> {
     if let Some(cap) = stream.current_capture() {
         for a in locked.set {
@@ -484,14 +484,14 @@ fn end_locked(
         let st = unsafe { a.state() };
         if a.write() {
             for old in st.readers.drain(..) {
-                release(old);
+                publish.release(old);
             }
             if let Some(old) = st.writer.replace(r) {
-                release(old);
+                publish.release(old);
             }
         } else {
             match st.readers.iter_mut().find(|x| x.stream_id() == stream.id) {
-                Some(slot) => release(std::mem::replace(slot, r)),
+                Some(slot) => publish.release(std::mem::replace(slot, r)),
                 None => st.readers.push(r),
             }
         }
@@ -563,7 +563,7 @@ fn run_op_inner(
             }
         };
         let mut publish = Publish::new(stream, inner);
-        end_locked(stream, &locked, rec, keep, &mut |r| publish.release(r))
+        end_locked(stream, &locked, rec, keep, &mut publish)
     };
     after_op(stream)?;
     Ok(rec)
@@ -591,7 +591,7 @@ pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     drop(inner);
     {
         let locked = Locked::new(set);
-        end_locked(stream, &locked, rec, false, &mut drop);
+        end_locked(stream, &locked, rec, false, &mut Publish::unlocked());
     }
     after_op(stream)
 }

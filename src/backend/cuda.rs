@@ -546,6 +546,7 @@ impl Backend for CudaDevice {
         )
     }
 
+    #[inline(always)]
     fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
         let d = self.bind()?;
         // SAFETY: a live stream and event of this device.
@@ -589,6 +590,7 @@ impl Backend for CudaDevice {
         }
     }
 
+    #[inline(always)]
     fn event_record(&self, event: u64, stream: u64) -> Result<()> {
         let d = self.bind()?;
         // SAFETY: a live event and stream of this device.
@@ -801,6 +803,7 @@ impl Backend for CudaDevice {
         Ok(raw(f))
     }
 
+    #[inline(always)]
     unsafe fn launch_kernel(
         &self,
         func: u64,
