@@ -17,7 +17,7 @@ pub(crate) fn next_id() -> u64 {
 pub struct Device {
     /// The cuda backend as its concrete type, so the op path's driver calls are
     /// static (and inlined) instead of going through the trait object.
-    cuda: Option<Arc<backend::cuda::CudaDevice>>,
+    pub(crate) cuda: Option<Arc<backend::cuda::CudaDevice>>,
     pub(crate) backend: Arc<dyn Backend>,
     pub id: u64,
     streams: Mutex<Vec<Weak<Stream>>>,
@@ -91,45 +91,6 @@ impl Device {
                 Ok(n) if n > 0 => Device::open(BackendKind::Cuda, 0),
                 _ => Device::open(BackendKind::Host, 0),
             },
-        }
-    }
-
-    /// `cuStreamWaitEvent` or the backend's equivalent.
-    #[inline(always)]
-    pub(crate) fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
-        match &self.cuda {
-            Some(c) => c.stream_wait_event(stream, event),
-            None => self.backend.stream_wait_event(stream, event),
-        }
-    }
-
-    /// `cuEventRecord` or the backend's equivalent.
-    #[inline(always)]
-    pub(crate) fn event_record(&self, event: u64, stream: u64) -> Result<()> {
-        match &self.cuda {
-            Some(c) => c.event_record(event, stream),
-            None => self.backend.event_record(event, stream),
-        }
-    }
-
-    /// `cuLaunchKernel` or the backend's equivalent.
-    ///
-    /// # Safety
-    /// As for [`Backend::launch_kernel`].
-    #[inline(always)]
-    pub(crate) unsafe fn launch_kernel(
-        &self,
-        func: u64,
-        dims: backend::LaunchDims,
-        args: *mut *mut std::ffi::c_void,
-        stream: u64,
-    ) -> Result<()> {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            match &self.cuda {
-                Some(c) => c.launch_kernel(func, dims, args, stream),
-                None => self.backend.launch_kernel(func, dims, args, stream),
-            }
         }
     }
 

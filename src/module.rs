@@ -100,12 +100,8 @@ pub(crate) unsafe fn launch_set(
     check_dims(&dims)?;
     sync::run_op(stream, set, || {
         // SAFETY: forwarded from the caller's contract.
-        unsafe {
-            stream
-                .device
-                .launch_kernel(func.raw, dims, args, stream.raw)
-        }
-        .map_err(|e| e.context(format!("launch of '{}'", func.name)))
+        unsafe { stream.drv_launch_kernel(func.raw, dims, args) }
+            .map_err(|e| e.context(format!("launch of '{}'", func.name)))
     })?;
     Ok(())
 }

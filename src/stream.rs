@@ -5,7 +5,8 @@
 //! goes back to the pool only when the last `Arc` drops, so nothing can wait on a
 //! recycled event by mistake (MXNet's 64-slot ring ABA cannot happen).
 
-use crate::backend::HostFn;
+use crate::backend::cuda::CudaDevice;
+use crate::backend::{Backend, HostFn};
 use crate::device::{next_id, Device};
 use crate::error::{Error, ErrorCode, Result};
 use crate::graph::Capture;
@@ -70,26 +71,61 @@ impl EventPool {
     }
 }
 
-// Boxed nodes keep their heap address while recycled.
-#[allow(clippy::vec_box)]
 pub(crate) struct PoolInner {
     seq: u64,
     /// Waits inserted by library ops, counted when their event is recorded (under
     /// this lock, so the hot path adds no atomic of its own).
     op_waits: u64,
-    free: Vec<Box<RecNode>>,
-    free_timing: Vec<Box<RecNode>>,
+    free: FreeNodes,
+    free_timing: FreeNodes,
     /// Set when the stream is gone: recordings dropped later destroy their event.
     closed: bool,
 }
 
 impl PoolInner {
-    #[allow(clippy::vec_box)]
-    fn free_list(&mut self, timing: bool) -> &mut Vec<Box<RecNode>> {
+    #[inline(always)]
+    fn free_list(&mut self, timing: bool) -> &mut FreeNodes {
         if timing {
             &mut self.free_timing
         } else {
             &mut self.free
+        }
+    }
+}
+
+/// Unreferenced nodes, linked through their `refs` word (unused while free), so a
+/// recycled node is the only memory that recording touches besides the pool.
+struct FreeNodes(*mut RecNode);
+
+// SAFETY: the nodes are owned by the list and only reached under the pool lock.
+unsafe impl Send for FreeNodes {}
+
+impl FreeNodes {
+    const EMPTY: FreeNodes = FreeNodes(std::ptr::null_mut());
+
+    #[inline(always)]
+    fn push(&mut self, node: Box<RecNode>) {
+        node.refs.store(self.0 as usize, Ordering::Relaxed);
+        self.0 = Box::into_raw(node);
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) -> Option<Box<RecNode>> {
+        if self.0.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null head is a node pushed by `push`, owned by the list.
+        let node = unsafe { Box::from_raw(self.0) };
+        self.0 = node.refs.load(Ordering::Relaxed) as *mut RecNode;
+        node.refs.store(0, Ordering::Relaxed);
+        Some(node)
+    }
+}
+
+impl Drop for FreeNodes {
+    fn drop(&mut self) {
+        while let Some(node) = self.pop() {
+            drop(node);
         }
     }
 }
@@ -102,8 +138,8 @@ impl EventPool {
             let mut inner = self.inner.lock();
             inner.closed = true;
             (
-                std::mem::take(&mut inner.free),
-                std::mem::take(&mut inner.free_timing),
+                std::mem::replace(&mut inner.free, FreeNodes::EMPTY),
+                std::mem::replace(&mut inner.free_timing, FreeNodes::EMPTY),
             )
         };
         drop((a, b));
@@ -388,16 +424,19 @@ unsafe impl crate::handle::Shared for RecRef {
 pub struct Stream {
     pub(crate) raw: u64,
     pub id: u64,
-    pub(crate) device: Arc<Device>,
+    /// The device's cuda backend, if it is one (kept alive by `device`): the op
+    /// path calls the driver through it without touching the device.
+    cuda: Option<NonNull<CudaDevice>>,
     pub(crate) pool: Arc<EventPool>,
+    pub(crate) device: Arc<Device>,
     /// Fast check for "is this stream capturing"; the capture itself is in `capture`.
     pub(crate) capturing: AtomicBool,
     /// True on the stream that began the current capture.
     capture_origin: AtomicBool,
     owned: bool,
-    pub stats: StreamStats,
     /// What `raw()` exports: the caller's handle for adopted streams.
     exported: u64,
+    pub stats: StreamStats,
     pub(crate) capture: Mutex<Option<Arc<Capture>>>,
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
@@ -405,6 +444,11 @@ pub struct Stream {
     block_cache: Mutex<Vec<(usize, u64)>>,
     block_cache_limit: std::sync::atomic::AtomicUsize,
 }
+
+// SAFETY: `cuda` points into the device that `device` keeps alive; CudaDevice is Sync.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
 
 /// Bounds of a stream's cache of freed device blocks.
 pub const BLOCK_CACHE_MAX_BLOCKS: usize = 16;
@@ -423,6 +467,7 @@ impl Stream {
     fn wrap(device: &Arc<Device>, raw: u64, exported: u64, owned: bool) -> Arc<Stream> {
         let id = next_id();
         let s = Arc::new(Stream {
+            cuda: device.cuda.as_ref().map(|c| NonNull::from(&**c)),
             device: device.clone(),
             raw,
             exported,
@@ -434,8 +479,8 @@ impl Stream {
                 inner: ObjLock::new(PoolInner {
                     seq: 0,
                     op_waits: 0,
-                    free: Vec::new(),
-                    free_timing: Vec::new(),
+                    free: FreeNodes::EMPTY,
+                    free_timing: FreeNodes::EMPTY,
                     closed: false,
                 }),
                 completed: AtomicU64::new(0),
@@ -609,7 +654,7 @@ impl Stream {
                 })
             }
         };
-        if let Err(e) = self.device.event_record(node.rec.raw, self.raw) {
+        if let Err(e) = self.drv_event_record(node.rec.raw) {
             inner.free_list(timing).push(node);
             return Err(e);
         }
@@ -620,6 +665,40 @@ impl Stream {
         // SAFETY: Box::into_raw is never null.
         let rec = RecRef(unsafe { NonNull::new_unchecked(Box::into_raw(node)) });
         Ok((rec, inner))
+    }
+
+    /// Records `event` on this stream (the op path's driver call).
+    #[inline(always)]
+    fn drv_event_record(&self, event: u64) -> Result<()> {
+        match self.cuda {
+            // SAFETY: see the field.
+            Some(c) => unsafe { c.as_ref() }.event_record(event, self.raw),
+            None => self.device.backend.event_record(event, self.raw),
+        }
+    }
+
+    /// Launches a kernel on this stream (the op path's driver call).
+    ///
+    /// # Safety
+    /// As for [`crate::backend::Backend::launch_kernel`].
+    #[inline(always)]
+    pub(crate) unsafe fn drv_launch_kernel(
+        &self,
+        func: u64,
+        dims: crate::backend::LaunchDims,
+        args: *mut *mut std::ffi::c_void,
+    ) -> Result<()> {
+        // SAFETY: forwarded from the caller's contract.
+        unsafe {
+            match self.cuda {
+                // SAFETY: see the field.
+                Some(c) => c.as_ref().launch_kernel(func, dims, args, self.raw),
+                None => self
+                    .device
+                    .backend
+                    .launch_kernel(func, dims, args, self.raw),
+            }
+        }
     }
 
     /// Waits inserted on this stream: by the engine and by explicit event waits.
@@ -649,7 +728,11 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn wait_uncounted(&self, rec: &Recording) -> Result<()> {
         self.device.same_device(rec.device(), "the event")?;
-        self.device.stream_wait_event(self.raw, rec.raw)
+        match self.cuda {
+            // SAFETY: see the field.
+            Some(c) => unsafe { c.as_ref() }.stream_wait_event(self.raw, rec.raw),
+            None => self.device.backend.stream_wait_event(self.raw, rec.raw),
+        }
     }
 
     /// True when all work enqueued so far completed.

@@ -287,19 +287,50 @@ pub fn open(ordinal: u32) -> Result<Arc<CudaDevice>> {
     let res = unsafe { (d.cuDevicePrimaryCtxRetain)(&mut ctx, dev) };
     d.check(res, "cuDevicePrimaryCtxRetain")?;
     Ok(Arc::new(CudaDevice {
+        ctx,
+        hot: HotFns {
+            ctx_get_current: d.cuCtxGetCurrent,
+            stream_wait_event: d.cuStreamWaitEvent,
+            event_record: d.cuEventRecord,
+            launch_kernel: d.cuLaunchKernel,
+        },
         drv: d,
         ordinal,
         dev,
-        ctx,
     }))
 }
 
+/// The driver functions of a tracked op, copied next to the context so that the
+/// op path reads one cache line of the device instead of two.
+#[derive(Clone, Copy)]
+struct HotFns {
+    ctx_get_current: unsafe extern "C" fn(*mut CUcontext) -> u32,
+    stream_wait_event: unsafe extern "C" fn(CUstream, CUevent, c_uint) -> u32,
+    event_record: unsafe extern "C" fn(CUevent, CUstream) -> u32,
+    #[allow(clippy::type_complexity)]
+    launch_kernel: unsafe extern "C" fn(
+        CUfunction,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        c_uint,
+        CUstream,
+        *mut *mut c_void,
+        *mut *mut c_void,
+    ) -> u32,
+}
+
 /// One CUDA device and its retained primary context.
+#[repr(C, align(64))]
 pub struct CudaDevice {
+    ctx: CUcontext,
+    hot: HotFns,
     drv: &'static Driver,
     ordinal: u32,
     dev: CUdevice,
-    ctx: CUcontext,
 }
 
 // SAFETY: a context handle is a process-wide driver object, usable from any thread.
@@ -374,16 +405,22 @@ impl CudaDevice {
         }
         let mut cur: CUcontext = null_mut();
         // SAFETY: writes one context handle.
-        let res = unsafe { (d.cuCtxGetCurrent)(&mut cur) };
+        let res = unsafe { (self.hot.ctx_get_current)(&mut cur) };
         if res != CUDA_SUCCESS || cur != self.ctx {
-            // SAFETY: self.ctx is retained until Drop.
-            let res = unsafe { (d.cuCtxSetCurrent)(self.ctx) };
-            d.check(res, "binding the CUDA context (cuCtxSetCurrent)")?;
+            self.set_current()?;
         }
         if CALL_SCOPE.with(|c| c.get()) > 0 {
             CALL_BOUND.with(|c| c.set(ctx_bits));
         }
         Ok(d)
+    }
+
+    #[cold]
+    fn set_current(&self) -> Result<()> {
+        // SAFETY: self.ctx is retained until Drop.
+        let res = unsafe { (self.drv.cuCtxSetCurrent)(self.ctx) };
+        self.drv
+            .check(res, "binding the CUDA context (cuCtxSetCurrent)")
     }
 
     fn attribute(&self, d: &Driver, attr: c_uint, what: &str) -> Result<i32> {
@@ -550,7 +587,7 @@ impl Backend for CudaDevice {
     fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
         let d = self.bind()?;
         // SAFETY: a live stream and event of this device.
-        let res = unsafe { (d.cuStreamWaitEvent)(h(stream), h(event), 0) };
+        let res = unsafe { (self.hot.stream_wait_event)(h(stream), h(event), 0) };
         d.check(res, "cuStreamWaitEvent")
     }
 
@@ -594,7 +631,7 @@ impl Backend for CudaDevice {
     fn event_record(&self, event: u64, stream: u64) -> Result<()> {
         let d = self.bind()?;
         // SAFETY: a live event and stream of this device.
-        let res = unsafe { (d.cuEventRecord)(h(event), h(stream)) };
+        let res = unsafe { (self.hot.event_record)(h(event), h(stream)) };
         d.check(res, "cuEventRecord")
     }
 
@@ -816,7 +853,7 @@ impl Backend for CudaDevice {
         let [bx, by, bz] = dims.block;
         // SAFETY: the caller guarantees args matches the kernel's parameters.
         let res = unsafe {
-            (d.cuLaunchKernel)(
+            (self.hot.launch_kernel)(
                 h(func),
                 gx,
                 gy,
