@@ -303,3 +303,50 @@ fn eight_threads_share_objects_without_corruption() {
     }
     assert!(src.sync.reader_count() <= 9);
 }
+
+/// More objects than the inline capacity of an access set and of a wait list (4):
+/// duplicates merge (a read and a write of one object is a write), and the waits
+/// stay one per source stream.
+#[test]
+fn an_op_over_many_objects_merges_duplicates_and_waits_once_per_stream() {
+    let k = kit();
+    let streams: Vec<_> = (0..6).map(|_| k.stream()).collect();
+    let w = k.stream();
+    let x = k.buffer(&w, 1024);
+    let sinks: Vec<_> = streams.iter().map(|s| k.buffer(s, 1024)).collect();
+    k.fill(&w, &x, 9, 0);
+    for (s, sink) in streams.iter().zip(&sinks) {
+        k.copy(s, sink, &x, MS); // reads x, writes sink: one recording for both
+    }
+    assert_eq!(x.sync.reader_count(), 6);
+
+    let mut set = sync::AccessSet::with_capacity(9);
+    for sink in &sinks {
+        set.push(ObjRef::new(&sink.sync), false);
+    }
+    set.push(ObjRef::new(&x.sync), false);
+    set.push(ObjRef::new(&x.sync), true);
+    set.push(ObjRef::new(&sinks[2].sync), false);
+    set.normalize();
+    assert_eq!(set.len(), 7, "six sinks and x, each once");
+    let x_access = set.iter().find(|a| a.obj().id == x.sync.id).unwrap();
+    assert!(x_access.write(), "read and written counts as a write");
+    let ids: Vec<u64> = set.iter().map(|a| a.obj().id).collect();
+    assert!(ids.windows(2).all(|p| p[0] < p[1]), "sorted by id: {ids:?}");
+
+    let before = waits(&w);
+    sync::op_begin(&w, &set).unwrap();
+    assert_eq!(waits(&w) - before, 6, "one wait per reading stream");
+    k.fill(&w, &x, 10, 0); // stands for the foreign write
+    sync::op_end(&w, &set).unwrap();
+    assert_eq!(x.sync.reader_count(), 0);
+    assert!(x.sync.has_writer());
+    for (s, sink) in streams.iter().zip(&sinks) {
+        assert_eq!(sink.sync.reader_count(), 1, "the op read every sink on w");
+        assert!(
+            k.read(s, sink).iter().all(|&v| v == 9),
+            "copies saw the old x"
+        );
+    }
+    assert!(k.read(&w, &x).iter().all(|&v| v == 10));
+}
