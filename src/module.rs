@@ -98,11 +98,16 @@ pub(crate) unsafe fn launch_set(
         .device
         .same_device_with(&func.device, || format!("kernel '{}'", func.name))?;
     check_dims(&dims)?;
-    sync::run_op(stream, set, || {
-        // SAFETY: forwarded from the caller's contract.
-        unsafe { stream.drv_launch_kernel(func.raw, dims, args) }
-            .map_err(|e| e.context(format!("launch of '{}'", func.name)))
-    })?;
+    sync::run_op(
+        stream,
+        set,
+        #[inline(always)]
+        || {
+            // SAFETY: forwarded from the caller's contract.
+            unsafe { stream.drv_launch_kernel(func.raw, dims, args) }
+                .map_err(|e| e.context(format!("launch of '{}'", func.name)))
+        },
+    )?;
     Ok(())
 }
 

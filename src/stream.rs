@@ -395,12 +395,21 @@ impl<'a> Publish<'a> {
     }
 }
 
+impl Publish<'_> {
+    #[cold]
+    fn recycle_others(&mut self) {
+        for node in self.others.drain(..) {
+            recycle(node);
+        }
+    }
+}
+
 impl Drop for Publish<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         drop(self.inner.take());
-        for node in self.others.drain(..) {
-            recycle(node);
+        if !self.others.is_empty() {
+            self.recycle_others();
         }
     }
 }

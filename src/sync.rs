@@ -483,7 +483,7 @@ fn end_locked(
         // SAFETY: locked.
         let st = unsafe { a.state() };
         if a.write() {
-            for old in st.readers.drain(..) {
+            while let Some(old) = st.readers.pop() {
                 publish.release(old);
             }
             if let Some(old) = st.writer.replace(r) {
