@@ -2,7 +2,8 @@
 //! the same process and the same run. Prints Markdown tables.
 //!
 //! Run: `cargo bench --bench overhead` (or the built binary directly).
-//! `SLUICE_BENCH_QUICK=1` cuts iteration counts about 10x; `SLUICE_BENCH_STRICT=1`
+//! `SLUICE_BENCH_QUICK=1` cuts iteration counts about 10x; `SLUICE_BENCH_ONLY=ping-pong`
+//! runs only the ping-pong chain; `SLUICE_BENCH_STRICT=1`
 //! exits 1 when a goal fails. Without a CUDA device it prints
 //! "no CUDA device: skipping" and exits 0. How every row is measured is in
 //! docs/benchmarks-method.md.
@@ -2042,18 +2043,22 @@ fn main() {
         // SAFETY: created above, destroyed once.
         cu(d, unsafe { (d.cuEventDestroy_v2)(ev) }, "cuEventDestroy");
     }
-    print_rows_header();
-    b.bench_wait_event();
-    b.bench_event_record();
-    b.bench_launch();
-    b.bench_pinned();
-    b.bench_pageable();
-    b.bench_alloc();
-    println!();
-    let ops = b.bench_ops();
-    print_ops(&ops);
-    let graphs = b.bench_graphs();
-    print_graphs(&graphs, &mut b.goals, &mut b.fails);
+    // SLUICE_BENCH_ONLY=ping-pong runs that table alone (for repeated A/B runs).
+    let only_ping_pong = std::env::var("SLUICE_BENCH_ONLY").is_ok_and(|v| v == "ping-pong");
+    if !only_ping_pong {
+        print_rows_header();
+        b.bench_wait_event();
+        b.bench_event_record();
+        b.bench_launch();
+        b.bench_pinned();
+        b.bench_pageable();
+        b.bench_alloc();
+        println!();
+        let ops = b.bench_ops();
+        print_ops(&ops);
+        let graphs = b.bench_graphs();
+        print_graphs(&graphs, &mut b.goals, &mut b.fails);
+    }
     let pp = b.bench_ping_pong();
     b.goals += 2;
     print_ping_pong(&pp, &mut b.fails);
