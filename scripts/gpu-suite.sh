@@ -2,7 +2,8 @@
 # The GPU suite. Two halves:
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
-# Parts can be chosen with SLUICE_GPU_PARTS="rust c go bench sanitize torch" (default: all).
+# Parts can be chosen with SLUICE_GPU_PARTS="rust c go bench sanitize torch" (default: all);
+# SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone after the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -70,6 +71,11 @@ run() {
   if has bench && [ -x .gpu/overhead ]; then
     timeout 300 .gpu/overhead > "$out/bench.md" 2>&1
     note "bench: rc=$? $(grep -cE '\| PASS' "$out/bench.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench.md") FAIL rows"
+    # SLUICE_GPU_PP_REPEAT=N: N more runs of the ping-pong table alone, right after.
+    for i in $(seq 1 "${SLUICE_GPU_PP_REPEAT:-0}"); do
+      SLUICE_BENCH_ONLY=ping-pong timeout 120 .gpu/overhead > "$out/ping-pong-$i.md" 2>&1
+      note "ping-pong run $i: $(grep -E '^\| \((a|c)\)' "$out/ping-pong-$i.md" | awk -F'|' '{printf "%s%s ", $5, $7}')"
+    done
   fi
   if has rust; then
     module_images
