@@ -12,7 +12,7 @@
 //! that block (synchronize, host waits, copies to the host) clone and unpin first,
 //! and no table entry is removed while pinned.
 
-use std::cell::Cell;
+use crate::tls;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, AtomicUsize,
     Ordering::{Release, SeqCst},
@@ -81,7 +81,7 @@ fn overflow_word() -> Arc<AtomicU64> {
 impl Drop for Local {
     fn drop(&mut self) {
         self.word().store(0, SeqCst);
-        WORD.with(|w| w.set(std::ptr::null()));
+        tls::call(|t| t.pin_word.set(std::ptr::null()));
         match &self.word {
             Word::Slot(i) => CLAIMED[*i].store(false, SeqCst),
             Word::Overflow(w) => {
@@ -93,9 +93,6 @@ impl Drop for Local {
 }
 
 thread_local! {
-    // The pin fast path uses only these constant-initialised cells.
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    static WORD: Cell<*const AtomicU64> = const { Cell::new(std::ptr::null()) };
     static LOCAL: Local = Local::new();
 }
 
@@ -106,7 +103,7 @@ fn register() -> *const AtomicU64 {
         .try_with(|l| l.word() as *const AtomicU64)
         // Torn down already: a word of its own, never released (rare).
         .unwrap_or_else(|_| Arc::into_raw(overflow_word()));
-    WORD.with(|c| c.set(w));
+    tls::call(|t| t.pin_word.set(w));
     w
 }
 
@@ -122,16 +119,18 @@ pub struct Guard {
 /// Pins the current thread (nests).
 #[inline(always)]
 pub fn pin() -> Guard {
-    let d = DEPTH.with(Cell::get);
-    if d == 0 {
-        let mut w = WORD.with(Cell::get);
-        if w.is_null() {
-            w = register();
+    tls::call(|t| {
+        let d = t.pin_depth.get();
+        if d == 0 {
+            let mut w = t.pin_word.get();
+            if w.is_null() {
+                w = register();
+            }
+            // SAFETY: a participant word lives in a static or a never-freed Arc.
+            unsafe { &*w }.swap(EPOCH.load(SeqCst), SeqCst);
         }
-        // SAFETY: a participant word lives in a static or a never-freed Arc.
-        unsafe { &*w }.swap(EPOCH.load(SeqCst), SeqCst);
-    }
-    DEPTH.with(|c| c.set(d + 1));
+        t.pin_depth.set(d + 1);
+    });
     Guard {
         _not_send: std::marker::PhantomData,
     }
@@ -140,18 +139,20 @@ pub fn pin() -> Guard {
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
-        let d = DEPTH.with(Cell::get) - 1;
-        DEPTH.with(|c| c.set(d));
-        if d == 0 {
-            // SAFETY: set by the pin that this unpins.
-            unsafe { &*WORD.with(Cell::get) }.store(0, Release);
-        }
+        tls::call(|t| {
+            let d = t.pin_depth.get() - 1;
+            t.pin_depth.set(d);
+            if d == 0 {
+                // SAFETY: set by the pin that this unpins.
+                unsafe { &*t.pin_word.get() }.store(0, Release);
+            }
+        })
     }
 }
 
 /// True while the current thread is pinned.
 pub fn is_pinned() -> bool {
-    DEPTH.with(Cell::get) > 0
+    tls::call(|t| t.pin_depth.get() > 0)
 }
 
 /// True while `w` is pinned in an epoch at or before `e`.
@@ -164,7 +165,7 @@ fn pinned_since(w: &AtomicU64, e: u64) -> bool {
 /// after unlinking an entry, unpinned: then nothing can still use what the entry
 /// pointed to. Returns at once when no other thread is pinned.
 pub fn synchronize() {
-    let me = WORD.with(Cell::get);
+    let me = tls::call(|t| t.pin_word.get());
     let others = || {
         WORDS[..HIGH.load(SeqCst)]
             .iter()

@@ -16,6 +16,7 @@ pub mod module;
 mod objlock;
 pub mod stream;
 pub mod sync;
+mod tls;
 
 pub mod ffi;
 

@@ -10,6 +10,7 @@
 
 use super::{Backend, BackendKind, CaptureMode, DeviceProps, HostFn, LaunchDims};
 use crate::error::{Error, ErrorCode, Result};
+use crate::tls;
 use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
     CUmodule, CUstream,
@@ -357,31 +358,27 @@ fn raw<T>(p: *mut T) -> u64 {
     p as usize as u64
 }
 
-thread_local! {
-    /// Depth of sluice C-ABI calls on this thread (the scope of the bind cache).
-    static CALL_SCOPE: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-    /// The context bound earlier in the current C-ABI call, or 0. Never trusted
-    /// across calls: another library may change the thread's context in between.
-    static CALL_BOUND: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-
 /// Marks the start of one C-ABI call: the thread's context is checked again.
 #[inline(always)]
 pub fn enter_call() {
-    CALL_SCOPE.with(|c| c.set(c.get() + 1));
-    CALL_BOUND.with(|c| c.set(0));
+    tls::call(|t| {
+        t.scope.set(t.scope.get() + 1);
+        t.bound.set(0);
+    })
 }
 
 /// Marks the end of one C-ABI call.
 #[inline(always)]
 pub fn leave_call() {
-    CALL_SCOPE.with(|c| c.set(c.get().saturating_sub(1)));
-    CALL_BOUND.with(|c| c.set(0));
+    tls::call(|t| {
+        t.scope.set(t.scope.get().saturating_sub(1));
+        t.bound.set(0);
+    })
 }
 
 /// Forgets the cached binding (after running caller code that may switch contexts).
 pub fn forget_binding() {
-    CALL_BOUND.with(|c| c.set(0));
+    tls::call(|t| t.bound.set(0));
 }
 
 /// Runs a [`HostFn`] boxed by `launch_host_fn`; a panic never reaches the driver.
@@ -400,7 +397,7 @@ impl CudaDevice {
     fn bind(&self) -> Result<&'static Driver> {
         let d = self.drv;
         let ctx_bits = self.ctx as usize;
-        if CALL_BOUND.with(|c| c.get()) == ctx_bits {
+        if tls::call(|t| t.bound.get()) == ctx_bits {
             return Ok(d);
         }
         let mut cur: CUcontext = null_mut();
@@ -409,9 +406,11 @@ impl CudaDevice {
         if res != CUDA_SUCCESS || cur != self.ctx {
             self.set_current()?;
         }
-        if CALL_SCOPE.with(|c| c.get()) > 0 {
-            CALL_BOUND.with(|c| c.set(ctx_bits));
-        }
+        tls::call(|t| {
+            if t.scope.get() > 0 {
+                t.bound.set(ctx_bits);
+            }
+        });
         Ok(d)
     }
 
