@@ -205,9 +205,12 @@ impl std::ops::Deref for ObjRef<'_> {
 /// and moving it never splits a store.
 #[derive(Clone, Copy)]
 pub struct Access<'a> {
+    // The write flag's bit is free because objects are aligned.
     bits: usize,
     _life: PhantomData<&'a SyncObject>,
 }
+
+const _: () = assert!(std::mem::align_of::<SyncObject>() >= 2);
 
 impl<'a> Access<'a> {
     #[inline(always)]
