@@ -101,12 +101,6 @@ impl<P: Shared> Deref for Borrowed<'_, P> {
     }
 }
 
-impl<P: Shared> std::borrow::Borrow<P> for Borrowed<'_, P> {
-    fn borrow(&self) -> &P {
-        &self.value
-    }
-}
-
 fn segment_of(index: usize) -> (usize, usize) {
     let j = index + SEG0;
     let k = (usize::BITS - 1 - j.leading_zeros() - SEG0_LOG) as usize;

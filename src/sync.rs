@@ -20,7 +20,6 @@ use crate::inline::Small;
 use crate::objlock::ObjLock;
 use crate::stream::{Publish, RecRef, Recording, Stream};
 use smallvec::SmallVec;
-use std::borrow::Borrow;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -344,14 +343,14 @@ impl Waits {
 
 /// The access set of `reads` and `writes` given as `Arc`s.
 #[inline(always)]
-pub(crate) fn access_set<'a, R: Borrow<Arc<SyncObject>>>(
-    reads: &'a [R],
-    writes: &'a [R],
+pub(crate) fn access_set<'a>(
+    reads: &'a [Arc<SyncObject>],
+    writes: &'a [Arc<SyncObject>],
 ) -> AccessSet<'a> {
     let mut v = AccessSet::with_capacity(reads.len() + writes.len());
     for (objs, write) in [(reads, false), (writes, true)] {
         for o in objs {
-            v.push(ObjRef::new(o.borrow()), write);
+            v.push(ObjRef::new(o), write);
         }
     }
     v.normalize();

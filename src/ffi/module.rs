@@ -2,13 +2,12 @@
 
 use super::device::{device, sluice_device_t};
 use super::stream::{sluice_stream_t, STREAMS};
-use super::sync::{fill_access_set, sluice_sync_t};
+use super::sync::{sluice_sync_t, with_access_set};
 use super::{boundary, lookup, out_ptr, pinned, remove, slice_in, sluice_error_t, write_out};
 use crate::backend::LaunchDims;
 use crate::error::{Error, ErrorCode};
 use crate::handle::HandleTable;
 use crate::module::{self as m, Function, Module};
-use crate::sync::AccessSet;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, LazyLock};
 
@@ -146,13 +145,9 @@ pub extern "C" fn sluice_launch(
         let pin = crate::epoch::pin();
         let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
         let f = pinned(&FUNCTIONS, &pin, function.bits, "function")?;
-        let (r, w) = (
-            slice_in(reads, num_reads, "reads")?,
-            slice_in(writes, num_writes, "writes")?,
-        );
-        let mut set = AccessSet::with_capacity(r.len() + w.len());
-        fill_access_set(&mut set, &pin, r, w)?;
-        // SAFETY: the caller promises args match the kernel's parameters.
-        unsafe { m::launch_set(s, f, dims, argp, &set) }
+        with_access_set(&pin, reads, num_reads, writes, num_writes, |set| {
+            // SAFETY: the caller promises args match the kernel's parameters.
+            unsafe { m::launch_set(s, f, dims, argp, set) }
+        })
     })
 }

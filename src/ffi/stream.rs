@@ -1,7 +1,7 @@
 //! Streams and host callbacks.
 
-use super::sync::syncs;
-use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use super::sync::with_access_set;
+use super::{boundary, lookup, out_ptr, pinned, remove, sluice_error_t, write_out};
 use super::{device::device, sluice_device_t, sluice_sync_t};
 use crate::error::{Error, ErrorCode, Result};
 use crate::handle::HandleTable;
@@ -229,20 +229,18 @@ pub extern "C" fn sluice_stream_host_callback(
     boundary("sluice_stream_host_callback", || {
         let ud = UserData(user_data, free_user_data);
         let cb = callback.ok_or_else(|| Error::new(ErrorCode::NullArgument, "callback is NULL"))?;
-        let s = self::stream(stream)?;
-        let (r, w) = (
-            syncs(reads, num_reads, "reads")?,
-            syncs(writes, num_writes, "writes")?,
-        );
-        let set = crate::sync::access_set(&r, &w);
-        crate::module::host_callback_set(
-            &s,
-            move || {
-                // SAFETY: the caller provided a valid callback for this user_data.
-                unsafe { cb(ud.get()) }
-            },
-            &set,
-        )
+        let pin = crate::epoch::pin();
+        let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
+        with_access_set(&pin, reads, num_reads, writes, num_writes, |set| {
+            crate::module::host_callback_set(
+                s,
+                move || {
+                    // SAFETY: the caller provided a valid callback for this user_data.
+                    unsafe { cb(ud.get()) }
+                },
+                set,
+            )
+        })
     })
 }
 

@@ -4,9 +4,9 @@ use super::stream::{sluice_stream_t, stream};
 use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, stale, write_out};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
-use crate::handle::{Borrowed, HandleTable, Stale};
+use crate::handle::{HandleTable, Stale};
 use crate::stream::Stream;
-use crate::sync::{self as engine, AccessSet, EngineMode, ObjRef, SyncObject};
+use crate::sync::{self as engine, Access, AccessSet, EngineMode, ObjRef, SyncObject};
 use std::sync::{Arc, LazyLock};
 
 pub(crate) static SYNCS: LazyLock<HandleTable<Arc<SyncObject>>> =
@@ -57,31 +57,21 @@ pub(crate) fn sync(s: sluice_sync_t) -> Result<Arc<SyncObject>> {
     lookup(&SYNCS, s.bits, "sync object")
 }
 
-/// Borrowed sync objects of an op; inline for up to 4 (no allocation on the hot path).
-pub(crate) type Syncs = smallvec::SmallVec<[Borrowed<'static, Arc<SyncObject>>; 4]>;
-
+/// Runs `f` on the normalised access set of an op's handle arrays (NULL when the
+/// count is 0), with every object borrowed under `pin`.
 #[inline(always)]
-pub(crate) fn syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Syncs> {
-    let mut v = Syncs::new();
-    for (i, h) in slice_in(p, n, name)?.iter().enumerate() {
-        match SYNCS.borrow(h.bits) {
-            Ok(b) => v.push(b),
-            Err(e) => return Err(stale(e, h.bits, "sync object").context(format!("{name}[{i}]"))),
-        }
-    }
-    Ok(v)
-}
-
-/// Fills `set` (empty, with room for both arrays) with the normalised accesses of
-/// an op's handle arrays, borrowed under `pin`.
-#[inline(always)]
-pub(crate) fn fill_access_set<'g>(
-    set: &mut AccessSet<'g>,
+pub(crate) fn with_access_set<'g, R>(
     pin: &'g Guard,
-    reads: &[sluice_sync_t],
-    writes: &[sluice_sync_t],
-) -> Result<()> {
-    for (handles, write, name) in [(reads, false, "reads"), (writes, true, "writes")] {
+    reads: *const sluice_sync_t,
+    num_reads: usize,
+    writes: *const sluice_sync_t,
+    num_writes: usize,
+    f: impl FnOnce(&[Access<'g>]) -> Result<R>,
+) -> Result<R> {
+    let r = slice_in(reads, num_reads, "reads")?;
+    let w = slice_in(writes, num_writes, "writes")?;
+    let mut set = AccessSet::with_capacity(r.len() + w.len());
+    for (handles, write, name) in [(r, false, "reads"), (w, true, "writes")] {
         for (i, h) in handles.iter().enumerate() {
             match SYNCS.get_pinned(pin, h.bits) {
                 // SAFETY: table entries are Arcs, alive while `pin` lasts.
@@ -91,16 +81,21 @@ pub(crate) fn fill_access_set<'g>(
         }
     }
     set.normalize();
-    Ok(())
+    f(&set)
+}
+
+/// The sync objects of one handle array, owned (for ops that keep them).
+fn owned_syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Vec<Arc<SyncObject>>> {
+    slice_in(p, n, name)?
+        .iter()
+        .enumerate()
+        .map(|(i, h)| SYNCS.get(h.bits).map_err(|e| bad_sync(e, h.bits, name, i)))
+        .collect()
 }
 
 #[cold]
 fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
     stale(e, bits, "sync object").context(format!("{name}[{i}]"))
-}
-
-fn owned(v: Syncs) -> Vec<Arc<SyncObject>> {
-    v.iter().map(|b| (**b).clone()).collect()
 }
 
 /// Creates a standalone sync object, for memory sluice does not own (a libtorch
@@ -185,8 +180,8 @@ pub extern "C" fn sluice_op_begin(
         // Owned at once (the op keeps them), so the thread is not pinned while the
         // waits are issued: a destroy on another thread never waits for them.
         let (r, w) = (
-            owned(syncs(reads, num_reads, "reads")?),
-            owned(syncs(writes, num_writes, "writes")?),
+            owned_syncs(reads, num_reads, "reads")?,
+            owned_syncs(writes, num_writes, "writes")?,
         );
         engine::op_begin(&s, &engine::access_set(&r, &w))?;
         let tok = OpToken {
