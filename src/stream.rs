@@ -676,12 +676,18 @@ impl Stream {
         Ok((rec, inner))
     }
 
+    /// The device's cuda backend, if it is one (the op path's driver calls).
+    #[inline(always)]
+    fn cuda(&self) -> Option<&CudaDevice> {
+        // SAFETY: see the field.
+        self.cuda.map(|c| unsafe { &*c.as_ptr() })
+    }
+
     /// Records `event` on this stream (the op path's driver call).
     #[inline(always)]
     fn drv_event_record(&self, event: u64) -> Result<()> {
-        match self.cuda {
-            // SAFETY: see the field.
-            Some(c) => unsafe { c.as_ref() }.event_record(event, self.raw),
+        match self.cuda() {
+            Some(c) => c.event_record(event, self.raw),
             None => self.device.backend.event_record(event, self.raw),
         }
     }
@@ -699,9 +705,8 @@ impl Stream {
     ) -> Result<()> {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            match self.cuda {
-                // SAFETY: see the field.
-                Some(c) => c.as_ref().launch_kernel(func, dims, args, self.raw),
+            match self.cuda() {
+                Some(c) => c.launch_kernel(func, dims, args, self.raw),
                 None => self
                     .device
                     .backend
@@ -737,9 +742,8 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn wait_uncounted(&self, rec: &Recording) -> Result<()> {
         self.device.same_device(rec.device(), "the event")?;
-        match self.cuda {
-            // SAFETY: see the field.
-            Some(c) => unsafe { c.as_ref() }.stream_wait_event(self.raw, rec.raw),
+        match self.cuda() {
+            Some(c) => c.stream_wait_event(self.raw, rec.raw),
             None => self.device.backend.stream_wait_event(self.raw, rec.raw),
         }
     }
