@@ -72,11 +72,7 @@ func (s *Stream) HostCallback(fn func() error, reads, writes []Syncable) error {
 		return argError(CodeNullArgument, op, "nil callback")
 	}
 	var rbuf, wbuf [4]C.sluice_sync_t
-	r, err := syncArray(op, reads, rbuf[:0])
-	if err != nil {
-		return err
-	}
-	w, err := syncArray(op, writes, wbuf[:0])
+	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
 	if err != nil {
 		return err
 	}

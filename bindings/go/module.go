@@ -146,11 +146,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
 	}
 	var rbuf, wbuf [4]C.sluice_sync_t
-	r, err := syncArray(op, reads, rbuf[:0])
-	if err != nil {
-		return err
-	}
-	w, err := syncArray(op, writes, wbuf[:0])
+	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
 	if err != nil {
 		return err
 	}

@@ -81,23 +81,27 @@ func (o *SyncObject) close() error {
 // WaitRead blocks until the last writer's work has completed (not merely been
 // enqueued). Call it before reading, from the host, memory a stream wrote.
 func (o *SyncObject) WaitRead() error {
-	h, err := o.raw("SyncObject.WaitRead")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_sync_wait_read(h)
-	runtime.KeepAlive(o)
-	return check(e, &o.h)
+	return o.wait("SyncObject.WaitRead", false)
 }
 
 // WaitWrite blocks until the last writer's and every reader's work has
 // completed. Call it before writing, from the host, memory streams use.
 func (o *SyncObject) WaitWrite() error {
-	h, err := o.raw("SyncObject.WaitWrite")
+	return o.wait("SyncObject.WaitWrite", true)
+}
+
+// wait is WaitRead, or WaitWrite when write is set.
+func (o *SyncObject) wait(op string, write bool) error {
+	h, err := o.raw(op)
 	if err != nil {
 		return err
 	}
-	e := C.sluice_sync_wait_write(h)
+	var e *C.sluice_error_t
+	if write {
+		e = C.sluice_sync_wait_write(h)
+	} else {
+		e = C.sluice_sync_wait_read(h)
+	}
 	runtime.KeepAlive(o)
 	return check(e, &o.h)
 }
@@ -115,6 +119,18 @@ func (o *SyncObject) Info() (SyncInfo, error) {
 		return SyncInfo{}, err
 	}
 	return SyncInfo{ID: uint64(in.id), Readers: int(in.reader_count), HasWriter: in.has_writer != 0}, nil
+}
+
+// syncSets returns the handles of an op's read and write sets, in rbuf and
+// wbuf while they fit (the common op allocates nothing).
+func syncSets(op string, reads, writes []Syncable, rbuf, wbuf *[4]C.sluice_sync_t) (r, w []C.sluice_sync_t, err error) {
+	if r, err = syncArray(op, reads, rbuf[:0]); err != nil {
+		return nil, nil, err
+	}
+	if w, err = syncArray(op, writes, wbuf[:0]); err != nil {
+		return nil, nil, err
+	}
+	return r, w, nil
 }
 
 // syncArray appends the handles of list to dst.
@@ -180,11 +196,7 @@ func (s *Stream) BeginOp(reads, writes []Syncable) (*Op, error) {
 		return nil, err
 	}
 	var rbuf, wbuf [4]C.sluice_sync_t
-	r, err := syncArray(op, reads, rbuf[:0])
-	if err != nil {
-		return nil, err
-	}
-	w, err := syncArray(op, writes, wbuf[:0])
+	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
 	if err != nil {
 		return nil, err
 	}
@@ -239,11 +251,7 @@ func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) err
 		return err
 	}
 	var rbuf, wbuf [4]C.sluice_sync_t
-	r, err := syncArray(op, reads, rbuf[:0])
-	if err != nil {
-		return err
-	}
-	w, err := syncArray(op, writes, wbuf[:0])
+	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
 	if err != nil {
 		return err
 	}
