@@ -2,7 +2,9 @@
 # The GPU suite. Two halves:
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
-# Parts can be chosen with SLUICE_GPU_PARTS="rust c go bench sanitize torch" (default: all);
+# Parts can be chosen with SLUICE_GPU_PARTS="rust c go cpp bench sanitize torch" (the
+# default), plus "opcost" (sluice's own cost per call on the real driver). Build and
+# run with the same parts: SLUICE_GPU_PARTS=bench carries only the benchmark (2 MB).
 # SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone after the benchmark.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,17 +18,25 @@ build() {
   export CARGO_PROFILE_RELEASE_DEBUG=0
   cargo build --release --lib
   cp target/release/libsluice.so .gpu/
-  # Rust integration tests and unit tests, as plain executables.
-  cargo test --release --no-run --message-format=json 2>/dev/null \
-    | python3 -c 'import json,sys
+  if has rust; then
+    # Rust integration tests and unit tests, as plain executables.
+    cargo test --release --no-run --message-format=json 2>/dev/null \
+      | python3 -c 'import json,sys
 for l in sys.stdin:
     m=json.loads(l)
     if m.get("reason")=="compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])' \
-    | while read -r name exe; do cp "$exe" ".gpu/rust/$name"; done
-  cargo build --release --bench overhead 2>/dev/null || true
-  bench=$(ls -t target/release/deps/overhead-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
-  [ -n "$bench" ] && cp "$bench" .gpu/overhead
+      | while read -r name exe; do cp "$exe" ".gpu/rust/$name"; done
+  fi
+  if has bench; then
+    cargo build --release --bench overhead 2>/dev/null || true
+    bench=$(ls -t target/release/deps/overhead-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
+    [ -n "$bench" ] && cp "$bench" .gpu/overhead
+  fi
+  if has opcost; then
+    cargo build --release --example opcost
+    cp target/release/examples/opcost .gpu/opcost
+  fi
   cp -r kernels .gpu/kernels
   if has torch; then
     # An installed sluice prefix for the libtorch example (built there with CMake).
@@ -76,6 +86,10 @@ run() {
       SLUICE_BENCH_ONLY=ping-pong timeout 120 .gpu/overhead > "$out/ping-pong-$i.md" 2>&1
       note "ping-pong run $i: $(grep -E '^\| \((a|c)\)' "$out/ping-pong-$i.md" | awk -F'|' '{printf "%s%s ", $5, $7}')"
     done
+  fi
+  if has opcost && [ -x .gpu/opcost ]; then
+    SLUICE_BACKEND=cuda OPCOST_REAL_DRIVER=1 timeout 120 .gpu/opcost > "$out/opcost.md" 2>&1
+    note "opcost (sluice's own ns per call, real driver): rc=$?"
   fi
   if has rust; then
     module_images
