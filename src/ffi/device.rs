@@ -1,5 +1,6 @@
 //! Devices.
 
+use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
 use crate::backend::BackendKind;
 use crate::device::Device;
@@ -96,12 +97,7 @@ pub extern "C" fn sluice_device_open(
     boundary("sluice_device_open", || {
         let out = out_ptr(device_out, "device_out")?;
         let d = Device::open(backend_kind(backend)?, ordinal)?;
-        write_out(
-            out,
-            sluice_device_t {
-                bits: DEVICES.insert(d),
-            },
-        );
+        write_handle(out, &DEVICES, d);
         Ok(())
     })
 }
@@ -115,12 +111,7 @@ pub extern "C" fn sluice_device_open_default(
     boundary("sluice_device_open_default", || {
         let out = out_ptr(device_out, "device_out")?;
         let d = Device::open_default()?;
-        write_out(
-            out,
-            sluice_device_t {
-                bits: DEVICES.insert(d),
-            },
-        );
+        write_handle(out, &DEVICES, d);
         Ok(())
     })
 }

@@ -1,6 +1,7 @@
 //! Pooled events.
 
 use super::stream::{sluice_stream_t, STREAMS};
+use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
 use crate::error::{Error, Result};
 use crate::handle::HandleTable;
@@ -45,12 +46,7 @@ pub extern "C" fn sluice_event_record(
         let rec = with(&STREAMS, stream.bits, "stream", |s| {
             s.record(flags & SLUICE_EVENT_TIMING != 0)
         })?;
-        write_out(
-            out,
-            sluice_event_t {
-                bits: EVENTS.insert(rec),
-            },
-        );
+        write_handle(out, &EVENTS, rec);
         Ok(())
     })
 }

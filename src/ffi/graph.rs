@@ -2,6 +2,7 @@
 
 use super::device::{device, sluice_device_t};
 use super::stream::{sluice_stream_t, stream, STREAMS};
+use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
 use crate::error::{Error, ErrorCode, Result};
 use crate::graph::{self as g, Graph, GraphCache, GraphExec, UpdateOutcome};
@@ -118,12 +119,7 @@ pub extern "C" fn sluice_graph_capture_end(
     boundary("sluice_graph_capture_end", || {
         let out = out_ptr(graph_out, "graph_out")?;
         let gr = g::capture_end(&self::stream(stream)?)?;
-        write_out(
-            out,
-            sluice_graph_t {
-                bits: GRAPHS.insert(gr),
-            },
-        );
+        write_handle(out, &GRAPHS, gr);
         Ok(())
     })
 }
@@ -188,12 +184,7 @@ pub extern "C" fn sluice_graph_instantiate(
     boundary("sluice_graph_instantiate", || {
         let out = out_ptr(exec_out, "exec_out")?;
         let e = self::graph(graph)?.instantiate()?;
-        write_out(
-            out,
-            sluice_graph_exec_t {
-                bits: EXECS.insert(e),
-            },
-        );
+        write_handle(out, &EXECS, e);
         Ok(())
     })
 }
@@ -268,12 +259,7 @@ pub extern "C" fn sluice_graph_cache_new(
     boundary("sluice_graph_cache_new", || {
         let out = out_ptr(cache_out, "cache_out")?;
         let c = GraphCache::new(&self::device(device)?);
-        write_out(
-            out,
-            sluice_graph_cache_t {
-                bits: CACHES.insert(c),
-            },
-        );
+        write_handle(out, &CACHES, c);
         Ok(())
     })
 }

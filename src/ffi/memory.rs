@@ -3,6 +3,7 @@
 use super::device::{device, sluice_device_t};
 use super::stream::{sluice_stream_t, stream, STREAMS};
 use super::sync::{sluice_sync_t, SYNCS};
+use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, with, write_out};
 use crate::error::{Error, ErrorCode, Result};
 use crate::handle::HandleTable;
@@ -47,15 +48,6 @@ pub(crate) fn buffer(b: sluice_buffer_t) -> Result<Arc<Buffer>> {
     lookup(&BUFFERS, b.bits, "buffer")
 }
 
-fn insert(out: *mut sluice_buffer_t, b: Arc<Buffer>) {
-    write_out(
-        out,
-        sluice_buffer_t {
-            bits: BUFFERS.insert(b),
-        },
-    );
-}
-
 /// Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
 /// The buffer's free is ordered on the same stream, after every use on any stream.
 #[no_mangle]
@@ -66,7 +58,7 @@ pub extern "C" fn sluice_buffer_alloc(
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_alloc", || {
         let out = out_ptr(buffer_out, "buffer_out")?;
-        insert(out, Buffer::alloc(&self::stream(stream)?, size)?);
+        write_handle(out, &BUFFERS, Buffer::alloc(&self::stream(stream)?, size)?);
         Ok(())
     })
 }
@@ -82,7 +74,11 @@ pub extern "C" fn sluice_buffer_alloc_pinned(
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_alloc_pinned", || {
         let out = out_ptr(buffer_out, "buffer_out")?;
-        insert(out, Buffer::alloc_pinned(&self::device(device)?, size)?);
+        write_handle(
+            out,
+            &BUFFERS,
+            Buffer::alloc_pinned(&self::device(device)?, size)?,
+        );
         Ok(())
     })
 }
@@ -101,7 +97,9 @@ pub extern "C" fn sluice_buffer_register_host(
         let out = out_ptr(buffer_out, "buffer_out")?;
         let d = self::device(device)?;
         // SAFETY: the caller promises the range stays valid for the buffer's life.
-        insert(out, unsafe { Buffer::register(&d, ptr as *mut u8, len)? });
+        write_handle(out, &BUFFERS, unsafe {
+            Buffer::register(&d, ptr as *mut u8, len)?
+        });
         Ok(())
     })
 }
@@ -149,12 +147,7 @@ pub extern "C" fn sluice_buffer_sync(
     boundary("sluice_buffer_sync", || {
         let out = out_ptr(sync_out, "sync_out")?;
         let b = self::buffer(buffer)?;
-        write_out(
-            out,
-            sluice_sync_t {
-                bits: SYNCS.insert(b.sync.clone()),
-            },
-        );
+        write_handle(out, &SYNCS, b.sync.clone());
         Ok(())
     })
 }

@@ -88,6 +88,14 @@ pub(crate) fn write_out<T>(p: *mut T, v: T) {
     unsafe { p.write(v) }
 }
 
+/// Inserts `value` into `table` and writes its handle to `out`, an output checked
+/// with `out_ptr` of one of the `{ uint64_t bits; }` handle types.
+pub(crate) fn write_handle<H, P: Shared>(out: *mut H, table: &HandleTable<P>, value: P) {
+    const { assert!(std::mem::size_of::<H>() == 8 && std::mem::align_of::<H>() == 8) };
+    // A handle type is `repr(C)` with one u64 field, so this writes its `bits`.
+    write_out(out.cast::<u64>(), table.insert(value));
+}
+
 pub(crate) fn lookup<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
     table.get(bits).map_err(|e| stale(e, bits, what))
 }

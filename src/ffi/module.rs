@@ -3,7 +3,8 @@
 use super::device::{device, sluice_device_t};
 use super::stream::{sluice_stream_t, STREAMS};
 use super::sync::{sluice_sync_t, with_access_set};
-use super::{boundary, lookup, out_ptr, pinned, remove, slice_in, sluice_error_t, write_out};
+use super::write_handle;
+use super::{boundary, lookup, out_ptr, pinned, remove, slice_in, sluice_error_t};
 use crate::backend::LaunchDims;
 use crate::error::{Error, ErrorCode};
 use crate::handle::HandleTable;
@@ -58,12 +59,7 @@ pub extern "C" fn sluice_module_load(
         let out = out_ptr(module_out, "module_out")?;
         let img = slice_in(image as *const u8, len, "image")?;
         let md = Module::load(&self::device(device)?, img)?;
-        write_out(
-            out,
-            sluice_module_t {
-                bits: MODULES.insert(md),
-            },
-        );
+        write_handle(out, &MODULES, md);
         Ok(())
     })
 }
@@ -91,12 +87,7 @@ pub extern "C" fn sluice_module_function(
         let md = lookup(&MODULES, module.bits, "module")?;
         // SAFETY: non-NULL; the caller promises a NUL-terminated string.
         let f = md.function(unsafe { CStr::from_ptr(name) })?;
-        write_out(
-            out,
-            sluice_function_t {
-                bits: FUNCTIONS.insert(f),
-            },
-        );
+        write_handle(out, &FUNCTIONS, f);
         Ok(())
     })
 }

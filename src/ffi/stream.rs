@@ -1,6 +1,7 @@
 //! Streams and host callbacks.
 
 use super::sync::with_access_set;
+use super::write_handle;
 use super::{boundary, lookup, out_ptr, pinned, remove, sluice_error_t, write_out};
 use super::{device::device, sluice_device_t, sluice_sync_t};
 use crate::error::{Error, ErrorCode, Result};
@@ -62,12 +63,7 @@ pub extern "C" fn sluice_stream_create(
     boundary("sluice_stream_create", || {
         let out = out_ptr(stream_out, "stream_out")?;
         let s = Stream::create(&self::device(device)?, flags, priority)?;
-        write_out(
-            out,
-            sluice_stream_t {
-                bits: STREAMS.insert(s),
-            },
-        );
+        write_handle(out, &STREAMS, s);
         Ok(())
     })
 }
@@ -85,12 +81,7 @@ pub extern "C" fn sluice_stream_wrap_external(
     boundary("sluice_stream_wrap_external", || {
         let out = out_ptr(stream_out, "stream_out")?;
         let s = Stream::wrap_external(&self::device(device)?, raw as u64)?;
-        write_out(
-            out,
-            sluice_stream_t {
-                bits: STREAMS.insert(s),
-            },
-        );
+        write_handle(out, &STREAMS, s);
         Ok(())
     })
 }

@@ -1,6 +1,7 @@
 //! Sync objects and foreign ops.
 
 use super::stream::{sluice_stream_t, stream};
+use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, stale, write_out};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
@@ -104,12 +105,7 @@ fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
 pub extern "C" fn sluice_sync_new(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_new", || {
         let out = out_ptr(sync_out, "sync_out")?;
-        write_out(
-            out,
-            sluice_sync_t {
-                bits: SYNCS.insert(SyncObject::new()),
-            },
-        );
+        write_handle(out, &SYNCS, SyncObject::new());
         Ok(())
     })
 }
@@ -189,12 +185,7 @@ pub extern "C" fn sluice_op_begin(
             reads: r,
             writes: w,
         };
-        write_out(
-            out,
-            sluice_op_t {
-                bits: OPS.insert(Arc::new(tok)),
-            },
-        );
+        write_handle(out, &OPS, Arc::new(tok));
         Ok(())
     })
 }
