@@ -60,20 +60,32 @@ pub enum EngineMode {
     Sync = 1,
 }
 
-fn engine_cell() -> &'static AtomicU8 {
-    static MODE: OnceLock<AtomicU8> = OnceLock::new();
-    MODE.get_or_init(|| {
-        let m = match std::env::var("SLUICE_ENGINE").as_deref() {
-            Ok("sync") => EngineMode::Sync,
-            _ => EngineMode::Async,
-        };
-        AtomicU8::new(m as u8)
-    })
+/// The engine mode as a `u8`; `MODE_UNSET` until first read from `SLUICE_ENGINE`
+/// or set (a plain static, so every op reads one byte).
+static MODE: AtomicU8 = AtomicU8::new(MODE_UNSET);
+const MODE_UNSET: u8 = u8::MAX;
+
+#[cold]
+fn mode_from_env() -> u8 {
+    let m = match std::env::var("SLUICE_ENGINE").as_deref() {
+        Ok("sync") => EngineMode::Sync,
+        _ => EngineMode::Async,
+    } as u8;
+    // A mode set meanwhile wins.
+    match MODE.compare_exchange(MODE_UNSET, m, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => m,
+        Err(now) => now,
+    }
 }
 
 /// The process-wide engine mode (from `SLUICE_ENGINE`, default async).
+#[inline(always)]
 pub fn engine_mode() -> EngineMode {
-    if engine_cell().load(Ordering::Relaxed) == EngineMode::Sync as u8 {
+    let m = match MODE.load(Ordering::Relaxed) {
+        MODE_UNSET => mode_from_env(),
+        m => m,
+    };
+    if m == EngineMode::Sync as u8 {
         EngineMode::Sync
     } else {
         EngineMode::Async
@@ -81,7 +93,7 @@ pub fn engine_mode() -> EngineMode {
 }
 
 pub fn set_engine_mode(mode: EngineMode) {
-    engine_cell().store(mode as u8, Ordering::Relaxed);
+    MODE.store(mode as u8, Ordering::Relaxed);
 }
 
 impl SyncObject {
