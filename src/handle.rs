@@ -62,6 +62,9 @@ struct Slot<P: Shared> {
 
 pub struct HandleTable<P: Shared> {
     tag: u8,
+    /// False for tables of single-use tokens, whose entries are only ever removed:
+    /// no lookup can hold one, so `remove` need not wait for lookups.
+    borrowed: bool,
     segments: [AtomicPtr<Slot<P>>; SEGMENTS],
     /// Free list head: `[tag:32][index + 1:32]`; the tag changes on every update,
     /// so a stale compare-exchange cannot succeed (no ABA).
@@ -111,12 +114,21 @@ impl<P: Shared> HandleTable<P> {
     pub fn new(tag: u8) -> Self {
         HandleTable {
             tag,
+            borrowed: true,
             segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
             free_head: AtomicU64::new(0),
             next: AtomicUsize::new(0),
             grow: Mutex::new(()),
             _owns: PhantomData,
         }
+    }
+
+    /// A table whose entries are only inserted and removed, never looked up (tokens
+    /// such as open ops): removing one does not wait for other threads' lookups.
+    pub fn new_tokens(tag: u8) -> Self {
+        let mut t = Self::new(tag);
+        t.borrowed = false;
+        t
     }
 
     #[inline(always)]
@@ -250,6 +262,7 @@ impl<P: Shared> HandleTable<P> {
     #[inline(always)]
     fn lookup(&self, bits: u64) -> Result<*const P::Target, Stale> {
         debug_assert!(epoch::is_pinned());
+        debug_assert!(self.borrowed, "a token table is never looked up");
         let (index, generation) = self.split(bits)?;
         let slot = self.slot(index).ok_or(Stale::Dead)?;
         let s = slot.state.load(Ordering::SeqCst);
@@ -302,7 +315,9 @@ impl<P: Shared> HandleTable<P> {
         // Lookups that read the slot before the unlink finish before this returns.
         // Removing while pinned could wait on a thread that waits on this one.
         debug_assert!(!epoch::is_pinned(), "handle removed inside a lookup");
-        epoch::synchronize();
+        if self.borrowed {
+            epoch::synchronize();
+        }
         // SAFETY: the table's reference, taken out once (the CAS above succeeded once).
         Ok(unsafe { P::from_raw(p) })
     }

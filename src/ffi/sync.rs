@@ -12,7 +12,8 @@ use std::sync::{Arc, LazyLock};
 
 pub(crate) static SYNCS: LazyLock<HandleTable<Arc<SyncObject>>> =
     LazyLock::new(|| HandleTable::new(4));
-pub(crate) static OPS: LazyLock<HandleTable<Arc<OpToken>>> = LazyLock::new(|| HandleTable::new(5));
+pub(crate) static OPS: LazyLock<HandleTable<Arc<OpToken>>> =
+    LazyLock::new(|| HandleTable::new_tokens(5));
 
 /// Engine mode: ops only enqueue work (the default).
 pub const SLUICE_ENGINE_ASYNC: u32 = 0;
