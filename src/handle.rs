@@ -444,6 +444,38 @@ mod tests {
     }
 
     #[test]
+    fn a_token_table_removes_without_waiting_for_other_threads_pins() {
+        let tokens = HandleTable::new_tokens(5);
+        let h = tokens.insert(Arc::new(7u8));
+        // Another thread stays pinned (a lookup in some other table) until told.
+        let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let holder = std::thread::spawn(move || {
+            let _pin = epoch::pin();
+            pinned_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+        });
+        pinned_rx.recv().unwrap();
+        let tokens = Arc::new(tokens);
+        let t2 = tokens.clone();
+        let remover = std::thread::spawn(move || t2.remove(h).map(|p| *p));
+        let t0 = std::time::Instant::now();
+        while !remover.is_finished() && t0.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let finished = remover.is_finished();
+        go_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert!(finished, "remove must not wait for the other thread's pin");
+        assert_eq!(remover.join().unwrap(), Ok(7));
+        assert_eq!(
+            tokens.remove(h).err(),
+            Some(Stale::Dead),
+            "removed once only"
+        );
+    }
+
+    #[test]
     fn a_reused_slot_never_serves_the_old_handle() {
         let t = HandleTable::new(7);
         let h1 = t.insert(Arc::new(1u32));
