@@ -4,8 +4,10 @@ use super::device::{device, sluice_device_t};
 use super::stream::{sluice_stream_t, stream, STREAMS};
 use super::sync::{sluice_sync_t, SYNCS};
 use super::write_handle;
-use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, with, write_out};
-use crate::error::{Error, ErrorCode, Result};
+use super::{
+    boundary, lookup, out_ptr, pinned, remove, slice_in, slice_out, sluice_error_t, write_out,
+};
+use crate::error::Result;
 use crate::handle::HandleTable;
 use crate::memory::{self as mem, Buffer};
 use std::ffi::c_void;
@@ -167,13 +169,11 @@ pub extern "C" fn sluice_copy(
     len: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_copy", || {
-        let (d, sb) = (
-            buffer(dst).map_err(|e| e.context("dst"))?,
-            buffer(src).map_err(|e| e.context("src"))?,
-        );
-        with(&STREAMS, stream.bits, "stream", |s| {
-            mem::copy(s, &d, dst_offset, &sb, src_offset, len)
-        })
+        let pin = crate::epoch::pin();
+        let d = pinned(&BUFFERS, &pin, dst.bits, "buffer").map_err(|e| e.context("dst"))?;
+        let sb = pinned(&BUFFERS, &pin, src.bits, "buffer").map_err(|e| e.context("src"))?;
+        let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
+        mem::copy(s, d, dst_offset, sb, src_offset, len)
     })
 }
 
@@ -208,15 +208,7 @@ pub extern "C" fn sluice_copy_to_host(
     boundary("sluice_copy_to_host", || {
         let s = self::stream(stream)?;
         let sb = buffer(src).map_err(|e| e.context("src"))?;
-        if len == 0 {
-            sb.range(src_offset, 0, "copy source")?;
-            return Ok(());
-        }
-        if dst.is_null() {
-            return Err(Error::new(ErrorCode::NullArgument, "dst is NULL"));
-        }
-        // SAFETY: non-NULL; the caller promises len writable bytes.
-        let out = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, len) };
+        let out = slice_out(dst as *mut u8, len, "dst")?;
         mem::copy_to_host(&s, out, &sb, src_offset)
     })
 }
@@ -231,9 +223,9 @@ pub extern "C" fn sluice_memset(
     len: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_memset", || {
-        let b = self::buffer(buffer)?;
-        with(&STREAMS, stream.bits, "stream", |s| {
-            mem::memset(s, &b, offset, value, len)
-        })
+        let pin = crate::epoch::pin();
+        let b = pinned(&BUFFERS, &pin, buffer.bits, "buffer")?;
+        let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
+        mem::memset(s, b, offset, value, len)
     })
 }

@@ -162,6 +162,16 @@ pub(crate) fn slice_in<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a [
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
+/// Borrows `n` writable elements from C, checked as in [`slice_in`].
+#[inline(always)]
+pub(crate) fn slice_out<'a, T>(p: *mut T, n: usize, name: &str) -> Result<&'a mut [T]> {
+    if slice_in(p.cast_const(), n, name)?.is_empty() {
+        return Ok(&mut []);
+    }
+    // SAFETY: checked by slice_in; the caller promises n writable elements.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
 /// Number of live handles of every type (for leak checks in tests).
 #[no_mangle]
 pub extern "C" fn sluice_live_handles() -> u64 {

@@ -469,6 +469,11 @@ TEST(out_of_range_copies_change_nothing) {
                            SLUICE_ERROR_OUT_OF_RANGE, "sluice_copy_to_host"))
             FAIL("to_host case %zu", i);
     }
+    /* a host length no array can have is refused before any slice is formed */
+    CHECK_ERR_MSG(sluice_copy_to_host(s, big, src, 0, SIZE_MAX), SLUICE_ERROR_OUT_OF_RANGE,
+                  "too large");
+    CHECK_ERR_MSG(sluice_copy_from_host(s, dst, 0, big, SIZE_MAX), SLUICE_ERROR_OUT_OF_RANGE,
+                  "too large");
     CHECK_EQ(check_fill(big, sizeof big, 0x99), -1); /* the host destination is untouched */
     uint8_t r[SIZE];
     CHECK_OK(sluice_copy_to_host(s, r, dst, 0, SIZE));
