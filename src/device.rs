@@ -19,7 +19,6 @@ pub struct Device {
     /// static (and inlined) instead of going through the trait object.
     pub(crate) cuda: Option<Arc<backend::cuda::CudaDevice>>,
     pub(crate) backend: Arc<dyn Backend>,
-    pub id: u64,
     streams: Mutex<Vec<Weak<Stream>>>,
     pub pinned: PinnedPool,
 }
@@ -74,7 +73,6 @@ impl Device {
         let dev = Arc::new(Device {
             cuda,
             backend,
-            id: next_id(),
             streams: Mutex::new(Vec::new()),
             pinned: PinnedPool::new(),
         });

@@ -134,7 +134,6 @@ impl Capture {
 pub struct Graph {
     pub(crate) device: Arc<Device>,
     raw: u64,
-    pub id: u64,
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
     keep: KeepAlive,
@@ -323,7 +322,6 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
     Ok(Arc::new(Graph {
         device: stream.device.clone(),
         raw,
-        id: crate::device::next_id(),
         reads,
         writes,
         keep,

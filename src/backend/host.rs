@@ -152,7 +152,6 @@ struct HostEvent {
 /// A captured host graph: per stream, its steps. Replay runs each stream's steps in
 /// order on the launching worker; joins order the streams.
 pub(crate) struct HostGraph {
-    pub(crate) origin: u64,
     pub(crate) streams: Vec<(u64, Vec<CapturedStep>)>,
 }
 
@@ -577,10 +576,7 @@ impl Backend for HostDevice {
                 ),
             ));
         }
-        Ok(Box::into_raw(Box::new(HostGraph {
-            origin: stream,
-            streams,
-        })) as u64)
+        Ok(Box::into_raw(Box::new(HostGraph { streams })) as u64)
     }
 
     fn capture_active(&self, stream: u64) -> Result<bool> {
@@ -595,7 +591,6 @@ impl Backend for HostDevice {
     fn graph_instantiate(&self, graph: u64) -> Result<u64> {
         let g = graph_ref(graph);
         let exec = HostGraph {
-            origin: g.origin,
             streams: g.streams.clone(),
         };
         Ok(Box::into_raw(Box::new(Mutex::new(exec))) as u64)
