@@ -383,9 +383,7 @@ impl GraphExec {
     /// are the union of the captured ops': it waits before, and records one event after.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         stream.device.same_device(&self.device, "the graph")?;
-        if stream.is_capturing() {
-            stream.reject_in_capture("graph launch")?;
-        }
+        stream.reject_in_capture("graph launch")?;
         let st = self.state();
         let backend = &self.device.backend;
         sync::run_op(stream, &sync::access_set(&st.reads, &st.writes), || {
