@@ -32,6 +32,8 @@ type Stream struct {
 	dev      *Device
 	id       uint64
 	external bool
+	// native is the CUstream (sluice_stream_raw), fixed for the handle's life.
+	native unsafe.Pointer
 	// parent is the stream a view (see GraphCache.Run) shares its handle
 	// with; nil for a stream that owns its handle.
 	parent *Stream
@@ -96,6 +98,10 @@ func newStream(d *Device, s C.sluice_stream_t, external bool) (*Stream, error) {
 	st.h.bits.Store(uint64(s.bits))
 	st.h.cleanup = runtime.AddCleanup(st, destroyStream, uint64(s.bits))
 	stats, err := st.Stats()
+	if err == nil {
+		e := C.sluice_stream_raw(s, &st.native)
+		err = check(e, &st.h)
+	}
 	if err != nil {
 		st.Close()
 		return nil, err
@@ -125,7 +131,7 @@ func (s *Stream) raw(op string) (C.sluice_stream_t, error) {
 // Close does nothing. It keeps the stream wrapper alive.
 func (s *Stream) view() *Stream {
 	r := s.root()
-	return &Stream{dev: r.dev, id: r.id, external: r.external, parent: r}
+	return &Stream{dev: r.dev, id: r.id, external: r.external, native: r.native, parent: r}
 }
 
 // IsView reports whether the Stream is a non-owning view of another Stream
@@ -160,17 +166,10 @@ func (s *Stream) IsExternal() bool { return s.external }
 // backend), so that foreign work can be enqueued on it between BeginOp and
 // Op.End. It stays valid while the Stream is open.
 func (s *Stream) Raw() (unsafe.Pointer, error) {
-	h, err := s.raw("Stream.Raw")
-	if err != nil {
+	if _, err := s.raw("Stream.Raw"); err != nil {
 		return nil, err
 	}
-	var p unsafe.Pointer
-	e := C.sluice_stream_raw(h, &p)
-	runtime.KeepAlive(s)
-	if err := check(e, s.hs()); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return s.native, nil
 }
 
 // Query reports whether all work enqueued so far has completed. It also

@@ -255,13 +255,6 @@ func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) err
 	if err != nil {
 		return err
 	}
-	var raw unsafe.Pointer
-	if fn != nil {
-		e := C.sluice_stream_raw(h, &raw)
-		if err := check(e, s.hs()); err != nil {
-			return err
-		}
-	}
 	var o C.sluice_op_t
 	e := C.sluice_op_begin(h, syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), &o)
 	runtime.KeepAlive(s)
@@ -277,7 +270,7 @@ func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) err
 		}
 	}()
 	if fn != nil {
-		return fn(raw)
+		return fn(s.native)
 	}
 	return nil
 }
