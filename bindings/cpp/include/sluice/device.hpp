@@ -81,8 +81,7 @@ class DeviceApi {
 
   Result<PinnedStats> pinned_stats(std::nothrow_t) const {
     PinnedStats s{};
-    if (sluice_error_t* e = sluice_device_pinned_stats(h(), &s)) return Error::adopt(e);
-    return s;
+    return detail::check(sluice_device_pinned_stats(h(), &s), s);
   }
 
   /// Releases every cached pinned block.

@@ -44,8 +44,7 @@ class EventApi {
   /// True when the work before the event has completed.
   Result<bool> query(std::nothrow_t) const {
     bool done = false;
-    if (sluice_error_t* e = sluice_event_query(h(), &done)) return Error::adopt(e);
-    return done;
+    return detail::check(sluice_event_query(h(), &done), done);
   }
 
   /// Blocks until the work before the event has completed.

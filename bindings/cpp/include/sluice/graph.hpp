@@ -117,8 +117,7 @@ class GraphApi {
   /// The number of operation nodes in the graph.
   Result<std::size_t> node_count(std::nothrow_t) const {
     std::size_t n = 0;
-    if (sluice_error_t* e = sluice_graph_node_count(h(), &n)) return Error::adopt(e);
-    return n;
+    return detail::check(sluice_graph_node_count(h(), &n), n);
   }
 
   /// Writes a Graphviz DOT description of the graph to `path`.
@@ -483,8 +482,7 @@ class GraphCacheApi {
   /// The cache's counters.
   Result<GraphCacheStats> stats(std::nothrow_t) const {
     GraphCacheStats s{};
-    if (sluice_error_t* e = sluice_graph_cache_stats(h(), &s)) return Error::adopt(e);
-    return s;
+    return detail::check(sluice_graph_cache_stats(h(), &s), s);
   }
 
 #if SLUICE_CPP_EXCEPTIONS

@@ -101,16 +101,14 @@ class StreamApi {
   /// True when all work enqueued so far has completed.
   Result<bool> query(std::nothrow_t) const {
     bool idle = false;
-    if (sluice_error_t* e = sluice_stream_query(h(), &idle)) return Error::adopt(e);
-    return idle;
+    return detail::check(sluice_stream_query(h(), &idle), idle);
   }
 
   /// The underlying CUstream (an opaque pointer on host), for foreign work such as
   /// libtorch ops. Valid while the stream handle lives.
   Result<void*> native_handle(std::nothrow_t) const {
     void* raw = nullptr;
-    if (sluice_error_t* e = sluice_stream_raw(h(), &raw)) return Error::adopt(e);
-    return raw;
+    return detail::check(sluice_stream_raw(h(), &raw), raw);
   }
 
   /// Sets the label fault reports name as the last operation; nullptr clears it.
@@ -120,8 +118,7 @@ class StreamApi {
 
   Result<StreamStats> stats(std::nothrow_t) const {
     StreamStats s{};
-    if (sluice_error_t* e = sluice_stream_stats(h(), &s)) return Error::adopt(e);
-    return s;
+    return detail::check(sluice_stream_stats(h(), &s), s);
   }
 
   /// Records an event at the current end of the stream.
@@ -142,8 +139,7 @@ class StreamApi {
   /// stream that joined one by waiting on a captured event). See graph.hpp.
   Result<bool> is_capturing(std::nothrow_t) const {
     bool capturing = false;
-    if (sluice_error_t* e = sluice_stream_is_capturing(h(), &capturing)) return Error::adopt(e);
-    return capturing;
+    return detail::check(sluice_stream_is_capturing(h(), &capturing), capturing);
   }
 
   /// Bounds the stream's cache of freed device blocks (default 64 MiB, at most 16
