@@ -190,29 +190,38 @@ type Op struct {
 // goroutine begins while this one is open is not ordered against it; order
 // such ops yourself.
 func (s *Stream) BeginOp(reads, writes []Syncable) (*Op, error) {
-	const op = "Stream.BeginOp"
-	h, err := s.raw(op)
+	o, err := s.beginOp("Stream.BeginOp", reads, writes)
 	if err != nil {
 		return nil, err
+	}
+	out := &Op{stream: s}
+	out.h.bits.Store(uint64(o.bits))
+	out.h.cleanup = runtime.AddCleanup(out, endOp, uint64(o.bits))
+	return out, nil
+}
+
+// beginOp is sluice_op_begin for BeginOp and RunOp; the handle arrays live in
+// its frame, so the common op allocates nothing.
+func (s *Stream) beginOp(op string, reads, writes []Syncable) (C.sluice_op_t, error) {
+	var o C.sluice_op_t
+	h, err := s.raw(op)
+	if err != nil {
+		return o, err
 	}
 	var rbuf, wbuf [4]C.sluice_sync_t
 	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
 	if err != nil {
-		return nil, err
+		return o, err
 	}
-	var o C.sluice_op_t
 	e := C.sluice_op_begin(h, syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), &o)
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(reads)
 	runtime.KeepAlive(writes)
 	if err := checkSets(e, op, s, reads, writes); err != nil {
-		return nil, err
+		return o, err
 	}
 	s.captureKeep(reads, writes)
-	out := &Op{stream: s}
-	out.h.bits.Store(uint64(o.bits))
-	out.h.cleanup = runtime.AddCleanup(out, endOp, uint64(o.bits))
-	return out, nil
+	return o, nil
 }
 
 // Stream returns the op's stream.
@@ -245,25 +254,10 @@ func (o *Op) Close() error {
 // End, also when fn fails or panics. It is the allocation-free form of
 // BeginOp/End for hot loops: no Op wrapper is made.
 func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) error) (err error) {
-	const op = "Stream.RunOp"
-	h, err := s.raw(op)
+	o, err := s.beginOp("Stream.RunOp", reads, writes)
 	if err != nil {
 		return err
 	}
-	var rbuf, wbuf [4]C.sluice_sync_t
-	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
-	if err != nil {
-		return err
-	}
-	var o C.sluice_op_t
-	e := C.sluice_op_begin(h, syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), &o)
-	runtime.KeepAlive(s)
-	runtime.KeepAlive(reads)
-	runtime.KeepAlive(writes)
-	if err := checkSets(e, op, s, reads, writes); err != nil {
-		return err
-	}
-	s.captureKeep(reads, writes)
 	defer func() {
 		if endErr := takeError(C.sluice_op_end(o)); err == nil {
 			err = endErr
