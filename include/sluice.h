@@ -1057,7 +1057,10 @@ struct sluice_error_t *sluice_sync_info(struct sluice_sync_t sync,
  *
  * Thread safety: ops from many threads may run at once. A conflicting op that
  * another thread begins while this one is open is not ordered against it; order
- * such ops yourself.
+ * such ops yourself. The foreign work is enqueued outside sluice's per-stream push
+ * lock: the CUDA driver can break stream order when a graph is launched on a
+ * stream while another thread enqueues on it, so do not launch graphs as foreign
+ * work on a stream that other threads use at the same time.
  */
 struct sluice_error_t *sluice_op_begin(struct sluice_stream_t stream,
                                        const struct sluice_sync_t *reads,

@@ -2,13 +2,15 @@
 
 use crate::device::next_id;
 use crate::stream::{RecRef, Recording};
-use crate::sync::{ObjRef, SyncObject, SyncState};
+use crate::sync::{Access, ObjRef, SyncObject, SyncState};
 use std::sync::{Arc, Mutex};
 
 /// State shared by every stream taking part in one capture.
 pub struct Capture {
     pub id: u64,
-    /// Each touched object with its state before its first captured access.
+    /// Each touched object with the capture's own copy of its dependency state:
+    /// captured ops order themselves against each other there and never touch the
+    /// objects' real state, which ops outside the capture keep using.
     touched: Mutex<Vec<Touched>>,
     ctl: Mutex<CaptureCtl>,
 }
@@ -18,7 +20,8 @@ pub(crate) type KeepAlive = Vec<Arc<dyn std::any::Any + Send + Sync>>;
 
 struct Touched {
     obj: Arc<SyncObject>,
-    before: SyncState,
+    /// Recordings of the captured ops only.
+    shadow: SyncState,
     written: bool,
 }
 
@@ -36,27 +39,116 @@ impl Capture {
         c
     }
 
-    /// Notes an access made inside the capture; `state` is the object's state now.
-    pub(crate) fn touch(&self, obj: ObjRef<'_>, state: &SyncState, write: bool) {
-        let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
-        match t.iter_mut().find(|x| x.obj.id == obj.id) {
-            Some(x) => x.written |= write,
-            None => {
-                if let Some(mem) = obj.owner.get().and_then(|w| w.upgrade()) {
-                    self.ctl().keep.push(mem);
-                }
-                t.push(Touched {
-                    obj: obj.to_arc(),
-                    before: state.clone(),
-                    written: write,
-                })
-            }
+    fn touched(&self) -> std::sync::MutexGuard<'_, Vec<Touched>> {
+        self.touched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The index of `obj`'s entry, made on its first captured access: the object is
+    /// marked as used by this capture and its memory is kept for the graph.
+    fn entry(&self, t: &mut Vec<Touched>, obj: ObjRef<'_>) -> usize {
+        if let Some(i) = t.iter().position(|x| x.obj.id == obj.id) {
+            return i;
         }
+        if let Some(mem) = obj.owner.get().and_then(|w| w.upgrade()) {
+            self.ctl().keep.push(mem);
+        }
+        obj.state.lock().capture = self.id;
+        t.push(Touched {
+            obj: obj.to_arc(),
+            shadow: SyncState::default(),
+            written: false,
+        });
+        t.len() - 1
+    }
+
+    /// The entries of an op's accesses, and what the op waits for among the
+    /// captured ops of other streams.
+    fn prepare(
+        &self,
+        t: &mut Vec<Touched>,
+        stream: &Stream,
+        set: &[Access<'_>],
+    ) -> (Vec<usize>, sync::Waits) {
+        let idx: Vec<usize> = set.iter().map(|a| self.entry(t, a.obj())).collect();
+        let mut need = sync::Waits::new();
+        for (a, &i) in set.iter().zip(&idx) {
+            sync::waits_for(&t[i].shadow, stream.id, a.write(), &mut need);
+        }
+        (idx, need)
+    }
+
+    /// A tracked op issued on a stream taking part in this capture.
+    pub(crate) fn run_op(
+        &self,
+        stream: &Stream,
+        set: &[Access<'_>],
+        enqueue: impl FnOnce() -> Result<()>,
+        keep: bool,
+    ) -> Result<Option<RecRef>> {
+        let mut t = self.touched();
+        let (idx, need) = self.prepare(&mut t, stream, set);
+        let me = stream.id;
+        sync::push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
+            for (a, &i) in set.iter().zip(&idx) {
+                let x = &mut t[i];
+                x.written |= a.write();
+                // SAFETY: one of the references `push_op` counted per object.
+                sync::publish_into(
+                    &mut x.shadow,
+                    me,
+                    a.write(),
+                    unsafe { rec.dup_counted() },
+                    publish,
+                );
+            }
+        })
+    }
+
+    /// `op_begin` on a stream taking part in this capture.
+    pub(crate) fn op_begin(&self, stream: &Stream, set: &[Access<'_>]) -> Result<()> {
+        let mut t = self.touched();
+        let (_, need) = self.prepare(&mut t, stream, set);
+        let _push = stream.push_lock();
+        let waits = sync::issue_waits(stream, &need)?;
+        stream
+            .stats
+            .waits
+            .fetch_add(waits, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `op_end` on a stream taking part in this capture.
+    pub(crate) fn op_end(&self, stream: &Stream, set: &[Access<'_>]) -> Result<()> {
+        let mut t = self.touched();
+        let idx: Vec<usize> = set.iter().map(|a| self.entry(&mut t, a.obj())).collect();
+        let me = stream.id;
+        sync::push_op(
+            stream,
+            &sync::Waits::new(),
+            set.len(),
+            false,
+            || Ok(()),
+            |rec, publish| {
+                for (a, &i) in set.iter().zip(&idx) {
+                    let x = &mut t[i];
+                    x.written |= a.write();
+                    // SAFETY: one of the references `push_op` counted per object.
+                    sync::publish_into(
+                        &mut x.shadow,
+                        me,
+                        a.write(),
+                        unsafe { rec.dup_counted() },
+                        publish,
+                    );
+                }
+            },
+        )?;
+        Ok(())
     }
 
     /// The union of the captured ops' read and write sets (a write wins).
     pub(crate) fn access_sets(&self) -> (Vec<Arc<SyncObject>>, Vec<Arc<SyncObject>>) {
-        let t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        let t = self.touched();
         let reads = t
             .iter()
             .filter(|x| !x.written)
@@ -70,27 +162,14 @@ impl Capture {
         (reads, writes)
     }
 
-    /// Removes this capture's recordings from every touched object, restoring what
-    /// they replaced and keeping what non-capturing streams did meanwhile.
-    pub(crate) fn rollback(&self) {
-        let t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = |r: &RecRef| r.capture_id() == Some(self.id);
-        for x in t.iter() {
+    /// Unmarks the touched objects and drops the captured recordings. The objects'
+    /// real state was never changed by the capture, so nothing is rolled back.
+    pub(crate) fn release_objects(&self) {
+        let t = std::mem::take(&mut *self.touched());
+        for x in &t {
             let mut st = x.obj.state.lock();
-            st.readers.retain(|r| !mine(r));
-            if st.writer.as_ref().is_some_and(mine) {
-                st.writer = x.before.writer.clone();
-                for r in &x.before.readers {
-                    match st
-                        .readers
-                        .iter_mut()
-                        .find(|e| e.stream_id() == r.stream_id())
-                    {
-                        Some(e) if e.seq >= r.seq => {}
-                        Some(e) => *e = r.clone(),
-                        None => st.readers.push(r.clone()),
-                    }
-                }
+            if st.capture == self.id {
+                st.capture = 0;
             }
         }
     }
@@ -196,7 +275,7 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
             format!("{stream:?} is already capturing"),
         ));
     }
-    stream.device.backend.capture_begin(stream.raw, mode)?;
+    stream.push(|| stream.device.backend.capture_begin(stream.raw, mode))?;
     let cap = Capture::new();
     *stream.capture.lock().unwrap_or_else(|p| p.into_inner()) = Some(cap);
     stream.capturing.store(true, Ordering::Release);
@@ -276,7 +355,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         .filter(|(s, joined)| s.last_seq() > *joined)
         .map(|(s, _)| s.id)
         .collect();
-    let ended = stream.device.backend.capture_end(stream.raw);
+    let ended = stream.push(|| stream.device.backend.capture_end(stream.raw));
     // Whatever happened, every participant leaves the capture.
     for s in std::iter::once(stream).chain(forks.iter().map(|f| &f.0)) {
         *s.capture.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -287,12 +366,15 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .remove(&cap.id);
-    cap.rollback();
+    let (reads, writes) = cap.access_sets();
+    cap.release_objects();
     for (home, addr, recs) in frees {
-        for r in recs.iter().filter(|r| !r.in_capture()) {
-            let _ = home.wait(r);
-        }
-        let _ = home.device.backend.mem_free_async(addr, home.raw);
+        let _ = home.push(|| {
+            for r in &recs {
+                home.wait_pushed(r)?;
+            }
+            home.device.backend.mem_free_async(addr, home.raw)
+        });
     }
     let discard = |raw: u64| stream.device.backend.graph_destroy(raw);
     if !unjoined.is_empty() {
@@ -318,7 +400,6 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         ));
     }
     let raw = ended.map_err(|e| e.context(format!("ending capture on {stream:?}")))?;
-    let (reads, writes) = cap.access_sets();
     Ok(Arc::new(Graph {
         device: stream.device.clone(),
         raw,
@@ -376,7 +457,7 @@ impl GraphExec {
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         stream.device.same_device(&self.device, "the graph")?;
         let raw = self.state().raw;
-        self.device.backend.graph_upload(raw, stream.raw)
+        stream.push(|| self.device.backend.graph_upload(raw, stream.raw))
     }
 
     /// Launches the graph on `stream` as ONE tracked op whose read and write sets

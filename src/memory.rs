@@ -75,7 +75,7 @@ impl Buffer {
         let dev = stream.device.clone();
         let addr = match stream.take_block(size) {
             Some(a) => a,
-            None => dev.backend.mem_alloc_async(size, stream.raw)?,
+            None => stream.push(|| dev.backend.mem_alloc_async(size, stream.raw))?,
         };
         Ok(Buffer::from_memory(Memory {
             device: dev,
@@ -179,7 +179,7 @@ impl Drop for Memory {
                     let set = [Access::new(ObjRef::new(&self.sync), true)];
                     let _ = sync::op_begin(home, &set);
                     if !home.cache_block(self.size, self.addr) {
-                        let _ = backend.mem_free_async(self.addr, home.raw);
+                        let _ = home.push(|| backend.mem_free_async(self.addr, home.raw));
                     }
                 }
             }

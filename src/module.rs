@@ -133,6 +133,6 @@ pub(crate) fn host_callback_set(
     if let Some(cap) = stream.current_capture() {
         cap.ctl().callbacks = true;
     }
-    sync::run_op(stream, set, || stream.launch_host_fn(job))?;
+    sync::run_op(stream, set, || stream.push_host_fn(job))?;
     Ok(())
 }

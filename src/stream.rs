@@ -321,7 +321,7 @@ impl RecRef {
         Some(unsafe { Box::from_raw(p.as_ptr()) })
     }
 
-    /// Another reference to the node, already counted by `record_locked`'s `refs`.
+    /// Another reference to the node, already counted by `record_in`'s `refs`.
     ///
     /// # Safety
     /// The caller accounts for every reference made this way in that count.
@@ -369,15 +369,6 @@ impl<'a> Publish<'a> {
         Publish {
             pool: Arc::as_ptr(&stream.pool),
             inner: Some(inner),
-            others: Vec::new(),
-        }
-    }
-
-    /// Publication without a pool lock held: dead nodes are recycled at the end.
-    pub(crate) fn unlocked() -> Self {
-        Publish {
-            pool: std::ptr::null(),
-            inner: None,
             others: Vec::new(),
         }
     }
@@ -587,7 +578,7 @@ impl Stream {
 
     /// Sequence number of the newest recording: also the number of events recorded.
     pub fn last_seq(&self) -> u64 {
-        self.pool.inner.lock().seq
+        self.push_lock().seq
     }
 
     #[inline(always)]
@@ -627,23 +618,41 @@ impl Stream {
     /// Records a pooled event at the current end of the stream.
     #[inline(always)]
     pub fn record(&self, timing: bool) -> Result<RecRef> {
-        self.record_locked(timing, 1, 0).map(|(r, _)| r)
+        let mut push = self.push_lock();
+        self.record_in(&mut push, timing, 1, 0)
     }
 
-    /// Records a pooled event whose node starts with `refs` references, adds
-    /// `op_waits` to the stream's wait count, and returns the pool lock still held,
-    /// so that recordings released while publishing go back to the free list
-    /// without taking it again.
+    /// The stream's push lock (the event pool's lock). Everything sluice enqueues on
+    /// the stream is enqueued under it, one op's waits, work and recording together.
+    /// The CUDA driver does not keep stream order when one thread launches a graph
+    /// on a stream while another enqueues on it (docs/decisions.md, "Stream order
+    /// and graph launches"). Lock order: sync objects, then one push lock.
     #[inline(always)]
-    pub(crate) fn record_locked(
+    pub(crate) fn push_lock(&self) -> ObjGuard<'_, PoolInner> {
+        self.pool.inner.lock()
+    }
+
+    /// Runs `enqueue` (which pushes work on this stream) under the push lock.
+    #[inline(always)]
+    pub(crate) fn push<R>(&self, enqueue: impl FnOnce() -> Result<R>) -> Result<R> {
+        let _push = self.push_lock();
+        enqueue()
+    }
+
+    /// Records a pooled event whose node starts with `refs` references and adds
+    /// `op_waits` to the stream's wait count. The caller holds the push lock, so
+    /// that recordings released while publishing go back to the free list without
+    /// taking it again.
+    #[inline(always)]
+    pub(crate) fn record_in(
         &self,
+        inner: &mut PoolInner,
         timing: bool,
         refs: usize,
         op_waits: u64,
-    ) -> Result<(RecRef, ObjGuard<'_, PoolInner>)> {
+    ) -> Result<RecRef> {
         let backend = &self.device.backend;
         let capture_id = self.capture_id();
-        let mut inner = self.pool.inner.lock();
         inner.op_waits += op_waits;
         let mut node = match inner.free_list(timing).pop() {
             Some(n) => n,
@@ -672,8 +681,9 @@ impl Stream {
         node.rec.capture_id = capture_id.and_then(NonZeroU64::new);
         *node.refs.get_mut() = refs;
         // SAFETY: Box::into_raw is never null.
-        let rec = RecRef(unsafe { NonNull::new_unchecked(Box::into_raw(node)) });
-        Ok((rec, inner))
+        Ok(RecRef(unsafe {
+            NonNull::new_unchecked(Box::into_raw(node))
+        }))
     }
 
     /// The device's cuda backend, if it is one (the op path's driver calls).
@@ -733,14 +743,15 @@ impl Stream {
     /// Makes this stream wait on a recording, with no host block.
     #[inline(always)]
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
-        self.wait_uncounted(rec)?;
+        self.push(|| self.wait_pushed(rec))?;
         self.stats.waits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
-    /// [`Stream::wait`] for library ops, which count their waits when they record.
+    /// Makes this stream wait on a recording; the caller holds the push lock and
+    /// counts the wait.
     #[inline(always)]
-    pub(crate) fn wait_uncounted(&self, rec: &Recording) -> Result<()> {
+    pub(crate) fn wait_pushed(&self, rec: &Recording) -> Result<()> {
         self.device.same_device(rec.device(), "the event")?;
         match self.cuda() {
             Some(c) => c.stream_wait_event(self.raw, rec.raw),
@@ -772,6 +783,11 @@ impl Stream {
 
     /// Enqueues a host function in stream order. It must not call CUDA.
     pub fn launch_host_fn(&self, f: HostFn) -> Result<()> {
+        self.push(|| self.push_host_fn(f))
+    }
+
+    /// [`Stream::launch_host_fn`] for a caller holding the push lock.
+    pub(crate) fn push_host_fn(&self, f: HostFn) -> Result<()> {
         self.device.backend.launch_host_fn(self.raw, f)
     }
 
@@ -818,14 +834,14 @@ thread_local! {
 
 impl Stream {
     /// Enqueues host functions around a graph launch so that replayed callbacks
-    /// report their failures on this stream.
+    /// report their failures on this stream. The caller holds the push lock.
     pub(crate) fn around_replay(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {
         let pool = self.pool.clone();
-        self.launch_host_fn(Box::new(move || {
+        self.push_host_fn(Box::new(move || {
             REPLAY_TARGET.with(|t| *t.borrow_mut() = Some(pool.clone()))
         }))?;
         let r = launch();
-        self.launch_host_fn(Box::new(|| REPLAY_TARGET.with(|t| *t.borrow_mut() = None)))?;
+        self.push_host_fn(Box::new(|| REPLAY_TARGET.with(|t| *t.borrow_mut() = None)))?;
         r
     }
 
@@ -858,10 +874,12 @@ impl Stream {
     pub fn trim_block_cache(&self) -> Result<()> {
         let blocks =
             std::mem::take(&mut *self.block_cache.lock().unwrap_or_else(|p| p.into_inner()));
-        for (_, addr) in blocks {
-            self.device.backend.mem_free_async(addr, self.raw)?;
-        }
-        Ok(())
+        self.push(|| {
+            for (_, addr) in blocks {
+                self.device.backend.mem_free_async(addr, self.raw)?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) struct SyncState {
     pub(crate) alloc_on: Option<Arc<Stream>>,
     /// `stream::completions()` when completed recordings were last pruned.
     pruned_at: u64,
+    /// The id of the live capture whose ops touched this object, 0 when none; the
+    /// capture keeps its ops' recordings in its own copy of the state.
+    pub(crate) capture: u64,
 }
 
 /// A per-object dependency record: stands for a buffer, or for foreign memory.
@@ -128,16 +131,18 @@ impl SyncObject {
 
     fn pending(&self, include_readers: bool, op: &str) -> Result<Vec<RecRef>> {
         let st = self.state.lock();
-        let mut v: Vec<RecRef> = st.writer.iter().cloned().collect();
-        if include_readers {
-            v.extend(st.readers.iter().cloned());
-        }
-        if let Some(cid) = v.iter().find_map(|r| r.capture_id()) {
+        if st.capture != 0 {
+            let cid = st.capture;
+            drop(st);
             crate::graph::poison(cid, op);
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 format!("{op} on {self:?} is not allowed while a capturing stream uses it"),
             ));
+        }
+        let mut v: Vec<RecRef> = st.writer.iter().cloned().collect();
+        if include_readers {
+            v.extend(st.readers.iter().cloned());
         }
         Ok(v)
     }
@@ -313,7 +318,7 @@ impl<'a> std::ops::Deref for AccessSet<'a> {
 
 /// The recordings an op must wait on, newest per source stream. The pointers stay
 /// valid while the objects they were read from stay locked and unchanged.
-struct Waits {
+pub(crate) struct Waits {
     recs: Small<NonNull<Recording>, 4>,
     /// Recordings made while collecting, kept alive until the waits are issued.
     temps: Vec<RecRef>,
@@ -321,7 +326,7 @@ struct Waits {
 
 impl Waits {
     #[inline(always)]
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Waits {
             recs: Small::new(),
             temps: Vec::new(),
@@ -355,7 +360,7 @@ impl Waits {
 
 /// The access set of `reads` and `writes` given as `Arc`s.
 #[inline(always)]
-pub(crate) fn access_set<'a>(
+pub fn access_set<'a>(
     reads: &'a [Arc<SyncObject>],
     writes: &'a [Arc<SyncObject>],
 ) -> AccessSet<'a> {
@@ -402,18 +407,79 @@ impl<'a> ObjRef<'a> {
     }
 }
 
+/// Adds to `need` what an op on stream `me` waits for before accessing an object in
+/// state `st`: for a write, the writer and every reader of other streams; for a
+/// read, the writer of another stream, unless `me` already has a reader entry (it
+/// was published after that writer, since writes clear the readers).
+#[inline(always)]
+pub(crate) fn waits_for(st: &SyncState, me: u64, write: bool, need: &mut Waits) {
+    if write {
+        for r in st.writer.iter().chain(st.readers.iter()) {
+            if r.stream_id() != me {
+                need.add(r);
+            }
+        }
+    } else if !st.readers.iter().any(|r| r.stream_id() == me) {
+        if let Some(w) = st.writer.as_ref().filter(|w| w.stream_id() != me) {
+            need.add(w);
+        }
+    }
+}
+
+/// Publishes `rec`, recorded on stream `me` after an access, into `st`: a write
+/// clears the readers and becomes the writer; a read replaces `me`'s reader entry.
+/// Replaced references go to `publish`.
+#[inline(always)]
+pub(crate) fn publish_into(
+    st: &mut SyncState,
+    me: u64,
+    write: bool,
+    rec: RecRef,
+    publish: &mut Publish<'_>,
+) {
+    if write {
+        while let Some(old) = st.readers.pop() {
+            publish.release(old);
+        }
+        if let Some(old) = st.writer.replace(rec) {
+            publish.release(old);
+        }
+    } else {
+        match st.readers.iter_mut().find(|x| x.stream_id() == me) {
+            Some(slot) => {
+                // Recorded and published under the object's lock and the stream's
+                // push lock, so the entry it replaces is older.
+                debug_assert!(slot.seq < rec.seq, "a reader entry went backwards");
+                publish.release(std::mem::replace(slot, rec))
+            }
+            None => st.readers.push(rec),
+        }
+    }
+}
+
+/// Drops the recordings of `st` known complete (through a host wait), when some
+/// stream's completion advanced since the last look. Each is checked on its own:
+/// an open foreign op can publish a reader that was not ordered after the writer.
+#[inline(always)]
+fn prune(st: &mut SyncState) {
+    let completions = crate::stream::completions();
+    if st.pruned_at != completions {
+        st.pruned_at = completions;
+        st.readers.retain(|r| !r.known_complete());
+        if st.writer.as_ref().is_some_and(|w| w.known_complete()) {
+            st.writer = None;
+        }
+    }
+}
+
 /// Collects the recordings `stream` must wait on before the op's accesses.
 #[inline(always)]
 fn collect_waits(stream: &Stream, locked: &Locked<'_, '_>, need: &mut Waits) -> Result<()> {
     let me = stream.id;
-    let cap = stream.capture_id();
-    // Inside a capture only captured recordings order anything; outside one,
-    // recordings of an ongoing capture are ignored (their state is rolled back).
-    let relevant = |r: &Recording| r.stream_id() != me && r.capture_id() == cap;
     for a in locked.set {
         // SAFETY: locked.
         let st = unsafe { a.state() };
-        if let (Some(home), None) = (&st.alloc_on, cap) {
+        if let Some(home) = &st.alloc_on {
             if home.id != me && !home.is_capturing() {
                 // Order this first foreign use after the allocation point.
                 let rec = home.record(false)?;
@@ -426,43 +492,19 @@ fn collect_waits(stream: &Stream, locked: &Locked<'_, '_>, need: &mut Waits) -> 
                 st.alloc_on = None;
             }
         }
-        let completions = crate::stream::completions();
-        if cap.is_none() && st.pruned_at != completions {
-            st.pruned_at = completions;
-            let before = st.readers.len();
-            st.readers.retain(|r| !r.known_complete());
-            // Readers come after the writer, so a completed reader implies a
-            // completed writer.
-            if st.readers.len() < before || st.writer.as_ref().is_some_and(|w| w.known_complete()) {
-                st.writer = None;
-            }
-        }
-        if a.write() {
-            for r in st.writer.iter().chain(st.readers.iter()) {
-                if relevant(r) {
-                    need.add(r);
-                }
-            }
-        } else if !st
-            .readers
-            .iter()
-            .any(|r| r.stream_id() == me && r.capture_id() == cap)
-        {
-            if let Some(w) = st.writer.as_ref().filter(|w| relevant(w)) {
-                need.add(w);
-            }
-        }
+        prune(st);
+        waits_for(st, me, a.write(), need);
     }
     Ok(())
 }
 
-/// Issues the waits; the objects they were collected from are still locked.
+/// Issues the waits; the states they were collected from are still locked.
 /// Returns how many were issued; the caller counts them.
 #[inline(always)]
-fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
+pub(crate) fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
     for (i, r) in need.recs.iter().enumerate() {
         // SAFETY: collected under the locks the caller still holds.
-        if let Err(e) = stream.wait_uncounted(unsafe { r.as_ref() }) {
+        if let Err(e) = stream.wait_pushed(unsafe { r.as_ref() }) {
             stream.stats.waits.fetch_add(i as u64, Ordering::Relaxed);
             return Err(e);
         }
@@ -470,52 +512,37 @@ fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
     Ok(need.recs.len() as u64)
 }
 
-/// Publishes `rec` as the op's completion in every object. `rec` was recorded with
-/// one reference per object, plus one when `keep` is set (then it is returned).
-/// Replaced references go to `publish`.
+/// The part of an op that touches the stream, under its push lock so that the
+/// op's waits, its work and its recording are contiguous on the stream: issues the
+/// waits, runs `enqueue`, records one event with one reference per object (plus one
+/// when `keep`), and hands it to `publish_all` with the push lock still held.
 #[inline(always)]
-fn end_locked(
+pub(crate) fn push_op(
     stream: &Stream,
-    locked: &Locked<'_, '_>,
-    rec: RecRef,
+    need: &Waits,
+    objects: usize,
     keep: bool,
-    publish: &mut Publish<'_>,
-) -> Option<RecRef> {
-    if let Some(cap) = stream.current_capture() {
-        for a in locked.set {
-            // SAFETY: locked.
-            cap.touch(a.obj(), unsafe { a.state() }, a.write());
+    enqueue: impl FnOnce() -> Result<()>,
+    publish_all: impl FnOnce(&RecRef, &mut Publish<'_>),
+) -> Result<Option<RecRef>> {
+    let mut push = stream.push_lock();
+    let waits = issue_waits(stream, need)?;
+    let refs = objects + keep as usize;
+    let rec = match enqueue().and_then(|()| stream.record_in(&mut push, false, refs, waits)) {
+        Ok(r) => r,
+        Err(e) => {
+            stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+            return Err(e);
         }
-    }
-    debug_assert!(
-        !locked.set.is_empty(),
-        "an op without objects records nothing"
-    );
-    for a in locked.set {
-        // SAFETY: counted in the references `rec` was recorded with.
-        let r = unsafe { rec.dup_counted() };
-        // SAFETY: locked.
-        let st = unsafe { a.state() };
-        if a.write() {
-            while let Some(old) = st.readers.pop() {
-                publish.release(old);
-            }
-            if let Some(old) = st.writer.replace(r) {
-                publish.release(old);
-            }
-        } else {
-            match st.readers.iter_mut().find(|x| x.stream_id() == stream.id) {
-                Some(slot) => publish.release(std::mem::replace(slot, r)),
-                None => st.readers.push(r),
-            }
-        }
-    }
+    };
+    let mut publish = Publish::new(stream, push);
+    publish_all(&rec, &mut publish);
     if keep {
-        Some(rec)
+        Ok(Some(rec))
     } else {
-        // Its reference was handed to the last object.
+        // `objects` references went to the objects; this one was never counted.
         std::mem::forget(rec);
-        None
+        Ok(None)
     }
 }
 
@@ -557,27 +584,32 @@ fn run_op_inner(
     keep: bool,
 ) -> Result<Option<RecRef>> {
     if set.is_empty() {
-        enqueue()?;
+        stream.push(enqueue)?;
         after_op(stream)?;
         return Ok(None);
     }
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            return cap.run_op(stream, set, enqueue, keep);
+        }
+    }
+    let me = stream.id;
     let rec = {
         let locked = Locked::new(set);
         let mut need = Waits::new();
         collect_waits(stream, &locked, &mut need)?;
-        let waits = issue_waits(stream, &need)?;
-        drop(need);
-        let refs = set.len() + keep as usize;
-        let recorded = enqueue().and_then(|()| stream.record_locked(false, refs, waits));
-        let (rec, inner) = match recorded {
-            Ok(r) => r,
-            Err(e) => {
-                stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
-                return Err(e);
+        push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
+            for a in locked.set {
+                // SAFETY: locked; the reference is one of the `objects` counted.
+                publish_into(
+                    unsafe { a.state() },
+                    me,
+                    a.write(),
+                    unsafe { rec.dup_counted() },
+                    publish,
+                );
             }
-        };
-        let mut publish = Publish::new(stream, inner);
-        end_locked(stream, &locked, rec, keep, &mut publish)
+        })?
     };
     after_op(stream)?;
     Ok(rec)
@@ -587,25 +619,59 @@ fn run_op_inner(
 /// locked, so the waits are ordered against library ops on them).
 #[inline(always)]
 pub fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            return cap.op_begin(stream, set);
+        }
+    }
     let locked = Locked::new(set);
     let mut need = Waits::new();
     collect_waits(stream, &locked, &mut need)?;
-    let waits = issue_waits(stream, &need)?;
+    let waits = {
+        let _push = stream.push_lock();
+        issue_waits(stream, &need)?
+    };
     stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
     Ok(())
 }
 
-/// Ends a foreign op: records one event (no object lock held) and publishes it.
+/// Ends a foreign op: records one event and publishes it, with the objects locked
+/// from before the record until after the publication, as library ops do. (Recording
+/// first and locking afterwards let another op on the stream publish a newer
+/// reader in between, which this op's older one then overwrote.)
 #[inline(always)]
 pub fn op_end(stream: &Stream, set: &[Access<'_>]) -> Result<()> {
     if set.is_empty() {
         return after_op(stream);
     }
-    let (rec, inner) = stream.record_locked(false, set.len(), 0)?;
-    drop(inner);
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            cap.op_end(stream, set)?;
+            return after_op(stream);
+        }
+    }
+    let me = stream.id;
     {
         let locked = Locked::new(set);
-        end_locked(stream, &locked, rec, false, &mut Publish::unlocked());
+        push_op(
+            stream,
+            &Waits::new(),
+            set.len(),
+            false,
+            || Ok(()),
+            |rec, publish| {
+                for a in locked.set {
+                    // SAFETY: locked; the reference is one of the `objects` counted.
+                    publish_into(
+                        unsafe { a.state() },
+                        me,
+                        a.write(),
+                        unsafe { rec.dup_counted() },
+                        publish,
+                    );
+                }
+            },
+        )?;
     }
     after_op(stream)
 }

@@ -355,3 +355,64 @@ fn an_op_over_many_objects_merges_duplicates_and_waits_once_per_stream() {
     }
     assert!(k.read(&w, &x).iter().all(|&v| v == 10));
 }
+
+/// Issue 19's first race: thread A's foreign op (reads X, writes Z on S) and thread
+/// B's tracked read of X on S are released together; B then writes X on T. A's
+/// `op_end` used to record, unlock, and publish its older S reader over B's newer
+/// one, so T waited only for A's op and overwrote X before B's slow read of it.
+#[test]
+fn op_end_never_publishes_an_older_reader_over_a_newer_one() {
+    let k = kit();
+    let (s, t) = (k.stream(), k.stream());
+    let iters = scaled(20_000);
+    let x = k.buffer(&s, 16);
+    let z = k.buffer(&s, 16);
+    let r = k.buffer(&s, iters);
+    k.fill(&s, &x, 0, 0);
+    k.fill(&s, &z, 0, 0);
+    k.fill(&s, &r, u32::MAX, 0);
+    s.synchronize().unwrap();
+    let barrier = Arc::new(std::sync::Barrier::new(2));
+    let stop = Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+    let deadline = Instant::now() + std::time::Duration::from_secs(3);
+    let foreign = {
+        let (s, x, z) = (s.clone(), x.sync.clone(), z.sync.clone());
+        let (barrier, stop) = (barrier.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let set = sync::access_set(std::slice::from_ref(&x), std::slice::from_ref(&z));
+            for i in 0.. {
+                barrier.wait();
+                if i >= stop.load(std::sync::atomic::Ordering::Acquire) {
+                    break;
+                }
+                sync::op_begin(&s, &set).unwrap();
+                sync::op_end(&s, &set).unwrap();
+                barrier.wait();
+            }
+        })
+    };
+    let mut done = 0;
+    for i in 0..iters {
+        if Instant::now() > deadline {
+            break;
+        }
+        barrier.wait();
+        k.copy_word(&s, &r, i, &x, 0, 20_000); // a slow read of X on S
+        barrier.wait(); // A's op_end has returned
+        sluice::memory::memset(&t, &x, 0, (i + 1) as u8, 64).unwrap();
+        done = i + 1;
+    }
+    stop.store(done, std::sync::atomic::Ordering::Release);
+    barrier.wait();
+    foreign.join().unwrap();
+    let got = k.read(&s, &r);
+    let wrong: Vec<usize> = (0..done)
+        .filter(|&i| got[i] != (i as u8) as u32 * 0x0101_0101)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "{} of {done} reads saw a later write (first at {})",
+        wrong.len(),
+        wrong[0]
+    );
+}

@@ -395,3 +395,52 @@ fn a_replayed_callback_failure_is_reported_on_the_launch_stream() {
         ErrorCode::CallbackFailed
     );
 }
+
+/// A capture keeps its ops' recordings to itself (issue 19): a captured read on the
+/// capturing stream used to replace that stream's real reader entry, and ending the
+/// capture dropped both, so a later writer did not wait for the real read.
+#[test]
+fn capture_keeps_the_real_reader_of_its_stream() {
+    let k = kit();
+    let (c, t) = (k.stream(), k.stream());
+    let x = k.buffer(&c, W);
+    let y = k.buffer(&c, W);
+    let y2 = k.buffer(&c, W);
+    k.fill(&c, &x, 1, 0);
+    k.fill(&c, &y2, 0, 0);
+    k.copy(&c, &y, &x, 30_000_000); // a slow real read of X on C
+    graph::capture_begin(&c, CaptureMode::Relaxed).unwrap();
+    k.copy(&c, &y2, &x, 0); // a captured read of X on C
+    let g = graph::capture_end(&c).unwrap();
+    k.fill(&t, &x, 2, 0); // must wait for the real read
+    assert!(
+        k.read(&c, &y).iter().all(|&v| v == 1),
+        "the write overtook the real read"
+    );
+    drop(g);
+}
+
+/// Ops outside a capture never see its recordings: a captured write used to clear
+/// the real readers, so a writer on another stream stopped waiting for them.
+#[test]
+fn ops_outside_a_capture_still_wait_for_real_readers() {
+    let k = kit();
+    let (a, c, t) = (k.stream(), k.stream(), k.stream());
+    let x = k.buffer(&a, W);
+    let y = k.buffer(&a, W);
+    k.fill(&a, &x, 1, 0);
+    k.copy(&a, &y, &x, 30_000_000); // a slow real reader of X on A
+    graph::capture_begin(&c, CaptureMode::Relaxed).unwrap();
+    k.fill(&c, &x, 7, 0); // a captured write of X
+    k.fill(&t, &x, 2, 0); // a real writer on T while the capture is open
+    let g = graph::capture_end(&c).unwrap();
+    assert!(
+        k.read(&a, &y).iter().all(|&v| v == 1),
+        "the real writer overtook the real reader"
+    );
+    assert!(
+        k.read(&t, &x).iter().all(|&v| v == 2),
+        "the captured write ran"
+    );
+    drop(g);
+}

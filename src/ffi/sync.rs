@@ -161,7 +161,10 @@ pub extern "C" fn sluice_sync_info(
 ///
 /// Thread safety: ops from many threads may run at once. A conflicting op that
 /// another thread begins while this one is open is not ordered against it; order
-/// such ops yourself.
+/// such ops yourself. The foreign work is enqueued outside sluice's per-stream push
+/// lock: the CUDA driver can break stream order when a graph is launched on a
+/// stream while another thread enqueues on it, so do not launch graphs as foreign
+/// work on a stream that other threads use at the same time.
 #[no_mangle]
 pub extern "C" fn sluice_op_begin(
     stream: sluice_stream_t,

@@ -1,6 +1,8 @@
 /* Sync objects: the dependency engine (reader/writer events, waits, host waits). */
 #include "helpers.h"
 
+#include <pthread.h>
+
 static bool sync_info(sluice_sync_t s, sluice_sync_info_t *i) {
     memset(i, 0xcc, sizeof *i);
     return CHECK_OK(sluice_sync_info(s, i));
@@ -464,6 +466,117 @@ TEST(op_begin_orders_foreign_work_after_library_writes) {
     CHECK_OK(sluice_buffer_free(p));
     CHECK_OK(sluice_stream_destroy(a));
     CHECK_OK(sluice_stream_destroy(b));
+    CHECK_OK(sluice_device_close(d));
+}
+
+/* Issue 19's first race, as a user hit it: thread A's foreign op (reads X, writes Z
+ * on S) and thread B's tracked slow read of X on S are released together; then B
+ * writes X on T. op_end used to record, unlock, and publish A's older S reader over
+ * B's newer one, so T's write overtook B's read. The slow reader is a tracked host
+ * callback on pinned memory, so the test runs the same on both backends. */
+enum { RACE_MAX = 20000 };
+typedef struct {
+    const uint32_t *x;
+    uint32_t *slot;
+} read_word_t;
+static read_word_t race_reads[RACE_MAX];
+
+static int32_t slow_read_word_cb(void *p) {
+    read_word_t *r = p;
+    double end = now_ms() + 0.02;
+    while (now_ms() < end) {
+    }
+    *r->slot = *r->x;
+    return 0;
+}
+
+typedef struct {
+    pthread_barrier_t bar;
+    sluice_stream_t s;
+    sluice_sync_t x, z;
+    atomic_int iters; /* set by the main thread when it stops */
+    atomic_int errors;
+} race_t;
+
+static void *race_foreign_thread(void *p) {
+    race_t *r = p;
+    for (int k = 0;; k++) {
+        pthread_barrier_wait(&r->bar);
+        if (k >= atomic_load(&r->iters)) break;
+        sluice_op_t op;
+        sluice_error_t *e = sluice_op_begin(r->s, &r->x, 1, &r->z, 1, &op);
+        if (!e) e = sluice_op_end(op);
+        if (e) {
+            atomic_fetch_add(&r->errors, 1);
+            sluice_error_free(e);
+        }
+        pthread_barrier_wait(&r->bar);
+    }
+    return NULL;
+}
+
+TEST(op_end_never_publishes_an_older_reader_over_a_newer_one) {
+    static race_t r;
+    sluice_device_t d;
+    REQUIRE(open_dev(&d));
+    sluice_stream_t t;
+    REQUIRE(new_stream(d, &r.s));
+    REQUIRE(new_stream(d, &t));
+    sluice_buffer_t xb, zb, rb;
+    REQUIRE_OK(sluice_buffer_alloc_pinned(d, 64, &xb));
+    REQUIRE_OK(sluice_buffer_alloc_pinned(d, 64, &zb));
+    REQUIRE_OK(sluice_buffer_alloc_pinned(d, RACE_MAX * 4, &rb));
+    sluice_buffer_info_t xi, ri;
+    REQUIRE_OK(sluice_buffer_info(xb, &xi));
+    REQUIRE_OK(sluice_buffer_info(rb, &ri));
+    memset(xi.host_ptr, 0, 64);
+    memset(ri.host_ptr, 0xff, RACE_MAX * 4);
+    sluice_sync_t rs;
+    REQUIRE_OK(sluice_buffer_sync(xb, &r.x));
+    REQUIRE_OK(sluice_buffer_sync(zb, &r.z));
+    REQUIRE_OK(sluice_buffer_sync(rb, &rs));
+    atomic_store(&r.iters, RACE_MAX);
+    atomic_store(&r.errors, 0);
+    pthread_barrier_init(&r.bar, NULL, 2);
+    pthread_t a;
+    REQUIRE(pthread_create(&a, NULL, race_foreign_thread, &r) == 0);
+    uint32_t *res = ri.host_ptr;
+    double deadline = now_ms() + 3000;
+    int done = 0;
+    bool ok = true;
+    for (int k = 0; k < RACE_MAX && ok && now_ms() < deadline; k++) {
+        race_reads[k] = (read_word_t){xi.host_ptr, res + k};
+        pthread_barrier_wait(&r.bar);
+        ok = CHECK_OK(sluice_stream_host_callback(r.s, slow_read_word_cb, &race_reads[k], NULL,
+                                                  &r.x, 1, &rs, 1));
+        pthread_barrier_wait(&r.bar); /* A's op_end has returned */
+        ok = ok && CHECK_OK(sluice_memset(t, xb, 0, (uint8_t)(k + 1), 64));
+        done = k + 1;
+    }
+    atomic_store(&r.iters, done);
+    pthread_barrier_wait(&r.bar);
+    pthread_join(a, NULL);
+    pthread_barrier_destroy(&r.bar);
+    CHECK_OK(sluice_device_wait_all(d));
+    CHECK_EQ(atomic_load(&r.errors), 0);
+    int wrong = 0, first = -1;
+    for (int k = 0; k < done; k++) {
+        if (res[k] != (uint32_t)(uint8_t)k * 0x01010101u) {
+            if (first < 0) first = k;
+            wrong++;
+        }
+    }
+    if (wrong) st_fail_msg(__FILE__, __LINE__, "%d of %d reads saw a later write (first at %d: %#x)",
+                           wrong, done, first, res[first]);
+    CHECK(done > 100);
+    CHECK_OK(sluice_sync_destroy(r.x));
+    CHECK_OK(sluice_sync_destroy(r.z));
+    CHECK_OK(sluice_sync_destroy(rs));
+    CHECK_OK(sluice_buffer_free(xb));
+    CHECK_OK(sluice_buffer_free(zb));
+    CHECK_OK(sluice_buffer_free(rb));
+    CHECK_OK(sluice_stream_destroy(r.s));
+    CHECK_OK(sluice_stream_destroy(t));
     CHECK_OK(sluice_device_close(d));
 }
 

@@ -169,6 +169,58 @@ impl Kit {
         }
     }
 
+    /// dst[dst_word] = src[src_word] (one word), after spinning; tracked like `copy`.
+    pub fn copy_word(
+        &self,
+        s: &Stream,
+        dst: &Buffer,
+        dst_word: usize,
+        src: &Buffer,
+        src_word: usize,
+        spin_ns: u64,
+    ) {
+        assert!(dst_word < words(dst) as usize && src_word < words(src) as usize);
+        let (r, w) = ([src.sync.clone()], [dst.sync.clone()]);
+        let (d, sr) = (
+            dst.addr + 4 * dst_word as u64,
+            src.addr + 4 * src_word as u64,
+        );
+        match &self.funcs {
+            Some(f) => {
+                let (mut d, mut sp, mut n, mut t) = (d, sr, 1u64, spin_ns);
+                let mut args = [
+                    &mut d as *mut u64 as *mut c_void,
+                    &mut sp as *mut u64 as *mut c_void,
+                    &mut n as *mut u64 as *mut c_void,
+                    &mut t as *mut u64 as *mut c_void,
+                ];
+                let one = LaunchDims {
+                    grid: [1, 1, 1],
+                    block: [32, 1, 1],
+                    shared_mem_bytes: 0,
+                };
+                // SAFETY: args match sluice_spin_copy's parameters.
+                unsafe { module::launch(s, &f.spin_copy, one, args.as_mut_ptr(), &r, &w) }
+                    .expect("launch spin_copy");
+            }
+            None => {
+                let (da, sa) = (Addr(d), Addr(sr));
+                module::host_callback(
+                    s,
+                    move || {
+                        spin(spin_ns);
+                        // SAFETY: the engine orders these accesses; buffers outlive them.
+                        unsafe { *(da.get() as *mut u32) = *(sa.get() as *const u32) };
+                        0
+                    },
+                    &r,
+                    &w,
+                )
+                .expect("host copy_word");
+            }
+        }
+    }
+
     /// Reads the buffer back through a tracked copy (blocks until the data arrived).
     pub fn read(&self, s: &Stream, buf: &Buffer) -> Vec<u32> {
         let mut bytes = vec![0u8; buf.size];
