@@ -376,16 +376,16 @@ fn s_sync(s: sluice_stream_t) {
 
 fn s_write(s: sluice_stream_t, b: &SBuf, data: &[u8]) {
     ck(
-        sluice_copy_from_host(s, b.h, 0, data.as_ptr().cast(), data.len()),
-        "sluice_copy_from_host",
+        sluice_stream_copy_from_host(s, b.h, 0, data.as_ptr().cast(), data.len()),
+        "sluice_stream_copy_from_host",
     );
 }
 
 fn s_read(s: sluice_stream_t, b: &SBuf) -> Vec<u8> {
     let mut out = vec![0u8; b.size];
     ck(
-        sluice_copy_to_host(s, out.as_mut_ptr().cast(), b.h, 0, b.size),
-        "sluice_copy_to_host",
+        sluice_stream_copy_to_host(s, out.as_mut_ptr().cast(), b.h, 0, b.size),
+        "sluice_stream_copy_to_host",
     );
     out
 }
@@ -422,7 +422,7 @@ fn s_launch(
     what: &str,
 ) {
     ck(
-        sluice_launch(
+        sluice_stream_launch(
             s,
             f,
             dims,
@@ -710,7 +710,10 @@ impl Bench {
         check_words(&read(&c), &want, "sluice_spin_copy");
 
         // bounds: n smaller than the grid leaves the rest alone
-        ck(sluice_memset(s, b.h, 0, 0, 64), "sluice_memset");
+        ck(
+            sluice_stream_memset(s, b.h, 0, 0, 64),
+            "sluice_stream_memset",
+        );
         let (mut pb, mut five, mut one) = (b.dptr, 5u64, 1u32);
         s_launch(
             s,
@@ -900,8 +903,8 @@ impl Bench {
             let t0 = Instant::now();
             for _ in 0..n {
                 ck(
-                    sluice_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
-                    "sluice_launch(sluice_empty)",
+                    sluice_stream_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
+                    "sluice_stream_launch(sluice_empty)",
                 );
             }
             s_sync(sa);
@@ -945,8 +948,14 @@ impl Bench {
         dst.host_fill(|b| b.fill(0));
 
         // Correctness once per path: host -> device -> host round trip, byte for byte.
-        ck(sluice_copy(sa, dbuf.h, 0, src.h, 0, len), "sluice_copy H2D");
-        ck(sluice_copy(sa, dst.h, 0, dbuf.h, 0, len), "sluice_copy D2H");
+        ck(
+            sluice_stream_copy(sa, dbuf.h, 0, src.h, 0, len),
+            "sluice_stream_copy H2D",
+        );
+        ck(
+            sluice_stream_copy(sa, dst.h, 0, dbuf.h, 0, len),
+            "sluice_stream_copy D2H",
+        );
         s_sync(sa);
         check_bytes(
             dst.host_bytes(),
@@ -954,7 +963,10 @@ impl Bench {
             "sluice pinned round trip",
         );
         dst.host_fill(|b| b.fill(0));
-        ck(sluice_memset(sa, dbuf.h, 0, 0, len), "sluice_memset");
+        ck(
+            sluice_stream_memset(sa, dbuf.h, 0, 0, len),
+            "sluice_stream_memset",
+        );
         s_sync(sa);
         self.r_copy(dbuf.dptr, src.host as u64, len, ra);
         self.r_copy(dst.host as u64, dbuf.dptr, len, ra);
@@ -966,7 +978,10 @@ impl Bench {
         let timed = |to: sluice_buffer_t, from: sluice_buffer_t| {
             let t0 = Instant::now();
             for _ in 0..copies {
-                ck(sluice_copy(sa, to, 0, from, 0, len), "sluice_copy");
+                ck(
+                    sluice_stream_copy(sa, to, 0, from, 0, len),
+                    "sluice_stream_copy",
+                );
             }
             s_sync(sa);
             secs(t0.elapsed()) / copies as f64
@@ -1008,14 +1023,14 @@ impl Bench {
         // Release the cached pinned blocks (and the recordings they keep).
         ck(sluice_device_pinned_trim(dev), "sluice_device_pinned_trim");
         self.report(Row {
-            name: "H2D pinned, 64 MiB (sluice_copy vs cuMemcpyAsync)".into(),
+            name: "H2D pinned, 64 MiB (sluice_stream_copy vs cuMemcpyAsync)".into(),
             sluice: h2d[0],
             raw: h2d[1],
             bytes: len,
             goal: Goal::Bandwidth(0.97),
         });
         self.report(Row {
-            name: "D2H pinned, 64 MiB (sluice_copy vs cuMemcpyAsync)".into(),
+            name: "D2H pinned, 64 MiB (sluice_stream_copy vs cuMemcpyAsync)".into(),
             sluice: d2h[0],
             raw: d2h[1],
             bytes: len,
@@ -1037,12 +1052,15 @@ impl Bench {
         // Correctness once, both paths.
         s_write(sa, &s_dev, &src);
         ck(
-            sluice_copy_to_host(sa, dst.as_mut_ptr().cast(), s_dev.h, 0, len),
-            "sluice_copy_to_host",
+            sluice_stream_copy_to_host(sa, dst.as_mut_ptr().cast(), s_dev.h, 0, len),
+            "sluice_stream_copy_to_host",
         );
         check_bytes(&dst, &src, "sluice pageable round trip");
         dst.fill(0);
-        ck(sluice_memset(sa, s_dev.h, 0, 0, len), "sluice_memset");
+        ck(
+            sluice_stream_memset(sa, s_dev.h, 0, 0, len),
+            "sluice_stream_memset",
+        );
         s_sync(sa);
         self.r_write(r_dev, &src, ra);
         self.r_copy(dst.as_mut_ptr() as u64, r_dev, len, ra);
@@ -1056,8 +1074,8 @@ impl Bench {
                 let t0 = Instant::now();
                 for _ in 0..copies {
                     ck(
-                        sluice_copy_from_host(sa, s_dev.h, 0, src_p.cast(), len),
-                        "sluice_copy_from_host",
+                        sluice_stream_copy_from_host(sa, s_dev.h, 0, src_p.cast(), len),
+                        "sluice_stream_copy_from_host",
                     );
                 }
                 s_sync(sa);
@@ -1086,8 +1104,8 @@ impl Bench {
                 let t0 = Instant::now();
                 for _ in 0..copies {
                     ck(
-                        sluice_copy_to_host(sa, dst_p.cast(), s_dev.h, 0, len),
-                        "sluice_copy_to_host",
+                        sluice_stream_copy_to_host(sa, dst_p.cast(), s_dev.h, 0, len),
+                        "sluice_stream_copy_to_host",
                     );
                 }
                 secs(t0.elapsed()) / copies as f64
@@ -1115,14 +1133,15 @@ impl Bench {
         s_dev.free();
         s_sync(sa);
         self.report(Row {
-            name: "H2D pageable, 64 MiB (sluice_copy_from_host vs cuMemcpyHtoDAsync)".into(),
+            name: "H2D pageable, 64 MiB (sluice_stream_copy_from_host vs cuMemcpyHtoDAsync)".into(),
             sluice: h2d[0],
             raw: h2d[1],
             bytes: len,
             goal: Goal::Info("none (issue 2 sets a goal for pinned copies only)"),
         });
         self.report(Row {
-            name: "D2H pageable, 64 MiB (sluice_copy_to_host vs cuMemcpyAsync + sync)".into(),
+            name: "D2H pageable, 64 MiB (sluice_stream_copy_to_host vs cuMemcpyAsync + sync)"
+                .into(),
             sluice: d2h[0],
             raw: d2h[1],
             bytes: len,
@@ -1208,8 +1227,8 @@ impl Bench {
                 for _ in 0..iters {
                     for _ in 0..k {
                         ck(
-                            sluice_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
-                            "sluice_launch",
+                            sluice_stream_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
+                            "sluice_stream_launch",
                         );
                     }
                 }
@@ -1235,8 +1254,8 @@ impl Bench {
             );
             for _ in 0..k {
                 ck(
-                    sluice_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
-                    "sluice_launch (captured)",
+                    sluice_stream_launch(sa, sf, &dm, null_mut(), 0, null(), 0, null(), 0),
+                    "sluice_stream_launch (captured)",
                 );
             }
             let mut g = sluice_graph_t { bits: 0 };
@@ -1852,8 +1871,8 @@ fn main() {
     let sfn = |n: &CStr| {
         let mut f = sluice_function_t { bits: 0 };
         ck(
-            sluice_module_function(smod, n.as_ptr(), &mut f),
-            &format!("sluice_module_function({})", n.to_string_lossy()),
+            sluice_module_get_function(smod, n.as_ptr(), &mut f),
+            &format!("sluice_module_get_function({})", n.to_string_lossy()),
         );
         f
     };

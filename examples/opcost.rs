@@ -88,7 +88,11 @@ fn main() {
         &mut m,
     ));
     let mut f = sluice_function_t { bits: 0 };
-    ok(sluice_module_function(m, c"sluice_add".as_ptr(), &mut f));
+    ok(sluice_module_get_function(
+        m,
+        c"sluice_add".as_ptr(),
+        &mut f,
+    ));
     let mut rm = std::ptr::null_mut();
     let mut rf = std::ptr::null_mut();
     unsafe {
@@ -111,7 +115,7 @@ fn main() {
     let mut ptrs = [0u64; 2];
     for i in 0..2 {
         ok(sluice_buffer_alloc(sa, WORDS as usize * 4, &mut bufs[i]));
-        ok(sluice_memset(sa, bufs[i], 0, 0, WORDS as usize * 4));
+        ok(sluice_stream_memset(sa, bufs[i], 0, 0, WORDS as usize * 4));
         ok(sluice_buffer_sync(bufs[i], &mut syncs[i]));
         let mut info = std::mem::MaybeUninit::<sluice_buffer_info_t>::uninit();
         ok(sluice_buffer_info(bufs[i], info.as_mut_ptr()));
@@ -160,7 +164,7 @@ fn main() {
                   reads: &[sluice_sync_t],
                   writes: &[sluice_sync_t],
                   a: &mut [*mut c_void]| {
-        ok(sluice_launch(
+        ok(sluice_stream_launch(
             s,
             f,
             &dims,
@@ -253,7 +257,7 @@ fn main() {
         let shared: Vec<sluice_sync_t> = (0..4)
             .map(|_| {
                 let mut o = sluice_sync_t { bits: 0 };
-                ok(sluice_sync_new(&mut o));
+                ok(sluice_sync_create(&mut o));
                 o
             })
             .collect();

@@ -31,15 +31,16 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#define SLUICE_VERSION_STRING "0.1.0"
+#define SLUICE_VERSION_STRING "0.1.1"
 
+#if defined(__GNUC__) || defined(__clang__)
+#define SLUICE_DEPRECATED(note) __attribute__((deprecated(note)))
+#elif defined(_MSC_VER)
+#define SLUICE_DEPRECATED(note) __declspec(deprecated(note))
+#else
+#define SLUICE_DEPRECATED(note)
+#endif
 
-/**
- * Bounds of a stream's cache of freed device blocks.
- */
-#define BLOCK_CACHE_MAX_BLOCKS 16
-
-#define BLOCK_CACHE_MAX_BYTES (64 << 20)
 
 /**
  * Version of the C ABI. Bumped on any incompatible change.
@@ -59,7 +60,7 @@
 /**
  * Patch version of the library.
  */
-#define SLUICE_VERSION_PATCH 0
+#define SLUICE_VERSION_PATCH 1
 
 /**
  * The host backend: CPU worker threads with CUDA stream semantics.
@@ -410,50 +411,6 @@ typedef struct sluice_buffer_t {
 } sluice_buffer_t;
 
 /**
- * What a buffer is and where it lives.
- */
-typedef struct sluice_buffer_info_t {
-  /**
-   * `SLUICE_BUFFER_*`.
-   */
-  uint32_t kind;
-  /**
-   * Size in bytes.
-   */
-  uint64_t size;
-  /**
-   * Device address (`CUdeviceptr`) for device buffers; the host address otherwise.
-   */
-  uint64_t device_ptr;
-  /**
-   * Host address for pinned and registered buffers; NULL for device buffers.
-   */
-  void *host_ptr;
-} sluice_buffer_info_t;
-
-/**
- * A sync object: the dependency record of one buffer or of foreign memory. It
- * holds at most one writer event and one reader event per stream.
- * Thread safety: may be used from any thread at once; see `sluice_op_begin`.
- */
-typedef struct sluice_sync_t {
-  /**
-   * Opaque handle bits; 0 is never valid.
-   */
-  uint64_t bits;
-} sluice_sync_t;
-
-/**
- * A loaded module (PTX, cubin or fatbin). Its functions keep it loaded.
- */
-typedef struct sluice_module_t {
-  /**
-   * Opaque handle bits; 0 is never valid.
-   */
-  uint64_t bits;
-} sluice_module_t;
-
-/**
  * A kernel function of a module.
  */
 typedef struct sluice_function_t {
@@ -482,6 +439,62 @@ typedef struct sluice_launch_dims_t {
 } sluice_launch_dims_t;
 
 /**
+ * A sync object: the dependency record of one buffer or of foreign memory. It
+ * holds at most one writer event and one reader event per stream.
+ * Thread safety: may be used from any thread at once; see `sluice_op_begin`.
+ */
+typedef struct sluice_sync_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_sync_t;
+
+/**
+ * A loaded module (PTX, cubin or fatbin). Its functions keep it loaded.
+ */
+typedef struct sluice_module_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_module_t;
+
+/**
+ * A host callback. It runs in stream order on a driver thread and must not call
+ * sluice or CUDA. Returning non-zero reports `SLUICE_ERROR_CALLBACK_FAILED` at the
+ * stream's next synchronisation.
+ */
+typedef int32_t (*sluice_host_fn)(void *user_data);
+
+/**
+ * Releases a callback's `user_data` once the callback can no longer run.
+ */
+typedef void (*sluice_free_fn)(void *user_data);
+
+/**
+ * What a buffer is and where it lives.
+ */
+typedef struct sluice_buffer_info_t {
+  /**
+   * `SLUICE_BUFFER_*`.
+   */
+  uint32_t kind;
+  /**
+   * Size in bytes.
+   */
+  uint64_t size;
+  /**
+   * Device address (`CUdeviceptr`) for device buffers; the host address otherwise.
+   */
+  uint64_t device_ptr;
+  /**
+   * Host address for pinned and registered buffers; NULL for device buffers.
+   */
+  void *host_ptr;
+} sluice_buffer_info_t;
+
+/**
  * Counters of a stream.
  */
 typedef struct sluice_stream_stats_t {
@@ -506,18 +519,6 @@ typedef struct sluice_stream_stats_t {
    */
   uint64_t engine_syncs;
 } sluice_stream_stats_t;
-
-/**
- * A host callback. It runs in stream order on a driver thread and must not call
- * sluice or CUDA. Returning non-zero reports `SLUICE_ERROR_CALLBACK_FAILED` at the
- * stream's next synchronisation.
- */
-typedef int32_t (*sluice_host_fn)(void *user_data);
-
-/**
- * Releases a callback's `user_data` once the callback can no longer run.
- */
-typedef void (*sluice_free_fn)(void *user_data);
 
 /**
  * The dependency state of a sync object.
@@ -778,8 +779,8 @@ struct sluice_error_t *sluice_graph_exec_destroy(struct sluice_graph_exec_t exec
 /**
  * Creates a graph cache for `device`.
  */
-struct sluice_error_t *sluice_graph_cache_new(struct sluice_device_t device,
-                                              struct sluice_graph_cache_t *cache_out);
+struct sluice_error_t *sluice_graph_cache_create(struct sluice_device_t device,
+                                                 struct sluice_graph_cache_t *cache_out);
 
 /**
  * Destroys a graph cache and its executable graphs.
@@ -807,7 +808,102 @@ struct sluice_error_t *sluice_graph_cache_stats(struct sluice_graph_cache_t cach
 /**
  * Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).
  */
+struct sluice_error_t *sluice_graph_cache_set_enabled(bool enabled);
+
+/**
+ * Deprecated: renamed to [`sluice_stream_copy`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_stream_copy")
+struct sluice_error_t *sluice_copy(struct sluice_stream_t stream,
+                                   struct sluice_buffer_t dst,
+                                   size_t dst_offset,
+                                   struct sluice_buffer_t src,
+                                   size_t src_offset,
+                                   size_t len);
+
+/**
+ * Deprecated: renamed to [`sluice_stream_copy_from_host`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_stream_copy_from_host")
+struct sluice_error_t *sluice_copy_from_host(struct sluice_stream_t stream,
+                                             struct sluice_buffer_t dst,
+                                             size_t dst_offset,
+                                             const void *src,
+                                             size_t len);
+
+/**
+ * Deprecated: renamed to [`sluice_stream_copy_to_host`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_stream_copy_to_host")
+struct sluice_error_t *sluice_copy_to_host(struct sluice_stream_t stream,
+                                           void *dst,
+                                           struct sluice_buffer_t src,
+                                           size_t src_offset,
+                                           size_t len);
+
+/**
+ * Deprecated: renamed to [`sluice_stream_memset`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_stream_memset")
+struct sluice_error_t *sluice_memset(struct sluice_stream_t stream,
+                                     struct sluice_buffer_t buffer,
+                                     size_t offset,
+                                     uint8_t value,
+                                     size_t len);
+
+/**
+ * Deprecated: renamed to [`sluice_stream_launch`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_stream_launch")
+struct sluice_error_t *sluice_launch(struct sluice_stream_t stream,
+                                     struct sluice_function_t function,
+                                     const struct sluice_launch_dims_t *dims,
+                                     void **args,
+                                     size_t num_args,
+                                     const struct sluice_sync_t *reads,
+                                     size_t num_reads,
+                                     const struct sluice_sync_t *writes,
+                                     size_t num_writes);
+
+/**
+ * Deprecated: renamed to [`sluice_sync_create`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_sync_create")
+struct sluice_error_t *sluice_sync_new(struct sluice_sync_t *sync_out);
+
+/**
+ * Deprecated: renamed to [`sluice_graph_cache_create`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_graph_cache_create")
+struct sluice_error_t *sluice_graph_cache_new(struct sluice_device_t device,
+                                              struct sluice_graph_cache_t *cache_out);
+
+/**
+ * Deprecated: renamed to [`sluice_graph_cache_set_enabled`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_graph_cache_set_enabled")
 struct sluice_error_t *sluice_graphs_set_enabled(bool enabled);
+
+/**
+ * Deprecated: renamed to [`sluice_module_get_function`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_module_get_function")
+struct sluice_error_t *sluice_module_function(struct sluice_module_t module,
+                                              const char *name,
+                                              struct sluice_function_t *function_out);
+
+/**
+ * Deprecated: renamed to [`sluice_stream_launch_host_func`] in 0.1.1.
+ */
+SLUICE_DEPRECATED("renamed to sluice_stream_launch_host_func")
+struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream,
+                                                   sluice_host_fn callback,
+                                                   void *user_data,
+                                                   sluice_free_fn free_user_data,
+                                                   const struct sluice_sync_t *reads,
+                                                   size_t num_reads,
+                                                   const struct sluice_sync_t *writes,
+                                                   size_t num_writes);
 
 /**
  * Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
@@ -862,41 +958,41 @@ struct sluice_error_t *sluice_buffer_sync(struct sluice_buffer_t buffer,
  * overlapping ranges of one buffer give `SLUICE_ERROR_INVALID_ARGUMENT`; a zero
  * length is a no-op.
  */
-struct sluice_error_t *sluice_copy(struct sluice_stream_t stream,
-                                   struct sluice_buffer_t dst,
-                                   size_t dst_offset,
-                                   struct sluice_buffer_t src,
-                                   size_t src_offset,
-                                   size_t len);
+struct sluice_error_t *sluice_stream_copy(struct sluice_stream_t stream,
+                                          struct sluice_buffer_t dst,
+                                          size_t dst_offset,
+                                          struct sluice_buffer_t src,
+                                          size_t src_offset,
+                                          size_t len);
 
 /**
  * Copies `len` bytes from pageable host memory `src` into `dst` at `dst_offset`.
  * Returns once `src` may be reused; the device write is ordered on `stream`.
  */
-struct sluice_error_t *sluice_copy_from_host(struct sluice_stream_t stream,
-                                             struct sluice_buffer_t dst,
-                                             size_t dst_offset,
-                                             const void *src,
-                                             size_t len);
+struct sluice_error_t *sluice_stream_copy_from_host(struct sluice_stream_t stream,
+                                                    struct sluice_buffer_t dst,
+                                                    size_t dst_offset,
+                                                    const void *src,
+                                                    size_t len);
 
 /**
  * Copies `len` bytes of `src` at `src_offset` into pageable host memory `dst`.
  * Blocks until the bytes have arrived.
  */
-struct sluice_error_t *sluice_copy_to_host(struct sluice_stream_t stream,
-                                           void *dst,
-                                           struct sluice_buffer_t src,
-                                           size_t src_offset,
-                                           size_t len);
+struct sluice_error_t *sluice_stream_copy_to_host(struct sluice_stream_t stream,
+                                                  void *dst,
+                                                  struct sluice_buffer_t src,
+                                                  size_t src_offset,
+                                                  size_t len);
 
 /**
  * Sets `len` bytes of `buffer` at `offset` to `value`, in order on `stream`.
  */
-struct sluice_error_t *sluice_memset(struct sluice_stream_t stream,
-                                     struct sluice_buffer_t buffer,
-                                     size_t offset,
-                                     uint8_t value,
-                                     size_t len);
+struct sluice_error_t *sluice_stream_memset(struct sluice_stream_t stream,
+                                            struct sluice_buffer_t buffer,
+                                            size_t offset,
+                                            uint8_t value,
+                                            size_t len);
 
 /**
  * Loads a module from PTX text, a cubin or a fatbin. A failed JIT compile gives
@@ -916,9 +1012,9 @@ struct sluice_error_t *sluice_module_unload(struct sluice_module_t module);
 /**
  * Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
  */
-struct sluice_error_t *sluice_module_function(struct sluice_module_t module,
-                                              const char *name,
-                                              struct sluice_function_t *function_out);
+struct sluice_error_t *sluice_module_get_function(struct sluice_module_t module,
+                                                  const char *name,
+                                                  struct sluice_function_t *function_out);
 
 /**
  * Releases a function handle.
@@ -930,15 +1026,15 @@ struct sluice_error_t *sluice_function_destroy(struct sluice_function_t function
  * `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`;
  * `num_args` is its length, used for the NULL check.
  */
-struct sluice_error_t *sluice_launch(struct sluice_stream_t stream,
-                                     struct sluice_function_t function,
-                                     const struct sluice_launch_dims_t *dims,
-                                     void **args,
-                                     size_t num_args,
-                                     const struct sluice_sync_t *reads,
-                                     size_t num_reads,
-                                     const struct sluice_sync_t *writes,
-                                     size_t num_writes);
+struct sluice_error_t *sluice_stream_launch(struct sluice_stream_t stream,
+                                            struct sluice_function_t function,
+                                            const struct sluice_launch_dims_t *dims,
+                                            void **args,
+                                            size_t num_args,
+                                            const struct sluice_sync_t *reads,
+                                            size_t num_reads,
+                                            const struct sluice_sync_t *writes,
+                                            size_t num_writes);
 
 /**
  * Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;
@@ -1002,14 +1098,14 @@ struct sluice_error_t *sluice_stream_stats(struct sluice_stream_t stream,
  * callback captured into a graph (host backend), when the last graph holding it is
  * destroyed. A captured callback runs once per launch.
  */
-struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream,
-                                                   sluice_host_fn callback,
-                                                   void *user_data,
-                                                   sluice_free_fn free_user_data,
-                                                   const struct sluice_sync_t *reads,
-                                                   size_t num_reads,
-                                                   const struct sluice_sync_t *writes,
-                                                   size_t num_writes);
+struct sluice_error_t *sluice_stream_launch_host_func(struct sluice_stream_t stream,
+                                                      sluice_host_fn callback,
+                                                      void *user_data,
+                                                      sluice_free_fn free_user_data,
+                                                      const struct sluice_sync_t *reads,
+                                                      size_t num_reads,
+                                                      const struct sluice_sync_t *writes,
+                                                      size_t num_writes);
 
 /**
  * Sets the byte bound (default 64 MiB, at most 16 blocks) of the stream's cache of
@@ -1024,7 +1120,7 @@ struct sluice_error_t *sluice_stream_set_block_cache_limit(struct sluice_stream_
  * Creates a standalone sync object, for memory sluice does not own (a libtorch
  * tensor, a caller's cudaMalloc). Destroy it with `sluice_sync_destroy`.
  */
-struct sluice_error_t *sluice_sync_new(struct sluice_sync_t *sync_out);
+struct sluice_error_t *sluice_sync_create(struct sluice_sync_t *sync_out);
 
 /**
  * Destroys a sync handle. Work already enqueued is unaffected.

@@ -451,8 +451,8 @@ unsafe impl Send for Stream {}
 unsafe impl Sync for Stream {}
 
 /// Bounds of a stream's cache of freed device blocks.
-pub const BLOCK_CACHE_MAX_BLOCKS: usize = 16;
-pub const BLOCK_CACHE_MAX_BYTES: usize = 64 << 20;
+pub(crate) const BLOCK_CACHE_MAX_BLOCKS: usize = 16;
+pub(crate) const BLOCK_CACHE_MAX_BYTES: usize = 64 << 20;
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

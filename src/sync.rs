@@ -458,15 +458,16 @@ pub(crate) fn publish_into(
 }
 
 /// Drops the recordings of `st` known complete (through a host wait), when some
-/// stream's completion advanced since the last look. Each is checked on its own:
-/// an open foreign op can publish a reader that was not ordered after the writer.
+/// stream's completion advanced since the last look. Every reader was recorded after
+/// the writer it saw, so a completed reader means a completed writer too.
 #[inline(always)]
 fn prune(st: &mut SyncState) {
     let completions = crate::stream::completions();
     if st.pruned_at != completions {
         st.pruned_at = completions;
+        let before = st.readers.len();
         st.readers.retain(|r| !r.known_complete());
-        if st.writer.as_ref().is_some_and(|w| w.known_complete()) {
+        if st.readers.len() < before || st.writer.as_ref().is_some_and(|w| w.known_complete()) {
             st.writer = None;
         }
     }

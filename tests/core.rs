@@ -329,9 +329,9 @@ fn a_context_switched_away_between_calls_is_bound_again() {
     // Another library on this thread unbinds the context between our calls.
     // SAFETY: setting no current context is always allowed.
     assert_eq!(unsafe { (d.cuCtxSetCurrent)(std::ptr::null_mut()) }, 0);
-    assert!(sluice_memset(s, buf, 0, 0x3C, 4096).is_null());
+    assert!(sluice_stream_memset(s, buf, 0, 0x3C, 4096).is_null());
     let mut out = [0u8; 4096];
-    assert!(sluice_copy_to_host(s, out.as_mut_ptr().cast(), buf, 0, 4096).is_null());
+    assert!(sluice_stream_copy_to_host(s, out.as_mut_ptr().cast(), buf, 0, 4096).is_null());
     assert!(out.iter().all(|&b| b == 0x3C));
     for e in [
         sluice_buffer_free(buf),

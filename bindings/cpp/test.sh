@@ -95,17 +95,17 @@ check_install() {
   cmake --install "$BUILD/main" --prefix "$PREFIX"
   local lib="$PREFIX/lib"
   for f in include/sluice.h include/sluice/sluice.hpp include/sluice/detail/handle.hpp \
-           lib/libsluice.so.0.1.0 lib/libsluice.a lib/pkgconfig/sluice.pc \
+           lib/libsluice.so.0.1.1 lib/libsluice.a lib/pkgconfig/sluice.pc \
            lib/cmake/sluice/sluiceConfig.cmake lib/cmake/sluice/sluiceConfigVersion.cmake; do
     [ -e "$PREFIX/$f" ] || { echo "missing $f"; return 1; }
   done
   [ "$(readlink "$lib/libsluice.so")" = libsluice.so.0 ] || { echo "bad libsluice.so link"; return 1; }
-  [ "$(readlink "$lib/libsluice.so.0")" = libsluice.so.0.1.0 ] || { echo "bad .so.0 link"; return 1; }
+  [ "$(readlink "$lib/libsluice.so.0")" = libsluice.so.0.1.1 ] || { echo "bad .so.0 link"; return 1; }
   local soname
   if command -v readelf >/dev/null; then
-    soname="$(readelf -d "$lib/libsluice.so.0.1.0" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')"
+    soname="$(readelf -d "$lib/libsluice.so.0.1.1" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')"
   else
-    soname="$(objdump -p "$lib/libsluice.so.0.1.0" | awk '/SONAME/{print $2}')"
+    soname="$(objdump -p "$lib/libsluice.so.0.1.1" | awk '/SONAME/{print $2}')"
   fi
   echo "SONAME: $soname"
   [ "$soname" = libsluice.so.0 ]

@@ -9,11 +9,11 @@ package sluice
 //     pointers before returning);
 //   - nocallback: the function never calls back into Go on the calling thread
 //     (host callbacks run on driver or worker threads, and only
-//     sluice_stream_host_callback enqueues them; it is not listed).
+//     sluice_stream_launch_host_func enqueues them; it is not listed).
 //
 // Never list a function that may call Go on the calling thread: the
 // free_user_data of host callbacks runs on the thread of a failed
-// sluice_stream_host_callback and of any call that drops the last graph
+// sluice_stream_launch_host_func and of any call that drops the last graph
 // holding a captured callback (sluice_graph_destroy,
 // sluice_graph_exec_destroy, sluice_graph_exec_update,
 // sluice_graph_capture_end, sluice_graph_cache_destroy,
@@ -59,16 +59,16 @@ package sluice
 #cgo nocallback sluice_stream_query
 #cgo noescape sluice_stream_stats
 #cgo nocallback sluice_stream_stats
-#cgo noescape sluice_sync_new
-#cgo nocallback sluice_sync_new
+#cgo noescape sluice_sync_create
+#cgo nocallback sluice_sync_create
 #cgo noescape sluice_sync_info
 #cgo nocallback sluice_sync_info
 #cgo noescape sluice_op_begin
 #cgo nocallback sluice_op_begin
-#cgo noescape sluice_module_function
-#cgo nocallback sluice_module_function
-#cgo noescape sluice_launch
-#cgo nocallback sluice_launch
+#cgo noescape sluice_module_get_function
+#cgo nocallback sluice_module_get_function
+#cgo noescape sluice_stream_launch
+#cgo nocallback sluice_stream_launch
 #include "sluice.h"
 */
 import "C"

@@ -59,7 +59,7 @@ func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) erro
 	if dstOff < 0 || srcOff < 0 || n < 0 {
 		return argError(CodeOutOfRange, op, "negative offset or length (dst %d, src %d, len %d)", dstOff, srcOff, n)
 	}
-	e := C.sluice_copy(sh, dh, C.size_t(dstOff), srh, C.size_t(srcOff), C.size_t(n))
+	e := C.sluice_stream_copy(sh, dh, C.size_t(dstOff), srh, C.size_t(srcOff), C.size_t(n))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(dm)
 	runtime.KeepAlive(sm)
@@ -78,7 +78,7 @@ func CopyFromHost(s *Stream, dst Memory, off int, src []byte) error {
 	if err != nil {
 		return err
 	}
-	e := C.sluice_copy_from_host(sh, dh, C.size_t(off), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
+	e := C.sluice_stream_copy_from_host(sh, dh, C.size_t(off), unsafe.Pointer(unsafe.SliceData(src)), C.size_t(len(src)))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(dm)
 	runtime.KeepAlive(src)
@@ -92,7 +92,7 @@ func CopyToHost(s *Stream, dst []byte, src Memory, off int) error {
 	if err != nil {
 		return err
 	}
-	e := C.sluice_copy_to_host(sh, unsafe.Pointer(unsafe.SliceData(dst)), srh, C.size_t(off), C.size_t(len(dst)))
+	e := C.sluice_stream_copy_to_host(sh, unsafe.Pointer(unsafe.SliceData(dst)), srh, C.size_t(off), C.size_t(len(dst)))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(sm)
 	runtime.KeepAlive(dst)
@@ -105,7 +105,7 @@ func Memset(s *Stream, dst Memory, off int, value byte, n int) error {
 	if err != nil {
 		return err
 	}
-	e := C.sluice_memset(sh, dh, C.size_t(off), C.uint8_t(value), C.size_t(n))
+	e := C.sluice_stream_memset(sh, dh, C.size_t(off), C.uint8_t(value), C.size_t(n))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(dm)
 	if err := check(e, s.hs(), &dm.h); err != nil {

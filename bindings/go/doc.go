@@ -79,7 +79,7 @@
 // stack.
 //
 // The function is held by a cgo.Handle that the library releases, through
-// the free_user_data function of sluice_stream_host_callback, exactly once,
+// the free_user_data function of sluice_stream_launch_host_func, exactly once,
 // when the callback can no longer run: after it ran, when the HostCallback
 // call failed, or, for a captured callback, when the last Graph and
 // GraphExec (or GraphCache) holding it are closed. Until then the function

@@ -404,5 +404,5 @@ func (x *GraphExec) Update(g *Graph) (UpdateResult, error) {
 // GraphCache.Run runs its body eagerly. The initial state is on, unless the
 // environment has SLUICE_GRAPHS=0.
 func SetGraphsEnabled(enabled bool) error {
-	return takeError(C.sluice_graphs_set_enabled(C.bool(enabled)))
+	return takeError(C.sluice_graph_cache_set_enabled(C.bool(enabled)))
 }

@@ -45,7 +45,7 @@ func NewGraphCache(d *Device) (*GraphCache, error) {
 		return nil, err
 	}
 	var c C.sluice_graph_cache_t
-	e := C.sluice_graph_cache_new(h, &c)
+	e := C.sluice_graph_cache_create(h, &c)
 	runtime.KeepAlive(d)
 	if err := check(e, &d.h); err != nil {
 		return nil, err

@@ -78,7 +78,7 @@ func (m *Module) Function(name string) (*Function, error) {
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	var f C.sluice_function_t
-	e := C.sluice_module_function(h, cs, &f)
+	e := C.sluice_module_get_function(h, cs, &f)
 	runtime.KeepAlive(m)
 	if err := check(e, &m.h); err != nil {
 		return nil, err
@@ -171,7 +171,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		}
 		argv = &ptrs[0]
 	}
-	e := C.sluice_launch(sh, C.sluice_function_t{bits: C.uint64_t(fh)}, &dims, argv, C.size_t(n),
+	e := C.sluice_stream_launch(sh, C.sluice_function_t{bits: C.uint64_t(fh)}, &dims, argv, C.size_t(n),
 		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(f)

@@ -12,7 +12,7 @@ static void sluice_go_free_handle(void *user_data) { sluiceGoFreeHandle((uintptr
 sluice_error_t *sluice_go_host_callback(sluice_stream_t stream, uintptr_t handle,
                                         const sluice_sync_t *reads, size_t num_reads,
                                         const sluice_sync_t *writes, size_t num_writes) {
-	return sluice_stream_host_callback(stream, sluice_go_trampoline, (void *)handle,
+	return sluice_stream_launch_host_func(stream, sluice_go_trampoline, (void *)handle,
 	                                   sluice_go_free_handle, reads, num_reads, writes,
 	                                   num_writes);
 }

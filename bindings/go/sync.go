@@ -40,7 +40,7 @@ type SyncInfo struct {
 // own. Close it when done.
 func NewSyncObject() (*SyncObject, error) {
 	var s C.sluice_sync_t
-	if err := takeError(C.sluice_sync_new(&s)); err != nil {
+	if err := takeError(C.sluice_sync_create(&s)); err != nil {
 		return nil, err
 	}
 	return newSyncObject(s, false), nil

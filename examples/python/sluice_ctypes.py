@@ -92,13 +92,13 @@ def load(path):
         "sluice_buffer_alloc": ([Stream, ctypes.c_size_t, P(Buffer)], ErrorPtr),
         "sluice_buffer_free": ([Buffer], ErrorPtr),
         "sluice_buffer_sync": ([Buffer, P(Sync)], ErrorPtr),
-        "sluice_copy": ([Stream, Buffer, ctypes.c_size_t, Buffer, ctypes.c_size_t,
+        "sluice_stream_copy": ([Stream, Buffer, ctypes.c_size_t, Buffer, ctypes.c_size_t,
                          ctypes.c_size_t], ErrorPtr),
-        "sluice_copy_from_host": ([Stream, Buffer, ctypes.c_size_t, ctypes.c_void_p,
+        "sluice_stream_copy_from_host": ([Stream, Buffer, ctypes.c_size_t, ctypes.c_void_p,
                                    ctypes.c_size_t], ErrorPtr),
-        "sluice_copy_to_host": ([Stream, ctypes.c_void_p, Buffer, ctypes.c_size_t,
+        "sluice_stream_copy_to_host": ([Stream, ctypes.c_void_p, Buffer, ctypes.c_size_t,
                                  ctypes.c_size_t], ErrorPtr),
-        "sluice_sync_new": ([P(Sync)], ErrorPtr),
+        "sluice_sync_create": ([P(Sync)], ErrorPtr),
         "sluice_sync_destroy": ([Sync], ErrorPtr),
         "sluice_sync_info": ([Sync, P(SyncInfo)], ErrorPtr),
         "sluice_sync_wait_write": ([Sync], ErrorPtr),
@@ -180,14 +180,14 @@ def main():
     check(lib, lib.sluice_buffer_alloc(s2, n, ctypes.byref(b)))
 
     # s1: host -> a. The library op publishes a as written on s1.
-    check(lib, lib.sluice_copy_from_host(s1, a, 0, src, n))
+    check(lib, lib.sluice_stream_copy_from_host(s1, a, 0, src, n))
 
     # s2: a foreign op that reads a (through its sync object) and writes a
     # standalone sync object standing for memory sluice does not own. Beginning it
     # makes s2 wait for s1's copy on the device; the host does not block.
     a_sync, x = Sync(), Sync()
     check(lib, lib.sluice_buffer_sync(a, ctypes.byref(a_sync)))
-    check(lib, lib.sluice_sync_new(ctypes.byref(x)))
+    check(lib, lib.sluice_sync_create(ctypes.byref(x)))
     before, after = StreamStats(), StreamStats()
     check(lib, lib.sluice_stream_stats(s2, ctypes.byref(before)))
     reads, nr = syncs(a_sync)
@@ -204,15 +204,15 @@ def main():
     check(lib, lib.sluice_sync_wait_write(x))
 
     # s2: a -> b at an offset, then b -> host.
-    check(lib, lib.sluice_copy(s2, b, 0, a, 0, n))
-    check(lib, lib.sluice_copy(s2, b, 100, a, 0, 50))
+    check(lib, lib.sluice_stream_copy(s2, b, 0, a, 0, n))
+    check(lib, lib.sluice_stream_copy(s2, b, 100, a, 0, 50))
     out = ctypes.create_string_buffer(n)
-    check(lib, lib.sluice_copy_to_host(s2, out, b, 0, n))
+    check(lib, lib.sluice_stream_copy_to_host(s2, out, b, 0, n))
     want = src[:100] + src[:50] + src[150:]
     t("bytes round-tripped exactly", out.raw == want)
 
     # Errors: out of range.
-    e = take_error(lib, lib.sluice_copy_to_host(s2, out, b, n - 1, 2))
+    e = take_error(lib, lib.sluice_stream_copy_to_host(s2, out, b, n - 1, 2))
     t("out-of-range copy is refused", e is not None and e.code == SLUICE_ERROR_OUT_OF_RANGE,
       str(e))
 
@@ -228,7 +228,7 @@ def main():
     t("the message says what happened", e is not None and "stale" in e.message, str(e))
     e = take_error(lib, lib.sluice_stream_destroy(stale))
     t("double destroy -> INVALID_HANDLE", e is not None and e.code == SLUICE_ERROR_INVALID_HANDLE)
-    e = take_error(lib, lib.sluice_copy_from_host(stale, b, 0, src, 16))
+    e = take_error(lib, lib.sluice_stream_copy_from_host(stale, b, 0, src, 16))
     t("copy on a destroyed stream -> INVALID_HANDLE",
       e is not None and e.code == SLUICE_ERROR_INVALID_HANDLE)
     e = take_error(lib, lib.sluice_stream_synchronize(Stream(0x1234_5678_9ABC)))

@@ -252,11 +252,11 @@ pub extern "C" fn sluice_graph_exec_destroy(exec: sluice_graph_exec_t) -> *mut s
 
 /// Creates a graph cache for `device`.
 #[no_mangle]
-pub extern "C" fn sluice_graph_cache_new(
+pub extern "C" fn sluice_graph_cache_create(
     device: sluice_device_t,
     cache_out: *mut sluice_graph_cache_t,
 ) -> *mut sluice_error_t {
-    boundary("sluice_graph_cache_new", || {
+    boundary("sluice_graph_cache_create", || {
         let out = out_ptr(cache_out, "cache_out")?;
         let c = GraphCache::new(&self::device(device)?);
         write_handle(out, &CACHES, c);
@@ -329,8 +329,8 @@ pub extern "C" fn sluice_graph_cache_stats(
 
 /// Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).
 #[no_mangle]
-pub extern "C" fn sluice_graphs_set_enabled(enabled: bool) -> *mut sluice_error_t {
-    boundary("sluice_graphs_set_enabled", || {
+pub extern "C" fn sluice_graph_cache_set_enabled(enabled: bool) -> *mut sluice_error_t {
+    boundary("sluice_graph_cache_set_enabled", || {
         g::set_graphs_enabled(enabled);
         Ok(())
     })

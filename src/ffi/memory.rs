@@ -160,7 +160,7 @@ pub extern "C" fn sluice_buffer_sync(
 /// overlapping ranges of one buffer give `SLUICE_ERROR_INVALID_ARGUMENT`; a zero
 /// length is a no-op.
 #[no_mangle]
-pub extern "C" fn sluice_copy(
+pub extern "C" fn sluice_stream_copy(
     stream: sluice_stream_t,
     dst: sluice_buffer_t,
     dst_offset: usize,
@@ -168,7 +168,7 @@ pub extern "C" fn sluice_copy(
     src_offset: usize,
     len: usize,
 ) -> *mut sluice_error_t {
-    boundary("sluice_copy", || {
+    boundary("sluice_stream_copy", || {
         let pin = crate::epoch::pin();
         let d = pinned(&BUFFERS, &pin, dst.bits, "buffer").map_err(|e| e.context("dst"))?;
         let sb = pinned(&BUFFERS, &pin, src.bits, "buffer").map_err(|e| e.context("src"))?;
@@ -180,14 +180,14 @@ pub extern "C" fn sluice_copy(
 /// Copies `len` bytes from pageable host memory `src` into `dst` at `dst_offset`.
 /// Returns once `src` may be reused; the device write is ordered on `stream`.
 #[no_mangle]
-pub extern "C" fn sluice_copy_from_host(
+pub extern "C" fn sluice_stream_copy_from_host(
     stream: sluice_stream_t,
     dst: sluice_buffer_t,
     dst_offset: usize,
     src: *const c_void,
     len: usize,
 ) -> *mut sluice_error_t {
-    boundary("sluice_copy_from_host", || {
+    boundary("sluice_stream_copy_from_host", || {
         let s = self::stream(stream)?;
         let d = buffer(dst).map_err(|e| e.context("dst"))?;
         let bytes = slice_in(src as *const u8, len, "src")?;
@@ -198,14 +198,14 @@ pub extern "C" fn sluice_copy_from_host(
 /// Copies `len` bytes of `src` at `src_offset` into pageable host memory `dst`.
 /// Blocks until the bytes have arrived.
 #[no_mangle]
-pub extern "C" fn sluice_copy_to_host(
+pub extern "C" fn sluice_stream_copy_to_host(
     stream: sluice_stream_t,
     dst: *mut c_void,
     src: sluice_buffer_t,
     src_offset: usize,
     len: usize,
 ) -> *mut sluice_error_t {
-    boundary("sluice_copy_to_host", || {
+    boundary("sluice_stream_copy_to_host", || {
         let s = self::stream(stream)?;
         let sb = buffer(src).map_err(|e| e.context("src"))?;
         let out = slice_out(dst as *mut u8, len, "dst")?;
@@ -215,14 +215,14 @@ pub extern "C" fn sluice_copy_to_host(
 
 /// Sets `len` bytes of `buffer` at `offset` to `value`, in order on `stream`.
 #[no_mangle]
-pub extern "C" fn sluice_memset(
+pub extern "C" fn sluice_stream_memset(
     stream: sluice_stream_t,
     buffer: sluice_buffer_t,
     offset: usize,
     value: u8,
     len: usize,
 ) -> *mut sluice_error_t {
-    boundary("sluice_memset", || {
+    boundary("sluice_stream_memset", || {
         let pin = crate::epoch::pin();
         let b = pinned(&BUFFERS, &pin, buffer.bits, "buffer")?;
         let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;

@@ -15,10 +15,12 @@ mod error;
 mod event;
 mod graph;
 pub use graph::*;
+mod deprecated;
 mod memory;
 mod module;
 mod stream;
 mod sync;
+pub use deprecated::*;
 
 pub use device::*;
 pub use error::*;
@@ -39,7 +41,7 @@ pub const SLUICE_VERSION_MAJOR: u32 = 0;
 /// Minor version of the library.
 pub const SLUICE_VERSION_MINOR: u32 = 1;
 /// Patch version of the library.
-pub const SLUICE_VERSION_PATCH: u32 = 0;
+pub const SLUICE_VERSION_PATCH: u32 = 1;
 
 /// Runs an export body: catches panics and turns `Err` into an error object whose
 /// message starts with the operation's name.

@@ -74,12 +74,12 @@ pub extern "C" fn sluice_module_unload(module: sluice_module_t) -> *mut sluice_e
 
 /// Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
 #[no_mangle]
-pub extern "C" fn sluice_module_function(
+pub extern "C" fn sluice_module_get_function(
     module: sluice_module_t,
     name: *const c_char,
     function_out: *mut sluice_function_t,
 ) -> *mut sluice_error_t {
-    boundary("sluice_module_function", || {
+    boundary("sluice_module_get_function", || {
         let out = out_ptr(function_out, "function_out")?;
         if name.is_null() {
             return Err(Error::new(ErrorCode::NullArgument, "name is NULL"));
@@ -104,7 +104,7 @@ pub extern "C" fn sluice_function_destroy(function: sluice_function_t) -> *mut s
 /// `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`;
 /// `num_args` is its length, used for the NULL check.
 #[no_mangle]
-pub extern "C" fn sluice_launch(
+pub extern "C" fn sluice_stream_launch(
     stream: sluice_stream_t,
     function: sluice_function_t,
     dims: *const sluice_launch_dims_t,
@@ -115,7 +115,7 @@ pub extern "C" fn sluice_launch(
     writes: *const sluice_sync_t,
     num_writes: usize,
 ) -> *mut sluice_error_t {
-    boundary("sluice_launch", || {
+    boundary("sluice_stream_launch", || {
         if dims.is_null() {
             return Err(Error::new(ErrorCode::NullArgument, "dims is NULL"));
         }

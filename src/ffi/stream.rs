@@ -207,7 +207,7 @@ unsafe impl Sync for UserData {}
 /// callback captured into a graph (host backend), when the last graph holding it is
 /// destroyed. A captured callback runs once per launch.
 #[no_mangle]
-pub extern "C" fn sluice_stream_host_callback(
+pub extern "C" fn sluice_stream_launch_host_func(
     stream: sluice_stream_t,
     callback: sluice_host_fn,
     user_data: *mut c_void,
@@ -217,7 +217,7 @@ pub extern "C" fn sluice_stream_host_callback(
     writes: *const sluice_sync_t,
     num_writes: usize,
 ) -> *mut sluice_error_t {
-    boundary("sluice_stream_host_callback", || {
+    boundary("sluice_stream_launch_host_func", || {
         let ud = UserData(user_data, free_user_data);
         let cb = callback.ok_or_else(|| Error::new(ErrorCode::NullArgument, "callback is NULL"))?;
         let pin = crate::epoch::pin();

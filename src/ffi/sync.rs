@@ -103,8 +103,8 @@ fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
 /// Creates a standalone sync object, for memory sluice does not own (a libtorch
 /// tensor, a caller's cudaMalloc). Destroy it with `sluice_sync_destroy`.
 #[no_mangle]
-pub extern "C" fn sluice_sync_new(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
-    boundary("sluice_sync_new", || {
+pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
+    boundary("sluice_sync_create", || {
         let out = out_ptr(sync_out, "sync_out")?;
         write_handle(out, &SYNCS, SyncObject::new());
         Ok(())

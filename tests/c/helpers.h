@@ -106,7 +106,7 @@ static inline int32_t gate_cb(void *p) {
 
 static inline bool enqueue_gate(sluice_stream_t s, gate_t *g) {
     gate_reset(g);
-    return CHECK_OK(sluice_stream_host_callback(s, gate_cb, g, NULL, NULL, 0, NULL, 0));
+    return CHECK_OK(sluice_stream_launch_host_func(s, gate_cb, g, NULL, NULL, 0, NULL, 0));
 }
 
 static inline void gate_open(gate_t *g) { atomic_store(&g->open, 1); }

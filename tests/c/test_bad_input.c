@@ -19,7 +19,7 @@ static bool fx_open(fx_t *f) {
     if (!CHECK_OK(sluice_event_record(f->s, SLUICE_EVENT_TIMING, &f->ev))) return false;
     if (!CHECK_OK(sluice_buffer_alloc(f->s, 64, &f->buf))) return false;
     if (!CHECK_OK(sluice_buffer_alloc_pinned(f->dev, 64, &f->pin))) return false;
-    if (!CHECK_OK(sluice_sync_new(&f->sync))) return false;
+    if (!CHECK_OK(sluice_sync_create(&f->sync))) return false;
     return CHECK_OK(sluice_stream_synchronize(f->s));
 }
 
@@ -77,8 +77,8 @@ TEST(null_out_pointers) {
     CHECK_NULL_OUT(sluice_buffer_info, f.buf, NULL);
     CHECK_NULL_OUT(sluice_buffer_sync, f.buf, NULL);
     CHECK_NULL_OUT(sluice_module_load, f.dev, "x", 1, NULL);
-    CHECK_NULL_OUT(sluice_module_function, (sluice_module_t){0}, "kernel", NULL);
-    CHECK_NULL_OUT(sluice_sync_new, NULL);
+    CHECK_NULL_OUT(sluice_module_get_function, (sluice_module_t){0}, "kernel", NULL);
+    CHECK_NULL_OUT(sluice_sync_create, NULL);
     CHECK_NULL_OUT(sluice_sync_info, f.sync, NULL);
     uint64_t w = stream_waits(f.s);
     CHECK_NULL_OUT(sluice_op_begin, f.s, NULL, 0, &f.sync, 1, NULL);
@@ -102,18 +102,18 @@ TEST(null_arrays_with_nonzero_counts) {
     static atomic_int ran;
     atomic_store(&ran, 0);
     uint64_t live = sluice_live_handles();
-    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, NULL, 1, NULL, 0),
+    CHECK_ERR_MSG(sluice_stream_launch_host_func(f.s, set_flag_cb, &ran, NULL, NULL, 1, NULL, 0),
                   SLUICE_ERROR_NULL_ARGUMENT, "reads");
-    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, NULL, 0, NULL, 2),
+    CHECK_ERR_MSG(sluice_stream_launch_host_func(f.s, set_flag_cb, &ran, NULL, NULL, 0, NULL, 2),
                   SLUICE_ERROR_NULL_ARGUMENT, "writes");
     sluice_op_t op = {0x42};
     CHECK_ERR_MSG(sluice_op_begin(f.s, NULL, 1, NULL, 0, &op), SLUICE_ERROR_NULL_ARGUMENT, "reads");
     CHECK_ERR_MSG(sluice_op_begin(f.s, NULL, 0, NULL, 3, &op), SLUICE_ERROR_NULL_ARGUMENT, "writes");
     CHECK_EQ(op.bits, 0x42);
-    CHECK_ERR_MSG(sluice_copy_from_host(f.s, f.buf, 0, NULL, 10), SLUICE_ERROR_NULL_ARGUMENT,
-                  "sluice_copy_from_host");
-    CHECK_ERR_MSG(sluice_copy_to_host(f.s, NULL, f.buf, 0, 10), SLUICE_ERROR_NULL_ARGUMENT,
-                  "sluice_copy_to_host");
+    CHECK_ERR_MSG(sluice_stream_copy_from_host(f.s, f.buf, 0, NULL, 10), SLUICE_ERROR_NULL_ARGUMENT,
+                  "sluice_stream_copy_from_host");
+    CHECK_ERR_MSG(sluice_stream_copy_to_host(f.s, NULL, f.buf, 0, 10), SLUICE_ERROR_NULL_ARGUMENT,
+                  "sluice_stream_copy_to_host");
     sluice_buffer_t b = {0x43};
     CHECK_ERR(sluice_buffer_register_host(f.dev, NULL, 4096, &b), SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_EQ(b.bits, 0x43);
@@ -121,21 +121,21 @@ TEST(null_arrays_with_nonzero_counts) {
     CHECK_ERR(sluice_module_load(f.dev, NULL, 100, &m), SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_EQ(m.bits, 0x44);
     sluice_function_t fn = {0x45};
-    CHECK_ERR(sluice_module_function((sluice_module_t){0x0700000100000001ull}, NULL, &fn),
+    CHECK_ERR(sluice_module_get_function((sluice_module_t){0x0700000100000001ull}, NULL, &fn),
               SLUICE_ERROR_NULL_ARGUMENT);
-    CHECK_ERR_MSG(sluice_launch(f.s, fn, NULL, NULL, 0, NULL, 0, NULL, 0),
+    CHECK_ERR_MSG(sluice_stream_launch(f.s, fn, NULL, NULL, 0, NULL, 0, NULL, 0),
                   SLUICE_ERROR_NULL_ARGUMENT, "dims");
     sluice_launch_dims_t dims = {{1, 1, 1}, {1, 1, 1}, 0};
-    CHECK_ERR_MSG(sluice_launch(f.s, fn, &dims, NULL, 3, NULL, 0, NULL, 0),
+    CHECK_ERR_MSG(sluice_stream_launch(f.s, fn, &dims, NULL, 3, NULL, 0, NULL, 0),
                   SLUICE_ERROR_NULL_ARGUMENT, "args");
-    CHECK_ERR(sluice_launch(f.s, fn, &dims, NULL, 0, NULL, 2, NULL, 0), SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_ERR(sluice_stream_launch(f.s, fn, &dims, NULL, 0, NULL, 2, NULL, 0), SLUICE_ERROR_INVALID_HANDLE);
     /* a count whose byte size overflows is refused before anything is read */
-    CHECK_ERR(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, &f.sync, SIZE_MAX, NULL, 0),
+    CHECK_ERR(sluice_stream_launch_host_func(f.s, set_flag_cb, &ran, NULL, &f.sync, SIZE_MAX, NULL, 0),
               SLUICE_ERROR_OUT_OF_RANGE);
     CHECK_ERR(sluice_op_begin(f.s, NULL, 0, &f.sync, SIZE_MAX / 2, &op), SLUICE_ERROR_OUT_OF_RANGE);
     /* a bad handle inside an array is named by its index; nothing is enqueued */
     sluice_sync_t mixed[2] = {f.sync, {0x0400000100777777ull}};
-    CHECK_ERR_MSG(sluice_stream_host_callback(f.s, set_flag_cb, &ran, NULL, NULL, 0, mixed, 2),
+    CHECK_ERR_MSG(sluice_stream_launch_host_func(f.s, set_flag_cb, &ran, NULL, NULL, 0, mixed, 2),
                   SLUICE_ERROR_INVALID_HANDLE, "writes[1]");
     CHECK_ERR_MSG(sluice_op_begin(f.s, mixed, 2, NULL, 0, &op), SLUICE_ERROR_INVALID_HANDLE,
                   "reads[1]");
@@ -216,7 +216,7 @@ static void check_bad_handles(uint64_t bits, int skip) {
     BH(2, sluice_stream_synchronize(s));
     BH(2, sluice_stream_set_label(s, "x"));
     BH(2, sluice_stream_stats(s, &sst));
-    BH(2, sluice_stream_host_callback(s, return_cb, NULL, NULL, NULL, 0, NULL, 0));
+    BH(2, sluice_stream_launch_host_func(s, return_cb, NULL, NULL, NULL, 0, NULL, 0));
     BH(2, sluice_event_record(s, 0, &e_out));
     BH(2, sluice_buffer_alloc(s, 64, &b_out));
     BH(2, sluice_op_begin(s, NULL, 0, NULL, 0, &op_out));
@@ -229,7 +229,7 @@ static void check_bad_handles(uint64_t bits, int skip) {
     BH(4, sluice_sync_wait_write(y));
     BH(6, sluice_buffer_info(b, &bi));
     BH(6, sluice_buffer_sync(b, &y_out));
-    BH(7, sluice_module_function(m, "k", &fn_out));
+    BH(7, sluice_module_get_function(m, "k", &fn_out));
     /* destroys */
     BH(1, sluice_device_close(dev));
     BH(2, sluice_stream_destroy(s));
@@ -242,16 +242,16 @@ static void check_bad_handles(uint64_t bits, int skip) {
     /* calls taking several handles, all of them bad */
     if (skip != 2 && skip != 3) BH(0, sluice_stream_wait_event(s, e));
     if (skip != 2 && skip != 6) {
-        BH(0, sluice_memset(s, b, 0, 0, 1));
-        BH(0, sluice_copy(s, b, 0, b, 0, 1));
-        BH(0, sluice_copy_from_host(s, b, 0, host, 1));
-        BH(0, sluice_copy_to_host(s, host, b, 0, 1));
+        BH(0, sluice_stream_memset(s, b, 0, 0, 1));
+        BH(0, sluice_stream_copy(s, b, 0, b, 0, 1));
+        BH(0, sluice_stream_copy_from_host(s, b, 0, host, 1));
+        BH(0, sluice_stream_copy_to_host(s, host, b, 0, 1));
     }
     if (skip != 2 && skip != 4) {
-        BH(0, sluice_stream_host_callback(s, return_cb, NULL, NULL, &y, 1, NULL, 0));
+        BH(0, sluice_stream_launch_host_func(s, return_cb, NULL, NULL, &y, 1, NULL, 0));
         BH(0, sluice_op_begin(s, NULL, 0, &y, 1, &op_out));
     }
-    if (skip != 2 && skip != 8) BH(0, sluice_launch(s, fn, &dims, NULL, 0, NULL, 0, NULL, 0));
+    if (skip != 2 && skip != 8) BH(0, sluice_stream_launch(s, fn, &dims, NULL, 0, NULL, 0, NULL, 0));
 #undef BH
 }
 
@@ -356,16 +356,16 @@ TEST(stale_handles_after_destroy) {
     REQUIRE_OK(sluice_buffer_alloc(s, 16, &b));
     CHECK_OK(sluice_buffer_free(b));
     uint8_t h[16];
-    CHECK_ERR(sluice_copy_to_host(s, h, b, 0, 16), SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_ERR(sluice_stream_copy_to_host(s, h, b, 0, 16), SLUICE_ERROR_INVALID_HANDLE);
     sluice_buffer_t b2;
     REQUIRE_OK(sluice_buffer_alloc(s, 16, &b2));
-    CHECK_ERR_MSG(sluice_copy(s, b2, 0, b, 0, 16), SLUICE_ERROR_INVALID_HANDLE, "src");
-    CHECK_ERR_MSG(sluice_copy(s, b, 0, b2, 0, 16), SLUICE_ERROR_INVALID_HANDLE, "dst");
+    CHECK_ERR_MSG(sluice_stream_copy(s, b2, 0, b, 0, 16), SLUICE_ERROR_INVALID_HANDLE, "src");
+    CHECK_ERR_MSG(sluice_stream_copy(s, b, 0, b2, 0, 16), SLUICE_ERROR_INVALID_HANDLE, "dst");
     CHECK_OK(sluice_buffer_free(b2));
     sluice_sync_t y;
-    REQUIRE_OK(sluice_sync_new(&y));
+    REQUIRE_OK(sluice_sync_create(&y));
     CHECK_OK(sluice_sync_destroy(y));
-    CHECK_ERR(sluice_stream_host_callback(s, return_cb, NULL, NULL, &y, 1, NULL, 0),
+    CHECK_ERR(sluice_stream_launch_host_func(s, return_cb, NULL, NULL, &y, 1, NULL, 0),
               SLUICE_ERROR_INVALID_HANDLE);
     sluice_op_t op;
     REQUIRE_OK(sluice_op_begin(s, NULL, 0, NULL, 0, &op));
@@ -389,7 +389,7 @@ TEST(double_destroy_every_type) {
     sluice_buffer_t r;
     REQUIRE_OK(sluice_buffer_register_host(d, host, sizeof host, &r));
     sluice_sync_t y, by;
-    REQUIRE_OK(sluice_sync_new(&y));
+    REQUIRE_OK(sluice_sync_create(&y));
     REQUIRE_OK(sluice_buffer_sync(b, &by));
     sluice_op_t op;
     REQUIRE_OK(sluice_op_begin(s, NULL, 0, &y, 1, &op));
@@ -429,8 +429,8 @@ TEST(out_of_range_copies_change_nothing) {
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &src));
     uint8_t pat[SIZE];
     fill_pattern(pat, SIZE, 51);
-    CHECK_OK(sluice_copy_from_host(s, dst, 0, pat, SIZE));
-    CHECK_OK(sluice_memset(s, src, 0, 0xc3, SIZE));
+    CHECK_OK(sluice_stream_copy_from_host(s, dst, 0, pat, SIZE));
+    CHECK_OK(sluice_stream_memset(s, src, 0, 0xc3, SIZE));
     uint8_t big[2 * SIZE];
     memset(big, 0x99, sizeof big);
     const struct {
@@ -449,12 +449,12 @@ TEST(out_of_range_copies_change_nothing) {
         {SIZE_MAX, SIZE_MAX, SIZE_MAX},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        if (!CHECK_ERR_MSG(sluice_copy(s, dst, bad[i].doff, src, bad[i].soff, bad[i].len),
-                           SLUICE_ERROR_OUT_OF_RANGE, "sluice_copy"))
+        if (!CHECK_ERR_MSG(sluice_stream_copy(s, dst, bad[i].doff, src, bad[i].soff, bad[i].len),
+                           SLUICE_ERROR_OUT_OF_RANGE, "sluice_stream_copy"))
             FAIL("case %zu", i);
         bool dst_bad = bad[i].doff > SIZE || bad[i].len > SIZE - bad[i].doff;
         if (dst_bad &&
-            !CHECK_ERR(sluice_memset(s, dst, bad[i].doff, 0, bad[i].len), SLUICE_ERROR_OUT_OF_RANGE))
+            !CHECK_ERR(sluice_stream_memset(s, dst, bad[i].doff, 0, bad[i].len), SLUICE_ERROR_OUT_OF_RANGE))
             FAIL("memset case %zu", i);
     }
     /* pageable copies: lengths bounded by the host arrays we own */
@@ -462,21 +462,21 @@ TEST(out_of_range_copies_change_nothing) {
         size_t off, len;
     } hb[] = {{SIZE - 4, 8}, {SIZE + 1, 1}, {SIZE, 1}, {SIZE_MAX, 1}, {SIZE_MAX - 3, 8}, {0, SIZE + 1}};
     for (size_t i = 0; i < sizeof hb / sizeof hb[0]; i++) {
-        if (!CHECK_ERR_MSG(sluice_copy_from_host(s, dst, hb[i].off, big, hb[i].len),
-                           SLUICE_ERROR_OUT_OF_RANGE, "sluice_copy_from_host"))
+        if (!CHECK_ERR_MSG(sluice_stream_copy_from_host(s, dst, hb[i].off, big, hb[i].len),
+                           SLUICE_ERROR_OUT_OF_RANGE, "sluice_stream_copy_from_host"))
             FAIL("from_host case %zu", i);
-        if (!CHECK_ERR_MSG(sluice_copy_to_host(s, big, src, hb[i].off, hb[i].len),
-                           SLUICE_ERROR_OUT_OF_RANGE, "sluice_copy_to_host"))
+        if (!CHECK_ERR_MSG(sluice_stream_copy_to_host(s, big, src, hb[i].off, hb[i].len),
+                           SLUICE_ERROR_OUT_OF_RANGE, "sluice_stream_copy_to_host"))
             FAIL("to_host case %zu", i);
     }
     /* a host length no array can have is refused before any slice is formed */
-    CHECK_ERR_MSG(sluice_copy_to_host(s, big, src, 0, SIZE_MAX), SLUICE_ERROR_OUT_OF_RANGE,
+    CHECK_ERR_MSG(sluice_stream_copy_to_host(s, big, src, 0, SIZE_MAX), SLUICE_ERROR_OUT_OF_RANGE,
                   "too large");
-    CHECK_ERR_MSG(sluice_copy_from_host(s, dst, 0, big, SIZE_MAX), SLUICE_ERROR_OUT_OF_RANGE,
+    CHECK_ERR_MSG(sluice_stream_copy_from_host(s, dst, 0, big, SIZE_MAX), SLUICE_ERROR_OUT_OF_RANGE,
                   "too large");
     CHECK_EQ(check_fill(big, sizeof big, 0x99), -1); /* the host destination is untouched */
     uint8_t r[SIZE];
-    CHECK_OK(sluice_copy_to_host(s, r, dst, 0, SIZE));
+    CHECK_OK(sluice_stream_copy_to_host(s, r, dst, 0, SIZE));
     CHECK_EQ(check_pattern(r, SIZE, 51, 0), -1); /* the device destination too */
     /* a pinned destination, checked through its host pointer */
     sluice_buffer_t pin;
@@ -484,8 +484,8 @@ TEST(out_of_range_copies_change_nothing) {
         sluice_buffer_info_t pi;
         if (CHECK_OK(sluice_buffer_info(pin, &pi))) {
             memset(pi.host_ptr, 0x5e, SIZE);
-            CHECK_ERR(sluice_copy(s, pin, 1, src, 0, SIZE), SLUICE_ERROR_OUT_OF_RANGE);
-            CHECK_ERR(sluice_copy(s, pin, SIZE_MAX - 10, src, 0, 16), SLUICE_ERROR_OUT_OF_RANGE);
+            CHECK_ERR(sluice_stream_copy(s, pin, 1, src, 0, SIZE), SLUICE_ERROR_OUT_OF_RANGE);
+            CHECK_ERR(sluice_stream_copy(s, pin, SIZE_MAX - 10, src, 0, 16), SLUICE_ERROR_OUT_OF_RANGE);
             CHECK_OK(sluice_stream_synchronize(s));
             CHECK_EQ(check_fill(pi.host_ptr, SIZE, 0x5e), -1);
         }
@@ -586,9 +586,9 @@ TEST(modules_and_kernels_unsupported_on_host) {
     sluice_stream_t s;
     REQUIRE(new_stream(d, &s));
     sluice_launch_dims_t dims = {{1, 1, 1}, {1, 1, 1}, 0};
-    CHECK_ERR_MSG(sluice_launch(s, (sluice_function_t){0x0800000100000000ull}, &dims, NULL, 0,
+    CHECK_ERR_MSG(sluice_stream_launch(s, (sluice_function_t){0x0800000100000000ull}, &dims, NULL, 0,
                                 NULL, 0, NULL, 0),
-                  SLUICE_ERROR_INVALID_HANDLE, "sluice_launch");
+                  SLUICE_ERROR_INVALID_HANDLE, "sluice_stream_launch");
     CHECK_EQ(sluice_live_handles(), live + 1);
     CHECK_OK(sluice_stream_destroy(s));
     CHECK_OK(sluice_device_close(d));

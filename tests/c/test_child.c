@@ -58,7 +58,7 @@ CHILD(no_driver) {
         sluice_stream_t s;
         if (CHECK_OK(sluice_stream_create(h, 0, 0, &s))) {
             static atomic_int flag;
-            CHECK_OK(sluice_stream_host_callback(s, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0));
+            CHECK_OK(sluice_stream_launch_host_func(s, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0));
             CHECK_OK(sluice_stream_synchronize(s));
             CHECK_EQ(atomic_load(&flag), 1);
             CHECK_OK(sluice_stream_destroy(s));
@@ -164,14 +164,14 @@ CHILD(wrong_device) {
     if (!CHECK_OK(sluice_buffer_alloc_pinned(d1, 64, &p1))) return 1;
     uint8_t h[64];
     fill_pattern(h, 64, 1);
-    CHECK_OK(sluice_copy_from_host(s0, b0, 0, h, 64));
-    CHECK_OK(sluice_copy_from_host(s1, b1, 0, h, 64));
-    CHECK_ERR(sluice_copy(s0, b0, 0, b1, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
-    CHECK_ERR(sluice_copy(s0, b0, 0, p1, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
-    CHECK_ERR(sluice_copy(s1, b0, 0, b1, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
-    CHECK_ERR(sluice_copy_from_host(s0, b1, 0, h, 64), SLUICE_ERROR_WRONG_DEVICE);
-    CHECK_ERR(sluice_copy_to_host(s1, h, b0, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
-    CHECK_ERR(sluice_memset(s0, b1, 0, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_OK(sluice_stream_copy_from_host(s0, b0, 0, h, 64));
+    CHECK_OK(sluice_stream_copy_from_host(s1, b1, 0, h, 64));
+    CHECK_ERR(sluice_stream_copy(s0, b0, 0, b1, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_ERR(sluice_stream_copy(s0, b0, 0, p1, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_ERR(sluice_stream_copy(s1, b0, 0, b1, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_ERR(sluice_stream_copy_from_host(s0, b1, 0, h, 64), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_ERR(sluice_stream_copy_to_host(s1, h, b0, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_ERR(sluice_stream_memset(s0, b1, 0, 0, 64), SLUICE_ERROR_WRONG_DEVICE);
     sluice_event_t e1;
     if (CHECK_OK(sluice_event_record(s1, 0, &e1))) {
         CHECK_ERR(sluice_stream_wait_event(s0, e1), SLUICE_ERROR_WRONG_DEVICE);
@@ -179,10 +179,10 @@ CHILD(wrong_device) {
     }
     /* a sync object is not tied to a device: ops on both devices may use it */
     sluice_sync_t y;
-    if (CHECK_OK(sluice_sync_new(&y))) {
+    if (CHECK_OK(sluice_sync_create(&y))) {
         static atomic_int c;
-        CHECK_OK(sluice_stream_host_callback(s0, incr_cb, &c, NULL, NULL, 0, &y, 1));
-        sluice_error_t *e = sluice_stream_host_callback(s1, incr_cb, &c, NULL, &y, 1, NULL, 0);
+        CHECK_OK(sluice_stream_launch_host_func(s0, incr_cb, &c, NULL, NULL, 0, &y, 1));
+        sluice_error_t *e = sluice_stream_launch_host_func(s1, incr_cb, &c, NULL, &y, 1, NULL, 0);
         if (e) { /* either it works, or it is refused as a device mix-up */
             CHECK_EQ(sluice_error_code(e), SLUICE_ERROR_WRONG_DEVICE);
             sluice_error_free(e);
@@ -191,7 +191,7 @@ CHILD(wrong_device) {
         CHECK_OK(sluice_sync_destroy(y));
     }
     uint8_t r[64];
-    CHECK_OK(sluice_copy_to_host(s1, r, b1, 0, 64));
+    CHECK_OK(sluice_stream_copy_to_host(s1, r, b1, 0, 64));
     CHECK(memcmp(r, h, 64) == 0);
     CHECK_OK(sluice_buffer_free(b0));
     CHECK_OK(sluice_buffer_free(b1));
@@ -225,7 +225,7 @@ CHILD(wrapper_outlives_owner) {
     if (!CHECK_OK(sluice_stream_wrap_external(d, raw, &w))) return 1;
     CHECK_OK(sluice_stream_destroy(s));
     static atomic_int flag;
-    sluice_error_t *e = sluice_stream_host_callback(w, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0);
+    sluice_error_t *e = sluice_stream_launch_host_func(w, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0);
     bool enqueued = e == NULL;
     sluice_error_free(e);
     e = sluice_stream_synchronize(w);

@@ -149,9 +149,9 @@ TEST(device_objects_outlive_device_handle) {
     CHECK_OK(sluice_device_close(d)); /* children keep their device alive */
     uint8_t src[256], dst[256];
     fill_pattern(src, sizeof src, 3);
-    CHECK_OK(sluice_copy_from_host(s, b, 0, src, sizeof src));
-    CHECK_OK(sluice_stream_host_callback(s, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_copy_to_host(s, dst, b, 0, sizeof dst));
+    CHECK_OK(sluice_stream_copy_from_host(s, b, 0, src, sizeof src));
+    CHECK_OK(sluice_stream_launch_host_func(s, set_flag_cb, &flag, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_copy_to_host(s, dst, b, 0, sizeof dst));
     CHECK(memcmp(src, dst, sizeof dst) == 0);
     CHECK_OK(sluice_stream_synchronize(s));
     CHECK_EQ(atomic_load(&flag), 1);
@@ -170,7 +170,7 @@ TEST(device_wait_all_drains_every_stream) {
         atomic_store(&flags[i], 0);
         args[i] = (slow_set_t){(unsigned)(10 + 10 * i), &flags[i], 1};
         REQUIRE(new_stream(d, &s[i]));
-        CHECK_OK(sluice_stream_host_callback(s[i], slow_set_cb, &args[i], NULL, NULL, 0, NULL, 0));
+        CHECK_OK(sluice_stream_launch_host_func(s[i], slow_set_cb, &args[i], NULL, NULL, 0, NULL, 0));
     }
     CHECK_OK(sluice_device_wait_all(d));
     for (int i = 0; i < NS; i++) CHECK_EQ(atomic_load(&flags[i]), 1);
@@ -179,8 +179,8 @@ TEST(device_wait_all_drains_every_stream) {
     atomic_store(&late, 0);
     static slow_set_t late_arg;
     late_arg = (slow_set_t){40, &late, 1};
-    CHECK_OK(sluice_stream_host_callback(s[1], return_cb, (void *)(intptr_t)5, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_stream_host_callback(s[3], slow_set_cb, &late_arg, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s[1], return_cb, (void *)(intptr_t)5, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s[3], slow_set_cb, &late_arg, NULL, NULL, 0, NULL, 0));
     CHECK_ERR(sluice_device_wait_all(d), SLUICE_ERROR_CALLBACK_FAILED);
     CHECK_EQ(atomic_load(&late), 1);
     CHECK_OK(sluice_device_wait_all(d)); /* reported once */

@@ -64,7 +64,7 @@ TEST(event_elapsed_time) {
     sluice_event_t t0, t1, n0, n1;
     REQUIRE_OK(sluice_event_record(s, SLUICE_EVENT_TIMING, &t0));
     REQUIRE_OK(sluice_event_record(s, 0, &n0));
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)30, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, sleep_cb, (void *)(uintptr_t)30, NULL, NULL, 0, NULL, 0));
     REQUIRE_OK(sluice_event_record(s, SLUICE_EVENT_TIMING, &t1));
     REQUIRE_OK(sluice_event_record(s, 0, &n1));
     CHECK_OK(sluice_event_synchronize(t1));
@@ -152,7 +152,7 @@ TEST(event_sequence_strictly_increases_per_stream) {
         /* destroy at once: the pooled event is recycled, the sequence must not be */
         CHECK_OK(sluice_event_destroy(e));
         if (i % 10 == 0) /* tracked ops record too; sequences still only increase */
-            CHECK_OK(sluice_stream_host_callback(s, return_cb, NULL, NULL, NULL, 0, NULL, 0));
+            CHECK_OK(sluice_stream_launch_host_func(s, return_cb, NULL, NULL, NULL, 0, NULL, 0));
     }
     CHECK_OK(sluice_stream_destroy(a));
     CHECK_OK(sluice_stream_destroy(b));
@@ -184,13 +184,13 @@ TEST(event_cross_stream_wait_slow_producer) {
     REQUIRE(new_stream(d, &a));
     REQUIRE(new_stream(d, &b));
     uint64_t w0 = stream_waits(b);
-    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &slow, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(a, slow_set_cb, &slow, NULL, NULL, 0, NULL, 0));
     sluice_event_t e;
     REQUIRE_OK(sluice_event_record(a, 0, &e));
     CHECK_OK(sluice_stream_wait_event(b, e)); /* the host does not block */
     CHECK_EQ(stream_waits(b), w0 + 1);
     CHECK_OK(sluice_event_destroy(e)); /* the wait holds what it needs */
-    CHECK_OK(sluice_stream_host_callback(b, observe_cb, &obs, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(b, observe_cb, &obs, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_stream_synchronize(b));
     CHECK_EQ(atomic_load(&seen), 1);
     CHECK_OK(sluice_stream_synchronize(a));
@@ -214,7 +214,7 @@ TEST(event_cross_stream_wait_gated) {
         sluice_event_t e;
         REQUIRE_OK(sluice_event_record(a, 0, &e));
         CHECK_OK(sluice_stream_wait_event(b, e));
-        CHECK_OK(sluice_stream_host_callback(b, set_flag_cb, &ran, NULL, NULL, 0, NULL, 0));
+        CHECK_OK(sluice_stream_launch_host_func(b, set_flag_cb, &ran, NULL, NULL, 0, NULL, 0));
         if (r == 0) sleep_ms(30);
         else sleep_us(200);
         if (!CHECK_EQ(atomic_load(&ran), 0)) FAIL("round %d: b ran past its wait", r);
@@ -241,7 +241,7 @@ TEST(event_outlives_its_stream) {
     sluice_stream_t a, b;
     REQUIRE(new_stream(d, &a));
     REQUIRE(new_stream(d, &b));
-    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &slow, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(a, slow_set_cb, &slow, NULL, NULL, 0, NULL, 0));
     sluice_event_t e;
     REQUIRE_OK(sluice_event_record(a, 0, &e));
     uint64_t ida = stream_id(a);
@@ -251,7 +251,7 @@ TEST(event_outlives_its_stream) {
     static observe_t obs;
     atomic_store(&seen, 0);
     obs = (observe_t){&flag, &seen};
-    CHECK_OK(sluice_stream_host_callback(b, observe_cb, &obs, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(b, observe_cb, &obs, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_stream_synchronize(b));
     CHECK_EQ(atomic_load(&seen), 1);
     CHECK_OK(sluice_event_synchronize(e));
@@ -271,7 +271,7 @@ TEST(event_wait_on_own_stream) {
     REQUIRE(open_dev(&d));
     sluice_stream_t s;
     REQUIRE(new_stream(d, &s));
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)5, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, sleep_cb, (void *)(uintptr_t)5, NULL, NULL, 0, NULL, 0));
     sluice_event_t e;
     REQUIRE_OK(sluice_event_record(s, 0, &e));
     CHECK_OK(sluice_stream_wait_event(s, e)); /* already ordered: must not deadlock */
@@ -345,10 +345,10 @@ TEST(event_pool_aba_100k) {
         intptr_t pdelay = (block_start && block % 2 == 0) ? 3000 : 0;
         if (block_start && block % 2 == 1) {
             sluice_error_t *e =
-                sluice_stream_host_callback(cons, aba_cons_cb, (void *)(intptr_t)-1, NULL, NULL, 0, NULL, 0);
+                sluice_stream_launch_host_func(cons, aba_cons_cb, (void *)(intptr_t)-1, NULL, NULL, 0, NULL, 0);
             if (!CHECK_OK(e)) failures++;
         }
-        sluice_error_t *e = sluice_stream_host_callback(prod, aba_prod_cb, (void *)pdelay, NULL,
+        sluice_error_t *e = sluice_stream_launch_host_func(prod, aba_prod_cb, (void *)pdelay, NULL,
                                                         NULL, 0, NULL, 0);
         if (!CHECK_OK(e)) { failures++; break; }
         sluice_event_t ev;
@@ -361,7 +361,7 @@ TEST(event_pool_aba_100k) {
         }
         if (!CHECK_OK(sluice_stream_wait_event(cons, ev))) failures++;
         if (!CHECK_OK(sluice_event_destroy(ev))) failures++;
-        e = sluice_stream_host_callback(cons, aba_cons_cb, (void *)(intptr_t)i, NULL, NULL, 0, NULL, 0);
+        e = sluice_stream_launch_host_func(cons, aba_cons_cb, (void *)(intptr_t)i, NULL, NULL, 0, NULL, 0);
         if (!CHECK_OK(e)) failures++;
     }
     CHECK_OK(sluice_stream_synchronize(cons));

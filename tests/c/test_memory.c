@@ -11,7 +11,7 @@ static uint8_t *read_back(sluice_stream_t s, sluice_buffer_t b, size_t size) {
     uint8_t *p = malloc(size);
     if (!CHECK(p != NULL)) return NULL;
     memset(p, 0xee, size);
-    if (!CHECK_OK(sluice_copy_to_host(s, p, b, 0, size))) {
+    if (!CHECK_OK(sluice_stream_copy_to_host(s, p, b, 0, size))) {
         free(p);
         return NULL;
     }
@@ -73,13 +73,13 @@ TEST(copy_roundtrip_h2d_d2d_d2h_at_offsets) {
     sluice_buffer_t a, b;
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &a));
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
-    CHECK_OK(sluice_memset(s, a, 0, 0x11, SIZE));
-    CHECK_OK(sluice_memset(s, b, 0, 0xa5, SIZE));
+    CHECK_OK(sluice_stream_memset(s, a, 0, 0x11, SIZE));
+    CHECK_OK(sluice_stream_memset(s, b, 0, 0xa5, SIZE));
     uint8_t *src = malloc(LEN);
     REQUIRE(src != NULL);
     fill_pattern(src, LEN, SEED);
-    CHECK_OK(sluice_copy_from_host(s, a, OFF_A, src, LEN));
-    CHECK_OK(sluice_copy(s, b, OFF_B, a, OFF_A, LEN));
+    CHECK_OK(sluice_stream_copy_from_host(s, a, OFF_A, src, LEN));
+    CHECK_OK(sluice_stream_copy(s, b, OFF_B, a, OFF_A, LEN));
     uint8_t *ra = read_back(s, a, SIZE), *rb = read_back(s, b, SIZE);
     if (ra && rb) {
         CHECK_EQ(check_fill(ra, OFF_A, 0x11), -1);
@@ -92,12 +92,12 @@ TEST(copy_roundtrip_h2d_d2d_d2h_at_offsets) {
     /* a partial read at an offset */
     uint8_t part[777];
     memset(part, 0, sizeof part);
-    CHECK_OK(sluice_copy_to_host(s, part, b, OFF_B + 1000, sizeof part));
+    CHECK_OK(sluice_stream_copy_to_host(s, part, b, OFF_B + 1000, sizeof part));
     CHECK_EQ(check_pattern(part, sizeof part, SEED, 1000), -1);
     /* copies within one buffer, to a disjoint range */
-    CHECK_OK(sluice_copy(s, b, 0, b, OFF_B, 1000));
+    CHECK_OK(sluice_stream_copy(s, b, 0, b, OFF_B, 1000));
     memset(part, 0, sizeof part);
-    CHECK_OK(sluice_copy_to_host(s, part, b, 0, sizeof part));
+    CHECK_OK(sluice_stream_copy_to_host(s, part, b, 0, sizeof part));
     CHECK_EQ(check_pattern(part, sizeof part, SEED, 0), -1);
     free(ra);
     free(rb);
@@ -125,15 +125,15 @@ TEST(copy_pinned_and_registered_paths) {
     memset(mem, 0, SIZE);
     sluice_buffer_t reg;
     if (CHECK_OK(sluice_buffer_register_host(d, mem, SIZE, &reg))) {
-        CHECK_OK(sluice_copy(s, dev, 0, pin, 0, SIZE));             /* pinned -> device */
-        CHECK_OK(sluice_copy(s, reg, 100, dev, 200, SIZE - 300));   /* device -> registered */
+        CHECK_OK(sluice_stream_copy(s, dev, 0, pin, 0, SIZE));             /* pinned -> device */
+        CHECK_OK(sluice_stream_copy(s, reg, 100, dev, 200, SIZE - 300));   /* device -> registered */
         CHECK_OK(sluice_stream_synchronize(s));
         CHECK_EQ(check_fill(mem, 100, 0), -1);
         CHECK_EQ(check_pattern(mem + 100, SIZE - 300, SEED, 200), -1);
         CHECK_EQ(check_fill(mem + SIZE - 200, 200, 0), -1);
         /* registered -> pinned, host to host through the stream */
         fill_pattern(mem, SIZE, SEED + 1);
-        CHECK_OK(sluice_copy(s, pin, 0, reg, 0, SIZE));
+        CHECK_OK(sluice_stream_copy(s, pin, 0, reg, 0, SIZE));
         sluice_sync_t ps;
         if (CHECK_OK(sluice_buffer_sync(pin, &ps))) {
             CHECK_OK(sluice_sync_wait_read(ps)); /* waits for the copy that wrote it */
@@ -157,10 +157,10 @@ TEST(memset_ranges) {
     REQUIRE(new_stream(d, &s));
     sluice_buffer_t b;
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
-    CHECK_OK(sluice_memset(s, b, 0, 0x01, SIZE));
-    CHECK_OK(sluice_memset(s, b, 10, 0x5a, 50));
-    CHECK_OK(sluice_memset(s, b, SIZE - 7, 0xff, 7));
-    CHECK_OK(sluice_memset(s, b, 1000, 0x00, 3000));
+    CHECK_OK(sluice_stream_memset(s, b, 0, 0x01, SIZE));
+    CHECK_OK(sluice_stream_memset(s, b, 10, 0x5a, 50));
+    CHECK_OK(sluice_stream_memset(s, b, SIZE - 7, 0xff, 7));
+    CHECK_OK(sluice_stream_memset(s, b, 1000, 0x00, 3000));
     uint8_t *r = read_back(s, b, SIZE);
     if (r) {
         CHECK_EQ(check_fill(r, 10, 0x01), -1);
@@ -187,8 +187,8 @@ TEST(copy_from_host_source_reusable_on_return) {
     static uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
     /* the copy itself runs 40 ms later */
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_copy_from_host(s, b, 0, src, SIZE));
+    CHECK_OK(sluice_stream_launch_host_func(s, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_copy_from_host(s, b, 0, src, SIZE));
     memset(src, 0, SIZE); /* allowed: the call returned */
     uint8_t *r = read_back(s, b, SIZE);
     if (r) {
@@ -213,15 +213,15 @@ TEST(copies_across_streams_are_ordered_automatically) {
     sluice_buffer_t x, y;
     REQUIRE_OK(sluice_buffer_alloc(a, SIZE, &x));
     REQUIRE_OK(sluice_buffer_alloc(a, SIZE, &y));
-    CHECK_OK(sluice_memset(a, x, 0, 0, SIZE));
-    CHECK_OK(sluice_memset(a, y, 0, 0, SIZE));
+    CHECK_OK(sluice_stream_memset(a, x, 0, 0, SIZE));
+    CHECK_OK(sluice_stream_memset(a, y, 0, 0, SIZE));
     CHECK_OK(sluice_stream_synchronize(a));
     static uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
     uint64_t wb = stream_waits(b), wc = stream_waits(c);
-    CHECK_OK(sluice_stream_host_callback(a, sleep_cb, (void *)(uintptr_t)50, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_copy_from_host(a, x, 0, src, SIZE));
-    CHECK_OK(sluice_copy(b, y, 0, x, 0, SIZE));
+    CHECK_OK(sluice_stream_launch_host_func(a, sleep_cb, (void *)(uintptr_t)50, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_copy_from_host(a, x, 0, src, SIZE));
+    CHECK_OK(sluice_stream_copy(b, y, 0, x, 0, SIZE));
     uint8_t *r = read_back(c, y, SIZE);
     if (r) {
         CHECK_EQ(check_pattern(r, SIZE, SEED, 0), -1);
@@ -250,16 +250,16 @@ TEST(buffer_free_while_in_use_on_other_stream) {
     REQUIRE_OK(sluice_buffer_alloc(b, SIZE, &y));
     static uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
-    CHECK_OK(sluice_copy_from_host(a, x, 0, src, SIZE));
-    CHECK_OK(sluice_memset(b, y, 0, 0, SIZE));
+    CHECK_OK(sluice_stream_copy_from_host(a, x, 0, src, SIZE));
+    CHECK_OK(sluice_stream_memset(b, y, 0, 0, SIZE));
     REQUIRE(enqueue_gate(b, &gate));
-    CHECK_OK(sluice_copy(b, y, 0, x, 0, SIZE)); /* reads x on b, behind the gate */
+    CHECK_OK(sluice_stream_copy(b, y, 0, x, 0, SIZE)); /* reads x on b, behind the gate */
     CHECK_OK(sluice_buffer_free(x));            /* x's memory must outlive that copy */
     /* reuse a's pool while x's copy is still pending (x's free is ordered on a after
      * b's read, so a now waits for the gate too: do not block on a here) */
     sluice_buffer_t z;
     bool have_z = CHECK_OK(sluice_buffer_alloc(a, SIZE, &z));
-    if (have_z) CHECK_OK(sluice_memset(a, z, 0, 0x77, SIZE));
+    if (have_z) CHECK_OK(sluice_stream_memset(a, z, 0, 0x77, SIZE));
     bool idle = true;
     CHECK_OK(sluice_stream_query(a, &idle));
     CHECK(!idle);
@@ -293,14 +293,14 @@ TEST(registered_free_waits_for_pending_copies) {
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &dev));
     static uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
-    CHECK_OK(sluice_copy_from_host(s, dev, 0, src, SIZE));
+    CHECK_OK(sluice_stream_copy_from_host(s, dev, 0, src, SIZE));
     uint8_t *mem = aligned_alloc(4096, SIZE);
     REQUIRE(mem != NULL);
     memset(mem, 0, SIZE);
     sluice_buffer_t reg;
     if (CHECK_OK(sluice_buffer_register_host(d, mem, SIZE, &reg))) {
-        CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
-        CHECK_OK(sluice_copy(s, reg, 0, dev, 0, SIZE));
+        CHECK_OK(sluice_stream_launch_host_func(s, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
+        CHECK_OK(sluice_stream_copy(s, reg, 0, dev, 0, SIZE));
         CHECK_OK(sluice_buffer_free(reg)); /* waits for the copy into mem */
         CHECK_EQ(check_pattern(mem, SIZE, SEED, 0), -1);
     }
@@ -328,8 +328,8 @@ TEST(pinned_source_unmodified_until_copy_completes) {
     sluice_buffer_info_t pi;
     REQUIRE(buffer_info(pin, &pi));
     fill_pattern(pi.host_ptr, SIZE, SEED);
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)50, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_copy(s, dev, 0, pin, 0, SIZE));
+    CHECK_OK(sluice_stream_launch_host_func(s, sleep_cb, (void *)(uintptr_t)50, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_copy(s, dev, 0, pin, 0, SIZE));
     CHECK_OK(sluice_buffer_free(pin));
     sluice_pinned_stats_t before, after;
     CHECK_OK(sluice_device_pinned_stats(d, &before));
@@ -432,18 +432,18 @@ TEST(zero_length_copies_are_noops) {
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
     uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
-    CHECK_OK(sluice_copy_from_host(s, a, 0, src, SIZE));
-    CHECK_OK(sluice_memset(s, b, 0, 0x33, SIZE));
-    CHECK_OK(sluice_copy(s, b, 0, a, 0, 0));
-    CHECK_OK(sluice_copy(s, b, SIZE, a, SIZE, 0)); /* an empty range at the very end */
-    CHECK_OK(sluice_copy(s, a, 5, b, 9, 0));
-    CHECK_OK(sluice_copy_from_host(s, b, 10, src, 0));
-    CHECK_OK(sluice_copy_from_host(s, b, 10, NULL, 0)); /* NULL is fine with length 0 */
+    CHECK_OK(sluice_stream_copy_from_host(s, a, 0, src, SIZE));
+    CHECK_OK(sluice_stream_memset(s, b, 0, 0x33, SIZE));
+    CHECK_OK(sluice_stream_copy(s, b, 0, a, 0, 0));
+    CHECK_OK(sluice_stream_copy(s, b, SIZE, a, SIZE, 0)); /* an empty range at the very end */
+    CHECK_OK(sluice_stream_copy(s, a, 5, b, 9, 0));
+    CHECK_OK(sluice_stream_copy_from_host(s, b, 10, src, 0));
+    CHECK_OK(sluice_stream_copy_from_host(s, b, 10, NULL, 0)); /* NULL is fine with length 0 */
     uint8_t dst[4] = {1, 2, 3, 4};
-    CHECK_OK(sluice_copy_to_host(s, dst, a, 3, 0));
-    CHECK_OK(sluice_copy_to_host(s, NULL, a, 3, 0));
+    CHECK_OK(sluice_stream_copy_to_host(s, dst, a, 3, 0));
+    CHECK_OK(sluice_stream_copy_to_host(s, NULL, a, 3, 0));
     CHECK(dst[0] == 1 && dst[1] == 2 && dst[2] == 3 && dst[3] == 4);
-    CHECK_OK(sluice_memset(s, a, 7, 0x00, 0));
+    CHECK_OK(sluice_stream_memset(s, a, 7, 0x00, 0));
     uint8_t *ra = read_back(s, a, SIZE), *rb = read_back(s, b, SIZE);
     if (ra) CHECK_EQ(check_pattern(ra, SIZE, SEED, 0), -1);
     if (rb) CHECK_EQ(check_fill(rb, SIZE, 0x33), -1);
@@ -467,8 +467,8 @@ TEST(buffer_outlives_its_home_stream) {
     CHECK_OK(sluice_stream_destroy(a)); /* x's free stays ordered on a's stream */
     uint8_t src[SIZE], dst[SIZE];
     fill_pattern(src, SIZE, SEED);
-    CHECK_OK(sluice_copy_from_host(b, x, 0, src, SIZE));
-    CHECK_OK(sluice_copy_to_host(b, dst, x, 0, SIZE));
+    CHECK_OK(sluice_stream_copy_from_host(b, x, 0, src, SIZE));
+    CHECK_OK(sluice_stream_copy_to_host(b, dst, x, 0, SIZE));
     CHECK(memcmp(src, dst, SIZE) == 0);
     CHECK_OK(sluice_buffer_free(x));
     CHECK_OK(sluice_stream_synchronize(b));
@@ -487,13 +487,13 @@ TEST(callback_failure_not_swallowed_by_registered_free) {
     REQUIRE(new_stream(d, &s));
     sluice_buffer_t b;
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
-    CHECK_OK(sluice_memset(s, b, 0, 0x6b, SIZE));
+    CHECK_OK(sluice_stream_memset(s, b, 0, 0x6b, SIZE));
     uint8_t *mem = aligned_alloc(4096, SIZE);
     REQUIRE(mem != NULL);
     sluice_buffer_t r;
     if (CHECK_OK(sluice_buffer_register_host(d, mem, SIZE, &r))) {
-        CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
-        CHECK_OK(sluice_copy(s, r, 0, b, 0, SIZE));
+        CHECK_OK(sluice_stream_launch_host_func(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
+        CHECK_OK(sluice_stream_copy(s, r, 0, b, 0, SIZE));
         CHECK_OK(sluice_buffer_free(r)); /* waits for the copy on s */
         CHECK_EQ(check_fill(mem, SIZE, 0x6b), -1);
         CHECK_ERR(sluice_stream_synchronize(s), SLUICE_ERROR_CALLBACK_FAILED);
@@ -515,8 +515,8 @@ TEST(callback_failure_not_swallowed_by_pinned_trim) {
     sluice_buffer_t b, p;
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
     REQUIRE_OK(sluice_buffer_alloc_pinned(d, SIZE, &p));
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_copy(s, b, 0, p, 0, SIZE));
+    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_copy(s, b, 0, p, 0, SIZE));
     CHECK_OK(sluice_buffer_free(p)); /* cached with its pending copy */
     CHECK_OK(sluice_device_pinned_trim(d)); /* waits for that copy */
     CHECK_ERR(sluice_stream_synchronize(s), SLUICE_ERROR_CALLBACK_FAILED);
@@ -542,8 +542,8 @@ TEST(pinned_reuse_unaffected_by_callback_failure) {
     sluice_buffer_t b, p;
     REQUIRE_OK(sluice_buffer_alloc(s, SIZE, &b));
     REQUIRE_OK(sluice_buffer_alloc_pinned(d, SIZE, &p));
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_copy(s, b, 0, p, 0, SIZE));
+    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, (void *)(intptr_t)9, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_copy(s, b, 0, p, 0, SIZE));
     CHECK_OK(sluice_buffer_free(p));
     sluice_buffer_t p2 = {0};
     CHECK_OK(sluice_buffer_alloc_pinned(d, SIZE, &p2)); /* the cached block */
@@ -575,17 +575,17 @@ TEST(stream_ordered_alloc_then_use_on_other_stream) {
     uint8_t *src = malloc(SIZE);
     REQUIRE(src != NULL);
     fill_pattern(src, SIZE, SEED);
-    CHECK_OK(sluice_copy_from_host(a, x, 0, src, SIZE));
+    CHECK_OK(sluice_stream_copy_from_host(a, x, 0, src, SIZE));
     CHECK_OK(sluice_stream_synchronize(a));
     sluice_buffer_info_t xi, zi;
     REQUIRE_OK(sluice_buffer_info(x, &xi));
     REQUIRE(enqueue_gate(a, &gate));
-    CHECK_OK(sluice_copy(a, y, 0, x, 0, SIZE));
+    CHECK_OK(sluice_stream_copy(a, y, 0, x, 0, SIZE));
     CHECK_OK(sluice_buffer_free(x));
     REQUIRE_OK(sluice_buffer_alloc(a, SIZE, &z));
     if (CHECK_OK(sluice_buffer_info(z, &zi)) && zi.device_ptr == xi.device_ptr)
         printf("    note: z reuses x's memory\n");
-    CHECK_OK(sluice_memset(b, z, 0, 0x00, SIZE));
+    CHECK_OK(sluice_stream_memset(b, z, 0, 0x00, SIZE));
     sleep_ms(20);
     gate_open(&gate);
     uint8_t *r = read_back(a, y, SIZE);

@@ -89,10 +89,10 @@ TEST(stream_wrap_external_roundtrip) {
     CHECK(wraw == raw);
 
     /* both handles name the same underlying stream: one FIFO order */
-    CHECK_OK(sluice_stream_host_callback(orig, log_cb, &items[0], NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_stream_host_callback(wrap, log_cb, &items[1], NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_stream_host_callback(orig, log_cb, &items[2], NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_stream_host_callback(wrap, log_cb, &items[3], NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(orig, log_cb, &items[0], NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(wrap, log_cb, &items[1], NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(orig, log_cb, &items[2], NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(wrap, log_cb, &items[3], NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_stream_synchronize(wrap));
     CHECK_EQ(atomic_load(&log.n), 4);
     for (int i = 0; i < 4; i++) CHECK_EQ(log.vals[i], i + 1);
@@ -100,13 +100,13 @@ TEST(stream_wrap_external_roundtrip) {
     /* destroying the wrapper leaves the original alone */
     CHECK_OK(sluice_stream_destroy(wrap));
     CHECK_ERR(sluice_stream_synchronize(wrap), SLUICE_ERROR_INVALID_HANDLE);
-    CHECK_OK(sluice_stream_host_callback(orig, log_cb, &items[4], NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(orig, log_cb, &items[4], NULL, NULL, 0, NULL, 0));
     sluice_buffer_t b;
     if (CHECK_OK(sluice_buffer_alloc(orig, 64, &b))) {
         uint8_t src[64], dst[64];
         fill_pattern(src, 64, 11);
-        CHECK_OK(sluice_copy_from_host(orig, b, 0, src, 64));
-        CHECK_OK(sluice_copy_to_host(orig, dst, b, 0, 64));
+        CHECK_OK(sluice_stream_copy_from_host(orig, b, 0, src, 64));
+        CHECK_OK(sluice_stream_copy_to_host(orig, dst, b, 0, 64));
         CHECK(memcmp(src, dst, 64) == 0);
         CHECK_OK(sluice_buffer_free(b));
     }
@@ -174,7 +174,7 @@ TEST(callbacks_run_in_stream_order) {
     /* hold the stream so all 1000 are queued before any runs */
     REQUIRE(enqueue_gate(s, &gate));
     for (int i = 0; i < NCB; i++)
-        if (!CHECK_OK(sluice_stream_host_callback(s, order_cb, (void *)(intptr_t)i, NULL, NULL, 0,
+        if (!CHECK_OK(sluice_stream_launch_host_func(s, order_cb, (void *)(intptr_t)i, NULL, NULL, 0,
                                                   NULL, 0)))
             break;
     CHECK_EQ(atomic_load(&order_n), 0);
@@ -204,7 +204,7 @@ TEST(callbacks_interleaved_streams_keep_per_stream_order) {
     for (int i = 0; i < PER; i++)
         for (int k = 0; k < NS; k++) {
             items[k][i] = (log_item_t){&log, k * 100000 + i};
-            CHECK_OK(sluice_stream_host_callback(s[k], log_cb, &items[k][i], NULL, NULL, 0, NULL, 0));
+            CHECK_OK(sluice_stream_launch_host_func(s[k], log_cb, &items[k][i], NULL, NULL, 0, NULL, 0));
         }
     for (int k = 0; k < NS; k++) CHECK_OK(sluice_stream_synchronize(s[k]));
     REQUIRE(atomic_load(&log.n) == NS * PER);
@@ -228,9 +228,9 @@ TEST(callback_failure_reported_at_next_sync) {
     REQUIRE(new_stream(d, &s));
     char sid[32];
     snprintf(sid, sizeof sid, "#%llu", (unsigned long long)stream_id(s));
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)42, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, (void *)(intptr_t)42, NULL, NULL, 0, NULL, 0));
     /* later work still runs */
-    CHECK_OK(sluice_stream_host_callback(s, set_flag_cb, &after, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, set_flag_cb, &after, NULL, NULL, 0, NULL, 0));
     sluice_error_t *e = sluice_stream_synchronize(s);
     REQUIRE(e != NULL);
     CHECK_EQ(sluice_error_code(e), SLUICE_ERROR_CALLBACK_FAILED);
@@ -244,7 +244,7 @@ TEST(callback_failure_reported_at_next_sync) {
     CHECK_OK(sluice_stream_synchronize(s));
     CHECK_OK(sluice_stream_synchronize(s));
     /* a clean callback after that does not resurrect it */
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)0, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, (void *)(intptr_t)0, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_stream_synchronize(s));
     CHECK_OK(sluice_stream_destroy(s));
     CHECK_OK(sluice_device_close(d));
@@ -258,11 +258,11 @@ TEST(callback_failure_names_stream_label) {
     sluice_stream_t s;
     REQUIRE(new_stream(d, &s));
     CHECK_OK(sluice_stream_set_label(s, "decode-batch-7"));
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)-3, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, (void *)(intptr_t)-3, NULL, NULL, 0, NULL, 0));
     CHECK_ERR_MSG(sluice_stream_synchronize(s), SLUICE_ERROR_CALLBACK_FAILED, "decode-batch-7");
     /* NULL clears the label */
     CHECK_OK(sluice_stream_set_label(s, NULL));
-    CHECK_OK(sluice_stream_host_callback(s, return_cb, (void *)(intptr_t)1, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, (void *)(intptr_t)1, NULL, NULL, 0, NULL, 0));
     sluice_error_t *e = sluice_stream_synchronize(s);
     if (CHECK(e != NULL)) {
         CHECK_EQ(sluice_error_code(e), SLUICE_ERROR_CALLBACK_FAILED);
@@ -278,8 +278,8 @@ TEST(callback_null_function) {
     REQUIRE(open_dev(&d));
     sluice_stream_t s;
     REQUIRE(new_stream(d, &s));
-    CHECK_ERR_MSG(sluice_stream_host_callback(s, NULL, NULL, NULL, NULL, 0, NULL, 0),
-                  SLUICE_ERROR_NULL_ARGUMENT, "sluice_stream_host_callback");
+    CHECK_ERR_MSG(sluice_stream_launch_host_func(s, NULL, NULL, NULL, NULL, 0, NULL, 0),
+                  SLUICE_ERROR_NULL_ARGUMENT, "sluice_stream_launch_host_func");
     CHECK_OK(sluice_stream_synchronize(s));
     CHECK_OK(sluice_stream_destroy(s));
     CHECK_OK(sluice_device_close(d));
@@ -296,9 +296,9 @@ TEST(stream_destroy_with_pending_work) {
     sluice_buffer_t b;
     REQUIRE_OK(sluice_buffer_alloc(s, 4096, &b));
     REQUIRE(enqueue_gate(s, &gate));
-    CHECK_OK(sluice_memset(s, b, 0, 0x3c, 4096));
+    CHECK_OK(sluice_stream_memset(s, b, 0, 0x3c, 4096));
     for (int i = 0; i < 50; i++)
-        CHECK_OK(sluice_stream_host_callback(s, incr_cb, &count, NULL, NULL, 0, NULL, 0));
+        CHECK_OK(sluice_stream_launch_host_func(s, incr_cb, &count, NULL, NULL, 0, NULL, 0));
     /* handles go at once; the enqueued work (and the memory it uses) stays valid */
     CHECK_OK(sluice_buffer_free(b));
     CHECK_OK(sluice_stream_destroy(s));
@@ -337,15 +337,15 @@ static void *stream_thread(void *p) {
             break;
         }
         for (int i = 0; i < 10; i++)
-            if ((e = sluice_stream_host_callback(s, incr_cb, &a->counter, NULL, NULL, 0, NULL, 0))) {
+            if ((e = sluice_stream_launch_host_func(s, incr_cb, &a->counter, NULL, NULL, 0, NULL, 0))) {
                 sluice_error_free(e);
                 a->failures++;
             }
-        if ((e = sluice_copy_from_host(s, b, 0, src, sizeof src))) {
+        if ((e = sluice_stream_copy_from_host(s, b, 0, src, sizeof src))) {
             sluice_error_free(e);
             a->failures++;
         }
-        if ((e = sluice_copy_to_host(s, dst, b, 0, sizeof dst))) {
+        if ((e = sluice_stream_copy_to_host(s, dst, b, 0, sizeof dst))) {
             sluice_error_free(e);
             a->failures++;
         }
@@ -410,13 +410,13 @@ TEST(callback_user_data_is_freed_exactly_once) {
     sluice_stream_t s;
     REQUIRE_OK(sluice_stream_create(d, 0, 0, &s));
     static owned_data_t ok_run, failed_call;
-    CHECK_OK(sluice_stream_host_callback(s, owned_cb, &ok_run, owned_free, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, owned_cb, &ok_run, owned_free, NULL, 0, NULL, 0));
     CHECK_OK(sluice_stream_synchronize(s));
     CHECK_EQ(atomic_load(&ok_run.ran), 1);
     CHECK_EQ(atomic_load(&ok_run.freed), 1);
     CHECK_EQ(atomic_load(&ok_run.ran_when_freed), 1); /* freed after the run */
     /* A call that fails (bad sync array) never runs but still frees. */
-    CHECK_ERR(sluice_stream_host_callback(s, owned_cb, &failed_call, owned_free, NULL, 3, NULL, 0),
+    CHECK_ERR(sluice_stream_launch_host_func(s, owned_cb, &failed_call, owned_free, NULL, 3, NULL, 0),
               SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_EQ(atomic_load(&failed_call.ran), 0);
     CHECK_EQ(atomic_load(&failed_call.freed), 1);

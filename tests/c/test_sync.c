@@ -15,14 +15,14 @@ static bool foreign_op(sluice_stream_t s, const sluice_sync_t *r, size_t nr,
     sluice_op_t op = {0};
     if (!CHECK_OK(sluice_op_begin(s, r, nr, w, nw, &op))) return false;
     CHECK(op.bits != 0);
-    bool ok = CHECK_OK(sluice_stream_host_callback(s, log_cb, item, NULL, NULL, 0, NULL, 0));
+    bool ok = CHECK_OK(sluice_stream_launch_host_func(s, log_cb, item, NULL, NULL, 0, NULL, 0));
     return CHECK_OK(sluice_op_end(op)) && ok;
 }
 
 TEST(sync_new_info_destroy) {
     sluice_sync_t a = {0}, b = {0};
-    REQUIRE_OK(sluice_sync_new(&a));
-    REQUIRE_OK(sluice_sync_new(&b));
+    REQUIRE_OK(sluice_sync_create(&a));
+    REQUIRE_OK(sluice_sync_create(&b));
     CHECK(a.bits != 0 && a.bits != b.bits);
     sluice_sync_info_t ia, ib;
     if (sync_info(a, &ia) && sync_info(b, &ib)) {
@@ -57,14 +57,14 @@ TEST(buffer_sync_handles) {
         CHECK_EQ(i1.reader_count, 0);
         CHECK_EQ(i1.has_writer, 0);
     }
-    CHECK_OK(sluice_memset(s, b, 0, 0x5c, 512));
+    CHECK_OK(sluice_stream_memset(s, b, 0, 0x5c, 512));
     if (sync_info(s1, &i1)) {
         CHECK_EQ(i1.has_writer, 1);
         CHECK_EQ(i1.reader_count, 0);
     }
     CHECK_OK(sluice_sync_destroy(s2)); /* the buffer is unaffected */
     uint8_t r[512];
-    CHECK_OK(sluice_copy_to_host(s, r, b, 0, 512));
+    CHECK_OK(sluice_stream_copy_to_host(s, r, b, 0, 512));
     CHECK_EQ(check_fill(r, 512, 0x5c), -1);
     if (sync_info(s1, &i1)) {
         CHECK(i1.reader_count <= 1);
@@ -93,7 +93,7 @@ TEST(sync_engine_waits_and_order) {
     for (int k = 0; k < NS; k++) REQUIRE(new_stream(d, &s[k]));
     for (int k = 0; k < NS; k++) REQUIRE(enqueue_gate(s[k], &gates[k]));
     sluice_sync_t x;
-    REQUIRE_OK(sluice_sync_new(&x));
+    REQUIRE_OK(sluice_sync_create(&x));
     uint64_t w[NS];
     for (int k = 0; k < NS; k++) w[k] = stream_waits(s[k]);
 #define WAITS(k) (stream_waits(s[k]) - w[k])
@@ -175,7 +175,7 @@ TEST(sync_read_write_in_one_op_counts_as_write) {
     sluice_stream_t s[3];
     for (int k = 0; k < 3; k++) REQUIRE(new_stream(d, &s[k]));
     sluice_sync_t x;
-    REQUIRE_OK(sluice_sync_new(&x));
+    REQUIRE_OK(sluice_sync_create(&x));
     static log_t log;
     static log_item_t it[3];
     log_reset(&log);
@@ -211,25 +211,25 @@ TEST(same_stream_ops_insert_no_waits) {
     sluice_sync_t sb, sp, x;
     REQUIRE_OK(sluice_buffer_sync(b, &sb));
     REQUIRE_OK(sluice_buffer_sync(p, &sp));
-    REQUIRE_OK(sluice_sync_new(&x));
+    REQUIRE_OK(sluice_sync_create(&x));
     static atomic_int count;
     atomic_store(&count, 0);
     uint64_t w0 = stream_waits(s);
     uint8_t src[SIZE];
     fill_pattern(src, SIZE, 77);
     for (int i = 0; i < ROUNDS; i++) {
-        CHECK_OK(sluice_memset(s, b, 0, (uint8_t)i, SIZE));
-        CHECK_OK(sluice_copy(s, p, 0, b, 0, SIZE));
-        CHECK_OK(sluice_copy(s, c, 0, p, 0, SIZE));
-        CHECK_OK(sluice_copy_from_host(s, b, 0, src, SIZE));
-        CHECK_OK(sluice_stream_host_callback(s, incr_cb, &count, NULL, &sp, 1, &sb, 1));
+        CHECK_OK(sluice_stream_memset(s, b, 0, (uint8_t)i, SIZE));
+        CHECK_OK(sluice_stream_copy(s, p, 0, b, 0, SIZE));
+        CHECK_OK(sluice_stream_copy(s, c, 0, p, 0, SIZE));
+        CHECK_OK(sluice_stream_copy_from_host(s, b, 0, src, SIZE));
+        CHECK_OK(sluice_stream_launch_host_func(s, incr_cb, &count, NULL, &sp, 1, &sb, 1));
         sluice_op_t op;
         if (CHECK_OK(sluice_op_begin(s, &sb, 1, &x, 1, &op))) CHECK_OK(sluice_op_end(op));
         sluice_sync_t both[2] = {sb, sp};
         if (CHECK_OK(sluice_op_begin(s, NULL, 0, both, 2, &op))) CHECK_OK(sluice_op_end(op));
     }
     uint8_t r[SIZE];
-    CHECK_OK(sluice_copy_to_host(s, r, c, 0, SIZE));
+    CHECK_OK(sluice_stream_copy_to_host(s, r, c, 0, SIZE));
     CHECK_EQ(check_fill(r, SIZE, (uint8_t)(ROUNDS - 1)), -1);
     CHECK_OK(sluice_stream_synchronize(s));
     CHECK_EQ(atomic_load(&count), ROUNDS);
@@ -260,21 +260,21 @@ TEST(k_readers_on_s_streams_then_one_writer) {
         for (int i = 0; i < K; i++) REQUIRE_OK(sluice_buffer_alloc(r[k], SIZE, &dst[k][i]));
     static uint8_t src[SIZE];
     fill_pattern(src, SIZE, SEED);
-    CHECK_OK(sluice_copy_from_host(r[0], b, 0, src, SIZE));
+    CHECK_OK(sluice_stream_copy_from_host(r[0], b, 0, src, SIZE));
     sluice_sync_t sb;
     REQUIRE_OK(sluice_buffer_sync(b, &sb));
     uint64_t w0 = stream_waits(w);
     for (int k = 0; k < S; k++) {
-        CHECK_OK(sluice_stream_host_callback(r[k], sleep_cb, (void *)(uintptr_t)(20 + 5 * k), NULL,
+        CHECK_OK(sluice_stream_launch_host_func(r[k], sleep_cb, (void *)(uintptr_t)(20 + 5 * k), NULL,
                                              NULL, 0, NULL, 0));
-        for (int i = 0; i < K; i++) CHECK_OK(sluice_copy(r[k], dst[k][i], 0, b, 0, SIZE));
+        for (int i = 0; i < K; i++) CHECK_OK(sluice_stream_copy(r[k], dst[k][i], 0, b, 0, SIZE));
     }
     sluice_sync_info_t info;
     if (sync_info(sb, &info)) {
         CHECK_EQ(info.reader_count, S);
         CHECK_EQ(info.has_writer, 1);
     }
-    CHECK_OK(sluice_memset(w, b, 0, 0xdd, SIZE));
+    CHECK_OK(sluice_stream_memset(w, b, 0, 0xdd, SIZE));
     CHECK_EQ(stream_waits(w) - w0, S);
     if (sync_info(sb, &info)) {
         CHECK_EQ(info.reader_count, 0);
@@ -285,10 +285,10 @@ TEST(k_readers_on_s_streams_then_one_writer) {
     for (int k = 0; k < S; k++)
         for (int i = 0; i < K; i++) {
             memset(buf, 0, SIZE);
-            CHECK_OK(sluice_copy_to_host(r[k], buf, dst[k][i], 0, SIZE));
+            CHECK_OK(sluice_stream_copy_to_host(r[k], buf, dst[k][i], 0, SIZE));
             if (!CHECK_EQ(check_pattern(buf, SIZE, SEED, 0), -1)) FAIL("reader %d copy %d", k, i);
         }
-    CHECK_OK(sluice_copy_to_host(w, buf, b, 0, SIZE));
+    CHECK_OK(sluice_stream_copy_to_host(w, buf, b, 0, SIZE));
     CHECK_EQ(check_fill(buf, SIZE, 0xdd), -1);
     free(buf);
     CHECK_OK(sluice_sync_destroy(sb));
@@ -315,18 +315,18 @@ TEST(sync_wait_read_waits_for_writer_only) {
     REQUIRE(new_stream(d, &a));
     REQUIRE(new_stream(d, &b));
     sluice_sync_t x;
-    REQUIRE_OK(sluice_sync_new(&x));
+    REQUIRE_OK(sluice_sync_create(&x));
     /* writer: slow foreign work on a */
     sluice_op_t op;
     REQUIRE_OK(sluice_op_begin(a, NULL, 0, &x, 1, &op));
-    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &wr, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(a, slow_set_cb, &wr, NULL, NULL, 0, NULL, 0));
     REQUIRE_OK(sluice_op_end(op));
     CHECK_OK(sluice_sync_wait_read(x));
     CHECK_EQ(atomic_load(&wrote), 1); /* completed, not merely enqueued */
     /* a reader on b, held by a gate: wait_read must not wait for it (it would hang) */
     REQUIRE(enqueue_gate(b, &gate));
     REQUIRE_OK(sluice_op_begin(b, &x, 1, NULL, 0, &op));
-    CHECK_OK(sluice_stream_host_callback(b, slow_set_cb, &rd, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(b, slow_set_cb, &rd, NULL, NULL, 0, NULL, 0));
     REQUIRE_OK(sluice_op_end(op));
     bool gpu = dev_backend(d) != SLUICE_BACKEND_HOST;
     if (!gpu) {
@@ -351,13 +351,13 @@ TEST(sync_wait_write_waits_for_all_readers) {
     REQUIRE(open_dev(&d));
     sluice_stream_t s[NR];
     sluice_sync_t x;
-    REQUIRE_OK(sluice_sync_new(&x));
+    REQUIRE_OK(sluice_sync_create(&x));
     for (int k = 0; k < NR; k++) {
         atomic_store(&flags[k], 0);
         args[k] = (slow_set_t){(unsigned)(15 * (k + 1)), &flags[k], 1};
         REQUIRE(new_stream(d, &s[k]));
         /* a tracked host callback that reads x */
-        CHECK_OK(sluice_stream_host_callback(s[k], slow_set_cb, &args[k], NULL, &x, 1, NULL, 0));
+        CHECK_OK(sluice_stream_launch_host_func(s[k], slow_set_cb, &args[k], NULL, &x, 1, NULL, 0));
     }
     sluice_sync_info_t info;
     if (sync_info(x, &info)) {
@@ -397,10 +397,10 @@ TEST(tracked_callbacks_order_across_streams) {
     REQUIRE(new_stream(d, &a));
     REQUIRE(new_stream(d, &b));
     sluice_sync_t x;
-    REQUIRE_OK(sluice_sync_new(&x));
-    CHECK_OK(sluice_stream_host_callback(a, slow_set_cb, &wr, NULL, NULL, 0, &x, 1));
+    REQUIRE_OK(sluice_sync_create(&x));
+    CHECK_OK(sluice_stream_launch_host_func(a, slow_set_cb, &wr, NULL, NULL, 0, &x, 1));
     uint64_t wb = stream_waits(b);
-    CHECK_OK(sluice_stream_host_callback(b, copy_int_cb, &cp, NULL, &x, 1, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(b, copy_int_cb, &cp, NULL, &x, 1, NULL, 0));
     CHECK_EQ(stream_waits(b) - wb, 1);
     CHECK_OK(sluice_stream_synchronize(b));
     CHECK_EQ(atomic_load(&seen), 5); /* b's reader ran after a's writer */
@@ -442,22 +442,22 @@ TEST(op_begin_orders_foreign_work_after_library_writes) {
     sluice_sync_t sp;
     REQUIRE_OK(sluice_buffer_sync(p, &sp));
     /* library write on a, late */
-    CHECK_OK(sluice_stream_host_callback(a, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
-    CHECK_OK(sluice_memset(a, p, 0, 0x77, SIZE));
+    CHECK_OK(sluice_stream_launch_host_func(a, sleep_cb, (void *)(uintptr_t)40, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_memset(a, p, 0, 0x77, SIZE));
     /* foreign read on b: the "foreign kernel" is a callback that checks the bytes */
     ef = (expect_fill_t){pi.host_ptr, SIZE, 0x77, &result};
     sluice_op_t op;
     uint64_t wb = stream_waits(b);
     REQUIRE_OK(sluice_op_begin(b, &sp, 1, NULL, 0, &op));
     CHECK_EQ(stream_waits(b) - wb, 1);
-    CHECK_OK(sluice_stream_host_callback(b, expect_fill_cb, &ef, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(b, expect_fill_cb, &ef, NULL, NULL, 0, NULL, 0));
     CHECK_OK(sluice_op_end(op));
     CHECK_ERR(sluice_op_end(op), SLUICE_ERROR_INVALID_HANDLE); /* consumed */
     /* then a library write on a must wait for the foreign read on b */
     sluice_sync_info_t info;
     if (sync_info(sp, &info)) CHECK_EQ(info.reader_count, 1);
     uint64_t wa = stream_waits(a);
-    CHECK_OK(sluice_memset(a, p, 0, 0x11, SIZE));
+    CHECK_OK(sluice_stream_memset(a, p, 0, 0x11, SIZE));
     CHECK_EQ(stream_waits(a) - wa, 1);
     CHECK_OK(sluice_sync_wait_write(sp));
     CHECK_EQ(atomic_load(&result), 1);
@@ -547,10 +547,10 @@ TEST(op_end_never_publishes_an_older_reader_over_a_newer_one) {
     for (int k = 0; k < RACE_MAX && ok && now_ms() < deadline; k++) {
         race_reads[k] = (read_word_t){xi.host_ptr, res + k};
         pthread_barrier_wait(&r.bar);
-        ok = CHECK_OK(sluice_stream_host_callback(r.s, slow_read_word_cb, &race_reads[k], NULL,
+        ok = CHECK_OK(sluice_stream_launch_host_func(r.s, slow_read_word_cb, &race_reads[k], NULL,
                                                   &r.x, 1, &rs, 1));
         pthread_barrier_wait(&r.bar); /* A's op_end has returned */
-        ok = ok && CHECK_OK(sluice_memset(t, xb, 0, (uint8_t)(k + 1), 64));
+        ok = ok && CHECK_OK(sluice_stream_memset(t, xb, 0, (uint8_t)(k + 1), 64));
         done = k + 1;
     }
     atomic_store(&r.iters, done);
@@ -593,7 +593,7 @@ TEST(engine_sync_mode_synchronizes_after_each_op) {
     sluice_stream_stats_t st0, st1;
     REQUIRE_OK(sluice_stream_stats(s, &st0));
     REQUIRE_OK(sluice_engine_set_mode(SLUICE_ENGINE_SYNC));
-    CHECK_OK(sluice_stream_host_callback(s, slow_set_cb, &slow, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, slow_set_cb, &slow, NULL, NULL, 0, NULL, 0));
     CHECK_EQ(atomic_load(&flag), 1); /* the host waited for it */
     bool idle = false;
     CHECK_OK(sluice_stream_query(s, &idle));
@@ -602,7 +602,7 @@ TEST(engine_sync_mode_synchronizes_after_each_op) {
     CHECK(st1.engine_syncs > st0.engine_syncs);
     CHECK_OK(sluice_engine_set_mode(SLUICE_ENGINE_ASYNC));
     REQUIRE_OK(sluice_stream_stats(s, &st0));
-    CHECK_OK(sluice_stream_host_callback(s, sleep_cb, (void *)(uintptr_t)1, NULL, NULL, 0, NULL, 0));
+    CHECK_OK(sluice_stream_launch_host_func(s, sleep_cb, (void *)(uintptr_t)1, NULL, NULL, 0, NULL, 0));
     REQUIRE_OK(sluice_stream_stats(s, &st1));
     CHECK_EQ(st1.engine_syncs, st0.engine_syncs);
     CHECK_OK(sluice_stream_synchronize(s));

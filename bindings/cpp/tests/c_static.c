@@ -13,8 +13,8 @@ int main(void) {
   sluice_error_t* e = sluice_device_open(SLUICE_BACKEND_HOST, 0, &dev);
   if (!e) e = sluice_stream_create(dev, 0, 0, &s);
   if (!e) e = sluice_buffer_alloc(s, sizeof msg, &b);
-  if (!e) e = sluice_copy_from_host(s, b, 0, msg, sizeof msg);
-  if (!e) e = sluice_copy_to_host(s, out, b, 0, sizeof out);
+  if (!e) e = sluice_stream_copy_from_host(s, b, 0, msg, sizeof msg);
+  if (!e) e = sluice_stream_copy_to_host(s, out, b, 0, sizeof out);
   if (e) {
     printf("error %s: %s\n", sluice_error_code_name(sluice_error_code(e)), sluice_error_message(e));
     sluice_error_free(e);

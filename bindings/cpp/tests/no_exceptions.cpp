@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   // Errors come back as values.
   sluice::Result<void> oob = sluice::copy_from_host(std::nothrow, *a, *buf, 1, in);
   CHECK(oob.code() == sluice::ErrorCode::out_of_range);
-  CHECK(std::strstr(oob.error().message(), "sluice_copy_from_host") != nullptr);
+  CHECK(std::strstr(oob.error().message(), "sluice_stream_copy_from_host") != nullptr);
   sluice::Result<int> cb_rc = 0;
   CHECK(a->host_callback(std::nothrow, [] { return 3; }).ok());
   CHECK(a->synchronize(std::nothrow).code() == sluice::ErrorCode::callback_failed);

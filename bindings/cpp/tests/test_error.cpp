@@ -66,5 +66,5 @@ TEST_F(SluiceTest, ErrorMessagesNameTheOperation) {
   char big[64] = {};
   auto r = sluice::copy_from_host(std::nothrow, s, b, 0, big, sizeof big);
   ASSERT_EQ(r.code(), ErrorCode::out_of_range);
-  EXPECT_TRUE(contains(r.error().message(), "sluice_copy_from_host")) << r.error().message();
+  EXPECT_TRUE(contains(r.error().message(), "sluice_stream_copy_from_host")) << r.error().message();
 }

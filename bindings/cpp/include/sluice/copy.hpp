@@ -27,14 +27,14 @@ namespace sluice {
 inline Result<void> copy(std::nothrow_t, StreamRef stream, BufferRef dst, std::size_t dst_offset,
                          BufferRef src, std::size_t src_offset, std::size_t len) {
   return detail::check(
-      sluice_copy(stream.raw(), dst.raw(), dst_offset, src.raw(), src_offset, len));
+      sluice_stream_copy(stream.raw(), dst.raw(), dst_offset, src.raw(), src_offset, len));
 }
 
 /// Copies `len` bytes of pageable host memory into `dst` at `dst_offset`. Returns
 /// once `src` may be reused; the device write is ordered on `stream`.
 inline Result<void> copy_from_host(std::nothrow_t, StreamRef stream, BufferRef dst,
                                    std::size_t dst_offset, const void* src, std::size_t len) {
-  return detail::check(sluice_copy_from_host(stream.raw(), dst.raw(), dst_offset, src, len));
+  return detail::check(sluice_stream_copy_from_host(stream.raw(), dst.raw(), dst_offset, src, len));
 }
 
 /// Copies all of `src` (a std::vector, std::array, std::string, span ... of
@@ -51,7 +51,7 @@ Result<void> copy_from_host(std::nothrow_t, StreamRef stream, BufferRef dst,
 /// until the bytes have arrived.
 inline Result<void> copy_to_host(std::nothrow_t, StreamRef stream, void* dst, BufferRef src,
                                  std::size_t src_offset, std::size_t len) {
-  return detail::check(sluice_copy_to_host(stream.raw(), dst, src.raw(), src_offset, len));
+  return detail::check(sluice_stream_copy_to_host(stream.raw(), dst, src.raw(), src_offset, len));
 }
 
 /// Fills all of `dst` (a contiguous container of trivially copyable elements, or a
@@ -78,7 +78,7 @@ Result<std::vector<T>> read_vector(std::nothrow_t, StreamRef stream, BufferRef s
 /// Sets `len` bytes of `buffer` at `offset` to `value`, in order on `stream`.
 inline Result<void> memset(std::nothrow_t, StreamRef stream, BufferRef buffer, std::size_t offset,
                            std::uint8_t value, std::size_t len) {
-  return detail::check(sluice_memset(stream.raw(), buffer.raw(), offset, value, len));
+  return detail::check(sluice_stream_memset(stream.raw(), buffer.raw(), offset, value, len));
 }
 
 #if SLUICE_CPP_EXCEPTIONS

@@ -525,7 +525,7 @@ class GraphCache : public detail::GraphCacheApi<GraphCache> {
   /// A new, empty cache for `device`.
   static Result<GraphCache> create(std::nothrow_t, DeviceRef device) {
     sluice_graph_cache_t h{};
-    if (sluice_error_t* e = sluice_graph_cache_new(device.raw(), &h)) return Error::adopt(e);
+    if (sluice_error_t* e = sluice_graph_cache_create(device.raw(), &h)) return Error::adopt(e);
     return GraphCache(h);
   }
 
@@ -551,7 +551,7 @@ class GraphCache : public detail::GraphCacheApi<GraphCache> {
 /// eager (initially off when SLUICE_GRAPHS=0, else on). Explicit captures are
 /// unaffected.
 inline Result<void> set_graphs_enabled(std::nothrow_t, bool enabled) {
-  return detail::check(sluice_graphs_set_enabled(enabled));
+  return detail::check(sluice_graph_cache_set_enabled(enabled));
 }
 
 #if SLUICE_CPP_EXCEPTIONS

@@ -116,7 +116,7 @@ class Module {
   /// Looks up a kernel; a missing name gives ErrorCode::not_found.
   Result<Function> function(std::nothrow_t, const char* name) const {
     sluice_function_t f{};
-    if (sluice_error_t* e = sluice_module_function(h_.get(), name, &f)) return Error::adopt(e);
+    if (sluice_error_t* e = sluice_module_get_function(h_.get(), name, &f)) return Error::adopt(e);
     return Function::adopt(f);
   }
 
@@ -151,7 +151,7 @@ inline Result<void> launch_raw(std::nothrow_t, StreamRef stream, const Function&
                                const LaunchDims& dims, void** args, std::size_t num_args,
                                const SyncList& reads = {}, const SyncList& writes = {}) {
   sluice_launch_dims_t d = dims.raw();
-  return detail::check(sluice_launch(stream.raw(), fn.raw(), &d, args, num_args, reads.data(),
+  return detail::check(sluice_stream_launch(stream.raw(), fn.raw(), &d, args, num_args, reads.data(),
                                      reads.size(), writes.data(), writes.size()));
 }
 

@@ -171,7 +171,7 @@ class StreamApi {
     auto* box = new Box(std::forward<F>(fn));
     // From here on the C API owns `box`: it calls Box::destroy exactly once, on
     // success and on failure alike.
-    return check(sluice_stream_host_callback(h(), &Box::trampoline, box, &Box::destroy,
+    return check(sluice_stream_launch_host_func(h(), &Box::trampoline, box, &Box::destroy,
                                              reads.data(), reads.size(), writes.data(),
                                              writes.size()));
   }

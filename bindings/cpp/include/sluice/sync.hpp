@@ -92,7 +92,7 @@ class SyncObject : public detail::SyncApi<SyncObject> {
   /// A standalone sync object, standing for memory sluice does not own.
   static Result<SyncObject> create(std::nothrow_t) {
     sluice_sync_t h{};
-    if (sluice_error_t* e = sluice_sync_new(&h)) return Error::adopt(e);
+    if (sluice_error_t* e = sluice_sync_create(&h)) return Error::adopt(e);
     return SyncObject(h);
   }
 
