@@ -1,6 +1,6 @@
 //! Devices: one backend device each, shared by everything created on it.
 
-use crate::backend::{self, Backend, BackendKind, DeviceProps};
+use crate::backend::{BackendKind, DeviceBackend, DeviceProps};
 use crate::error::{Error, ErrorCode, Result};
 use crate::memory::PinnedPool;
 use crate::stream::Stream;
@@ -15,10 +15,8 @@ pub(crate) fn next_id() -> u64 {
 }
 
 pub struct Device {
-    /// The cuda backend as its concrete type, so the op path's driver calls are
-    /// static (and inlined) instead of going through the trait object.
-    pub(crate) cuda: Option<Arc<backend::cuda::CudaDevice>>,
-    pub(crate) backend: Arc<dyn Backend>,
+    /// First, so that the op path's driver calls read the device's first line.
+    pub(crate) backend: DeviceBackend,
     streams: Mutex<Vec<Weak<Stream>>>,
     pub pinned: PinnedPool,
 }
@@ -51,10 +49,7 @@ fn registry() -> &'static Registry {
 impl Device {
     /// Number of devices of a backend. cuda without a driver is an error.
     pub fn count(kind: BackendKind) -> Result<u32> {
-        match kind {
-            BackendKind::Host => Ok(backend::host::device_count()),
-            BackendKind::Cuda => backend::cuda::device_count(),
-        }
+        DeviceBackend::count(kind)
     }
 
     /// Opens (or returns the already-open) device `ordinal` of `kind`.
@@ -63,16 +58,8 @@ impl Device {
         if let Some(d) = reg.get(&(kind, ordinal)) {
             return Ok(d.clone());
         }
-        let (backend, cuda): (Arc<dyn Backend>, _) = match kind {
-            BackendKind::Host => (backend::host::open(ordinal)?, None),
-            BackendKind::Cuda => {
-                let c = backend::cuda::open(ordinal)?;
-                (c.clone(), Some(c))
-            }
-        };
         let dev = Arc::new(Device {
-            cuda,
-            backend,
+            backend: DeviceBackend::open(kind, ordinal)?,
             streams: Mutex::new(Vec::new()),
             pinned: PinnedPool::new(),
         });

@@ -5,8 +5,7 @@
 //! goes back to the pool only when the last `Arc` drops, so nothing can wait on a
 //! recycled event by mistake (MXNet's 64-slot ring ABA cannot happen).
 
-use crate::backend::cuda::CudaDevice;
-use crate::backend::{Backend, HostFn};
+use crate::backend::HostFn;
 use crate::device::{next_id, Device};
 use crate::error::{Error, ErrorCode, Result};
 use crate::graph::Capture;
@@ -424,9 +423,6 @@ unsafe impl crate::handle::Shared for RecRef {
 pub struct Stream {
     pub(crate) raw: u64,
     pub id: u64,
-    /// The device's cuda backend, if it is one (kept alive by `device`): the op
-    /// path calls the driver through it without touching the device.
-    cuda: Option<NonNull<CudaDevice>>,
     pub(crate) pool: Arc<EventPool>,
     pub(crate) device: Arc<Device>,
     /// Fast check for "is this stream capturing"; the capture itself is in `capture`.
@@ -445,11 +441,6 @@ pub struct Stream {
     block_cache_limit: std::sync::atomic::AtomicUsize,
 }
 
-// SAFETY: `cuda` points into the device that `device` keeps alive; CudaDevice is Sync.
-unsafe impl Send for Stream {}
-// SAFETY: as above.
-unsafe impl Sync for Stream {}
-
 /// Bounds of a stream's cache of freed device blocks.
 pub(crate) const BLOCK_CACHE_MAX_BLOCKS: usize = 16;
 pub(crate) const BLOCK_CACHE_MAX_BYTES: usize = 64 << 20;
@@ -467,7 +458,6 @@ impl Stream {
     fn wrap(device: &Arc<Device>, raw: u64, exported: u64, owned: bool) -> Arc<Stream> {
         let id = next_id();
         let s = Arc::new(Stream {
-            cuda: device.cuda.as_ref().map(|c| NonNull::from(&**c)),
             device: device.clone(),
             raw,
             exported,
@@ -686,20 +676,10 @@ impl Stream {
         }))
     }
 
-    /// The device's cuda backend, if it is one (the op path's driver calls).
-    #[inline(always)]
-    fn cuda(&self) -> Option<&CudaDevice> {
-        // SAFETY: see the field.
-        self.cuda.map(|c| unsafe { &*c.as_ptr() })
-    }
-
     /// Records `event` on this stream (the op path's driver call).
     #[inline(always)]
     fn drv_event_record(&self, event: u64) -> Result<()> {
-        match self.cuda() {
-            Some(c) => c.event_record(event, self.raw),
-            None => self.device.backend.event_record(event, self.raw),
-        }
+        self.device.backend.event_record(event, self.raw)
     }
 
     /// Launches a kernel on this stream (the op path's driver call).
@@ -715,13 +695,9 @@ impl Stream {
     ) -> Result<()> {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
-            match self.cuda() {
-                Some(c) => c.launch_kernel(func, dims, args, self.raw),
-                None => self
-                    .device
-                    .backend
-                    .launch_kernel(func, dims, args, self.raw),
-            }
+            self.device
+                .backend
+                .launch_kernel(func, dims, args, self.raw)
         }
     }
 
@@ -753,10 +729,7 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn wait_pushed(&self, rec: &Recording) -> Result<()> {
         self.device.same_device(rec.device(), "the event")?;
-        match self.cuda() {
-            Some(c) => c.stream_wait_event(self.raw, rec.raw),
-            None => self.device.backend.stream_wait_event(self.raw, rec.raw),
-        }
+        self.device.backend.stream_wait_event(self.raw, rec.raw)
     }
 
     /// True when all work enqueued so far completed.

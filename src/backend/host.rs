@@ -28,7 +28,7 @@ pub fn device_count() -> u32 {
 }
 
 /// Opens host device `ordinal`.
-pub fn open(ordinal: u32) -> Result<Arc<HostDevice>> {
+pub fn open(ordinal: u32) -> Result<HostDevice> {
     let count = device_count();
     if ordinal >= count {
         return Err(Error::new(
@@ -36,7 +36,7 @@ pub fn open(ordinal: u32) -> Result<Arc<HostDevice>> {
             format!("host device {ordinal} does not exist (there are {count})"),
         ));
     }
-    Ok(Arc::new(HostDevice { ordinal }))
+    Ok(HostDevice { ordinal })
 }
 
 pub struct HostDevice {

@@ -1,5 +1,7 @@
-//! The device seam. Each backend implements [`Backend`] for one device; the core
-//! holds an `Arc<dyn Backend>` and never sees CUDA or host-worker types.
+//! The device seam. Each backend implements [`Backend`] for one device, and the
+//! core reaches it only through [`DeviceBackend`], an enum of the two that
+//! dispatches statically (the calls inline down to the driver). Nothing above this
+//! module names a CUDA or host-worker type.
 //!
 //! Raw handles are opaque `u64`s, the way the driver hands out pointers: a
 //! `CUstream`/`CUevent`/`CUdeviceptr` on cuda, a pointer to a worker object on host.
@@ -58,16 +60,98 @@ pub enum CaptureMode {
 /// so that a captured graph can run it on every replay.
 pub type HostFn = Box<dyn Fn() + Send + Sync + 'static>;
 
-/// One device of one backend. All methods are thread-safe. Every method that talks
-/// to the driver binds the device's context on the calling thread first.
-pub trait Backend: Send + Sync + 'static {
+/// Declares the [`Backend`] trait from one list of methods, and gives
+/// [`DeviceBackend`] the same methods, each forwarding to its variant's own.
+macro_rules! backend_api {
+    (
+        $( $(#[$meta:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?; )*
+        unsafe {
+            $( $(#[$umeta:meta])* fn $uname:ident(&self $(, $uarg:ident: $uty:ty)* $(,)?) $(-> $uret:ty)?; )*
+        }
+    ) => {
+        /// One device of one backend. All methods are thread-safe. Every method that
+        /// talks to the driver binds the device's context on the calling thread first.
+        pub trait Backend: Send + Sync + 'static {
+            $( $(#[$meta])* fn $name(&self $(, $arg: $ty)*) $(-> $ret)?; )*
+            $( $(#[$umeta])* unsafe fn $uname(&self $(, $uarg: $uty)*) $(-> $uret)?; )*
+        }
+
+        impl DeviceBackend {
+            $(
+                $(#[$meta])*
+                #[inline(always)]
+                pub fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
+                    match self {
+                        DeviceBackend::Cuda(d) => d.$name($($arg),*),
+                        DeviceBackend::Host(d) => d.$name($($arg),*),
+                    }
+                }
+            )*
+            $(
+                $(#[$umeta])*
+                #[inline(always)]
+                pub unsafe fn $uname(&self $(, $uarg: $uty)*) $(-> $uret)? {
+                    // SAFETY: forwards the caller's contract unchanged.
+                    unsafe {
+                        match self {
+                            DeviceBackend::Cuda(d) => d.$uname($($uarg),*),
+                            DeviceBackend::Host(d) => d.$uname($($uarg),*),
+                        }
+                    }
+                }
+            )*
+        }
+    };
+}
+
+/// The backend of one device.
+pub enum DeviceBackend {
+    Cuda(cuda::CudaDevice),
+    Host(host::HostDevice),
+}
+
+impl DeviceBackend {
+    /// Opens device `ordinal` of `kind`.
+    pub fn open(kind: BackendKind, ordinal: u32) -> Result<DeviceBackend> {
+        Ok(match kind {
+            BackendKind::Host => DeviceBackend::Host(host::open(ordinal)?),
+            BackendKind::Cuda => DeviceBackend::Cuda(cuda::open(ordinal)?),
+        })
+    }
+
+    /// Number of devices of `kind`; cuda without a driver is an error.
+    pub fn count(kind: BackendKind) -> Result<u32> {
+        match kind {
+            BackendKind::Host => Ok(host::device_count()),
+            BackendKind::Cuda => cuda::device_count(),
+        }
+    }
+}
+
+/// Marks the start of one C-ABI call: the thread's bound context is checked again.
+#[inline(always)]
+pub fn enter_call() {
+    cuda::enter_call()
+}
+
+/// Marks the end of one C-ABI call.
+#[inline(always)]
+pub fn leave_call() {
+    cuda::leave_call()
+}
+
+/// Forgets the thread's cached context binding (after caller code that may switch it).
+pub fn forget_binding() {
+    cuda::forget_binding()
+}
+
+backend_api! {
     fn kind(&self) -> BackendKind;
     fn ordinal(&self) -> u32;
     fn props(&self) -> Result<DeviceProps>;
     /// (least, greatest) stream priority; greatest is numerically lowest on CUDA.
     fn priority_range(&self) -> Result<(i32, i32)>;
 
-    // Streams.
     fn stream_create(&self, non_blocking: bool, priority: i32) -> Result<u64>;
     fn stream_destroy(&self, stream: u64);
     /// Adopts a foreign raw stream without owning it (not the legacy default on
@@ -81,7 +165,6 @@ pub trait Backend: Send + Sync + 'static {
     fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()>;
     fn launch_host_fn(&self, stream: u64, f: HostFn) -> Result<()>;
 
-    // Events.
     fn event_create(&self, timing: bool) -> Result<u64>;
     fn event_destroy(&self, event: u64);
     fn event_record(&self, event: u64, stream: u64) -> Result<()>;
@@ -90,7 +173,6 @@ pub trait Backend: Send + Sync + 'static {
     fn event_synchronize(&self, event: u64) -> Result<()>;
     fn event_elapsed_ms(&self, start: u64, end: u64) -> Result<f32>;
 
-    // Memory. Device addresses are `u64`; on host they are host pointers.
     fn mem_alloc_async(&self, size: usize, stream: u64) -> Result<u64>;
     fn mem_free_async(&self, ptr: u64, stream: u64) -> Result<()>;
     fn pinned_alloc(&self, size: usize) -> Result<*mut u8>;
@@ -104,21 +186,10 @@ pub trait Backend: Send + Sync + 'static {
     fn memcpy_from_pageable(&self, dst: u64, src: &[u8], stream: u64) -> Result<()>;
     fn memset_async(&self, dst: u64, value: u8, len: usize, stream: u64) -> Result<()>;
 
-    // Kernels (cuda only; host returns Unsupported).
     fn module_load(&self, image: &[u8]) -> Result<u64>;
     fn module_unload(&self, module: u64);
     fn module_function(&self, module: u64, name: &std::ffi::CStr) -> Result<u64>;
-    /// # Safety
-    /// `args` must point to one valid pointer per kernel parameter.
-    unsafe fn launch_kernel(
-        &self,
-        func: u64,
-        dims: LaunchDims,
-        args: *mut *mut c_void,
-        stream: u64,
-    ) -> Result<()>;
 
-    // Graph capture and graphs (cuda; host implements its own recorder).
     fn capture_begin(&self, stream: u64, mode: CaptureMode) -> Result<()>;
     /// Ends capture and returns the raw graph.
     fn capture_end(&self, stream: u64) -> Result<u64>;
@@ -135,4 +206,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Number of nodes in a graph.
     fn graph_node_count(&self, graph: u64) -> Result<usize>;
     fn graph_debug_dot(&self, graph: u64, path: &std::ffi::CStr, verbose: bool) -> Result<()>;
+    unsafe {
+        /// # Safety
+        /// `args` must point to one valid pointer per kernel parameter.
+        fn launch_kernel(
+            &self,
+            func: u64,
+            dims: LaunchDims,
+            args: *mut *mut c_void,
+            stream: u64,
+        ) -> Result<()>;
+    }
 }

@@ -292,7 +292,7 @@ pub extern "C" fn sluice_graph_cache_run(
             // SAFETY: the caller provided a valid body for this user_data.
             let rc = unsafe { f(user_data, stream) };
             // The body is caller code: it may have switched the thread's context.
-            crate::backend::cuda::forget_binding();
+            crate::backend::forget_binding();
             match rc {
                 0 => Ok(()),
                 rc => Err(Error::new(

@@ -47,9 +47,9 @@ pub const SLUICE_VERSION_PATCH: u32 = 1;
 /// message starts with the operation's name.
 #[inline(always)]
 pub(crate) fn boundary(op: &'static str, f: impl FnOnce() -> Result<()>) -> *mut sluice_error_t {
-    crate::backend::cuda::enter_call();
+    crate::backend::enter_call();
     let r = catch_unwind(AssertUnwindSafe(f));
-    crate::backend::cuda::leave_call();
+    crate::backend::leave_call();
     match r {
         Ok(Ok(())) => std::ptr::null_mut(),
         Ok(Err(e)) => error::into_raw(e.context(op)),

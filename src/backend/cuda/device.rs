@@ -1,276 +1,20 @@
-//! CUDA backend on the driver API.
-//!
-//! - [`driver`] probes libcuda once per process and caches the outcome, so a machine
-//!   without CUDA gets a clean [`ErrorCode::NoDriver`] instead of a cudarc panic.
-//! - The probe looks up every entry point we call through `sys::culib()` and keeps
-//!   them in [`Driver`] as plain function pointers returning `u32`: no lazy lookup can
-//!   panic later, and a `CUresult` newer than cudarc's enum is never materialised.
-//! - Each [`CudaDevice`] retains its device's primary context and binds it on the
-//!   calling thread at every entry (callers may hop between OS threads).
+//! One CUDA device: its retained primary context, bound on the calling thread at
+//! every entry, and the [`Backend`] implementation on the driver API.
 
-use super::{Backend, BackendKind, CaptureMode, DeviceProps, HostFn, LaunchDims};
+use super::driver::*;
+use super::image::prepare_image;
+use crate::backend::{Backend, BackendKind, CaptureMode, DeviceProps, HostFn, LaunchDims};
 use crate::error::{Error, ErrorCode, Result};
 use crate::tls;
 use cudarc::driver::sys::{
-    self, CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUgraphNode,
-    CUmodule, CUstream,
+    CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUgraph, CUgraphExec, CUmodule, CUstream,
 };
-use std::borrow::Cow;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
-use std::fmt;
+use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr::{null, null_mut};
-use std::sync::{Arc, OnceLock};
-
-/// `CUresult` values we branch on.
-const CUDA_SUCCESS: u32 = 0;
-const CUDA_ERROR_NOT_FOUND: u32 = 500;
-const CUDA_ERROR_NOT_READY: u32 = 600;
-const CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE: u32 = 910;
-
-const CU_STREAM_NON_BLOCKING: c_uint = 1;
-const CU_STREAM_LEGACY: u64 = 0x1;
-const CU_STREAM_PER_THREAD: u64 = 0x2;
-const CU_EVENT_DISABLE_TIMING: c_uint = 2;
-const CU_MEMHOSTALLOC_PORTABLE: c_uint = 1;
-const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 1;
-const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_uint = 16;
-const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_uint = 75;
-const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_uint = 76;
-const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
-const CU_JIT_INFO_LOG_BUFFER: c_uint = 3;
-const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_uint = 4;
-const CU_JIT_ERROR_LOG_BUFFER: c_uint = 5;
-const CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: c_uint = 6;
-const CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE: c_uint = 1;
-const JIT_LOG_BYTES: usize = 16 * 1024;
-/// Oldest driver API version we accept (12.0).
-const MIN_DRIVER_VERSION: c_int = 12000;
-
-/// `CUgraphExecUpdateResultInfo` with the enum read as a plain integer.
-#[repr(C)]
-pub struct UpdateResultInfo {
-    result: c_uint,
-    error_node: CUgraphNode,
-    error_from_node: CUgraphNode,
-}
-
-type HostFnPtr = Option<unsafe extern "C" fn(*mut c_void)>;
-
-/// Declares [`Driver`]: one field per driver entry point, named like the symbol.
-macro_rules! driver_api {
-    ($($name:ident: fn($($arg:ty),* $(,)?);)*) => {
-        /// The CUDA driver, probed once per process by [`driver`]. Holds every entry
-        /// point the backend calls, already looked up, so calls through it never panic.
-        #[allow(non_snake_case)]
-        #[repr(C, align(64))]
-        pub struct Driver {
-            $(
-                #[doc = concat!("`", stringify!($name), "`, returning the raw `CUresult`.")]
-                pub $name: unsafe extern "C" fn($($arg),*) -> u32,
-            )*
-            version: c_int,
-        }
-
-        impl Driver {
-            /// Every driver symbol the backend calls; the probe looks up all of them.
-            pub const SYMBOLS: &'static [&'static str] = &[$(stringify!($name)),*];
-
-            /// Looks up every symbol. The caller has checked `is_culib_present()`.
-            fn load() -> Result<Driver> {
-                // SAFETY: the library was just found, so culib() opens it instead of panicking.
-                let lib = unsafe { sys::culib() };
-                Ok(Driver {
-                    version: 0,
-                    $($name: {
-                        let name = concat!(stringify!($name), "\0").as_bytes();
-                        // SAFETY: a dlsym lookup; culib() keeps the library loaded for the process.
-                        let p = match unsafe { lib.get::<*const c_void>(name) } {
-                            Ok(s) => *s,
-                            Err(_) => null(),
-                        };
-                        if p.is_null() {
-                            return Err(no_driver(concat!(
-                                "CUDA driver too old: missing ",
-                                stringify!($name)
-                            )));
-                        }
-                        // SAFETY: non-null, and cuda.h declares this signature (CUresult as u32).
-                        unsafe {
-                            std::mem::transmute::<*const c_void, unsafe extern "C" fn($($arg),*) -> u32>(p)
-                        }
-                    },)*
-                })
-            }
-        }
-    };
-}
-
-driver_api! {
-    // Called on the hot paths: kept together at the front of the table.
-    cuCtxGetCurrent: fn(*mut CUcontext);
-    cuStreamWaitEvent: fn(CUstream, CUevent, c_uint);
-    cuEventRecord: fn(CUevent, CUstream);
-    cuLaunchKernel: fn(
-        CUfunction, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint,
-        CUstream, *mut *mut c_void, *mut *mut c_void,
-    );
-    cuMemcpyAsync: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
-    cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream);
-    cuMemFreeAsync: fn(CUdeviceptr, CUstream);
-    cuStreamIsCapturing: fn(CUstream, *mut c_uint);
-    cuInit: fn(c_uint);
-    cuDriverGetVersion: fn(*mut c_int);
-    cuGetErrorName: fn(u32, *mut *const c_char);
-    cuDeviceGet: fn(*mut CUdevice, c_int);
-    cuDeviceGetCount: fn(*mut c_int);
-    cuDeviceGetName: fn(*mut c_char, c_int, CUdevice);
-    cuDeviceTotalMem_v2: fn(*mut usize, CUdevice);
-    cuDeviceGetAttribute: fn(*mut c_int, c_uint, CUdevice);
-    cuDevicePrimaryCtxRetain: fn(*mut CUcontext, CUdevice);
-    cuDevicePrimaryCtxRelease_v2: fn(CUdevice);
-    cuCtxSetCurrent: fn(CUcontext);
-    cuCtxGetStreamPriorityRange: fn(*mut c_int, *mut c_int);
-    cuStreamCreateWithPriority: fn(*mut CUstream, c_uint, c_int);
-    cuStreamDestroy_v2: fn(CUstream);
-    cuStreamGetFlags: fn(CUstream, *mut c_uint);
-    cuStreamGetCtx: fn(CUstream, *mut CUcontext);
-    cuStreamQuery: fn(CUstream);
-    cuStreamSynchronize: fn(CUstream);
-    cuLaunchHostFunc: fn(CUstream, HostFnPtr, *mut c_void);
-    cuEventCreate: fn(*mut CUevent, c_uint);
-    cuEventDestroy_v2: fn(CUevent);
-    cuEventQuery: fn(CUevent);
-    cuEventSynchronize: fn(CUevent);
-    cuEventElapsedTime: fn(*mut f32, CUevent, CUevent);
-    cuMemHostAlloc: fn(*mut *mut c_void, usize, c_uint);
-    cuMemFreeHost: fn(*mut c_void);
-    cuMemHostRegister_v2: fn(*mut c_void, usize, c_uint);
-    cuMemHostUnregister: fn(*mut c_void);
-    cuPointerGetAttributes: fn(c_uint, *mut c_uint, *mut *mut c_void, CUdeviceptr);
-    cuMemcpyHtoDAsync_v2: fn(CUdeviceptr, *const c_void, usize, CUstream);
-    cuMemsetD8Async: fn(CUdeviceptr, u8, usize, CUstream);
-    cuModuleLoadDataEx: fn(*mut CUmodule, *const c_void, c_uint, *mut c_uint, *mut *mut c_void);
-    cuModuleUnload: fn(CUmodule);
-    cuModuleGetFunction: fn(*mut CUfunction, CUmodule, *const c_char);
-    cuStreamBeginCapture_v2: fn(CUstream, c_uint);
-    cuStreamEndCapture: fn(CUstream, *mut CUgraph);
-    cuGraphDestroy: fn(CUgraph);
-    cuGraphInstantiateWithFlags: fn(*mut CUgraphExec, CUgraph, u64);
-    cuGraphExecDestroy: fn(CUgraphExec);
-    cuGraphUpload: fn(CUgraphExec, CUstream);
-    cuGraphLaunch: fn(CUgraphExec, CUstream);
-    cuGraphExecUpdate_v2: fn(CUgraphExec, CUgraph, *mut UpdateResultInfo);
-    cuGraphNodeGetType: fn(CUgraphNode, *mut c_uint);
-    cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize);
-    cuGraphDebugDotPrint: fn(CUgraph, *const c_char, c_uint);
-}
-
-fn no_driver(msg: impl Into<String>) -> Error {
-    Error::new(ErrorCode::NoDriver, msg)
-}
-
-impl Driver {
-    /// The driver API version, e.g. 12090 for CUDA 12.9.
-    pub fn version(&self) -> i32 {
-        self.version
-    }
-
-    /// The `CUresult` name, e.g. `CUDA_ERROR_INVALID_VALUE`.
-    fn error_name(&self, res: u32) -> Cow<'static, str> {
-        let mut p: *const c_char = null();
-        // SAFETY: cuGetErrorName only writes a static string pointer (or fails).
-        let r = unsafe { (self.cuGetErrorName)(res, &mut p) };
-        if r != CUDA_SUCCESS || p.is_null() {
-            return Cow::Borrowed("CUDA_ERROR_UNRECOGNIZED");
-        }
-        // SAFETY: the driver returned a NUL-terminated static string.
-        Cow::Owned(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    }
-
-    /// The error for a failed call (`res != CUDA_SUCCESS`).
-    fn err(&self, res: u32, what: impl fmt::Display) -> Error {
-        Error::driver(res, &self.error_name(res), what)
-    }
-
-    #[inline]
-    fn check(&self, res: u32, what: &str) -> Result<()> {
-        if res == CUDA_SUCCESS {
-            Ok(())
-        } else {
-            Err(self.err(res, what))
-        }
-    }
-
-    /// SUCCESS -> true, NOT_READY -> false, else an error.
-    fn ready(&self, res: u32, what: &str) -> Result<bool> {
-        match res {
-            CUDA_SUCCESS => Ok(true),
-            CUDA_ERROR_NOT_READY => Ok(false),
-            _ => Err(self.err(res, what)),
-        }
-    }
-}
-
-/// The driver, probed on first use and cached for the process (the failure too).
-///
-/// Checks that libcuda exists, looks up every symbol the backend uses, calls `cuInit`
-/// and requires a 12.0 or newer driver. Any failure is [`ErrorCode::NoDriver`].
-pub fn driver() -> Result<&'static Driver> {
-    static DRIVER: OnceLock<Result<Driver, Error>> = OnceLock::new();
-    DRIVER
-        .get_or_init(|| {
-            // Backstop only: after the presence check nothing in probe() can panic.
-            catch_unwind(probe)
-                .unwrap_or_else(|_| Err(no_driver("loading the CUDA driver library failed")))
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-fn probe() -> Result<Driver> {
-    // SAFETY: only tries to open and close the candidate library names.
-    if !unsafe { sys::is_culib_present() } {
-        return Err(no_driver("no CUDA driver library (libcuda.so) found"));
-    }
-    let mut d = Driver::load()?;
-    // SAFETY: symbol checked by load(); flags must be 0.
-    let res = unsafe { (d.cuInit)(0) };
-    if res != CUDA_SUCCESS {
-        let mut e = d.err(res, "cuInit failed");
-        e.code = ErrorCode::NoDriver;
-        return Err(e);
-    }
-    let mut v: c_int = 0;
-    // SAFETY: writes one int.
-    let res = unsafe { (d.cuDriverGetVersion)(&mut v) };
-    if res != CUDA_SUCCESS {
-        let mut e = d.err(res, "cuDriverGetVersion failed");
-        e.code = ErrorCode::NoDriver;
-        return Err(e);
-    }
-    if v < MIN_DRIVER_VERSION {
-        return Err(no_driver(format!(
-            "CUDA driver too old: it supports CUDA {}.{}, sluice needs 12.0 or newer",
-            v / 1000,
-            (v % 1000) / 10
-        )));
-    }
-    d.version = v;
-    Ok(d)
-}
-
-/// Number of CUDA devices. Fails with [`ErrorCode::NoDriver`] without a usable driver.
-pub fn device_count() -> Result<u32> {
-    let d = driver()?;
-    let mut n: c_int = 0;
-    // SAFETY: writes one int; the driver is initialised.
-    d.check(unsafe { (d.cuDeviceGetCount)(&mut n) }, "cuDeviceGetCount")?;
-    Ok(u32::try_from(n).unwrap_or(0))
-}
+use std::ptr::null_mut;
 
 /// Opens CUDA device `ordinal`, retaining its primary context.
-pub fn open(ordinal: u32) -> Result<Arc<CudaDevice>> {
+pub fn open(ordinal: u32) -> Result<CudaDevice> {
     let d = driver()?;
     let count = device_count()?;
     if ordinal >= count {
@@ -287,7 +31,7 @@ pub fn open(ordinal: u32) -> Result<Arc<CudaDevice>> {
     // SAFETY: writes one context handle; released in Drop.
     let res = unsafe { (d.cuDevicePrimaryCtxRetain)(&mut ctx, dev) };
     d.check(res, "cuDevicePrimaryCtxRetain")?;
-    Ok(Arc::new(CudaDevice {
+    Ok(CudaDevice {
         ctx,
         hot: HotFns {
             ctx_get_current: d.cuCtxGetCurrent,
@@ -298,7 +42,7 @@ pub fn open(ordinal: u32) -> Result<Arc<CudaDevice>> {
         drv: d,
         ordinal,
         dev,
-    }))
+    })
 }
 
 /// The driver functions of a tracked op, copied next to the context so that the
@@ -991,187 +735,11 @@ impl Backend for CudaDevice {
     }
 }
 
-/// Why `cuGraphExecUpdate` refused, from `CUgraphExecUpdateResult`.
-fn update_result_reason(result: c_uint) -> String {
-    let s = match result {
-        0 => "no error reported",
-        1 => "update failed",
-        2 => "topology changed",
-        3 => "node type changed",
-        4 => "function changed",
-        5 => "parameters changed",
-        6 => "not supported",
-        7 => "unsupported function change",
-        8 => "attributes changed",
-        other => return format!("update refused (result {other})"),
-    };
-    s.to_string()
-}
-
-/// A `CUgraphNodeType` in words.
-fn node_type_name(ty: c_uint) -> Cow<'static, str> {
-    Cow::Borrowed(match ty {
-        0 => "kernel",
-        1 => "memcpy",
-        2 => "memset",
-        3 => "host",
-        4 => "child graph",
-        5 => "empty",
-        6 => "event wait",
-        7 => "event record",
-        8 => "external semaphore signal",
-        9 => "external semaphore wait",
-        10 => "memory alloc",
-        11 => "memory free",
-        12 => "batch memory op",
-        13 => "conditional",
-        other => return Cow::Owned(format!("type {other}")),
-    })
-}
-
-/// The text of a JIT log buffer, up to its NUL.
-fn log_text(buf: &[u8]) -> String {
-    let bytes = match CStr::from_bytes_until_nul(buf) {
-        Ok(s) => s.to_bytes(),
-        Err(_) => buf,
-    };
-    String::from_utf8_lossy(bytes).trim().to_string()
-}
-
-fn le_u16(b: &[u8], at: usize) -> Option<u64> {
-    let s: [u8; 2] = b.get(at..at.checked_add(2)?)?.try_into().ok()?;
-    Some(u16::from_le_bytes(s).into())
-}
-
-fn le_u64(b: &[u8], at: usize) -> Option<u64> {
-    let s: [u8; 8] = b.get(at..at.checked_add(8)?)?.try_into().ok()?;
-    Some(u64::from_le_bytes(s))
-}
-
-/// `off + count * size <= len`, without overflow.
-fn table_fits(len: usize, off: u64, count: u64, size: u64) -> bool {
-    count
-        .checked_mul(size)
-        .and_then(|n| n.checked_add(off))
-        .is_some_and(|end| end <= len as u64)
-}
-
-const ELF_MAGIC: &[u8] = b"\x7fELF";
-/// Fatbin magic 0xBA55ED50, little-endian.
-const FATBIN_MAGIC: &[u8] = &[0x50, 0xED, 0x55, 0xBA];
-
-/// Validates a module image: cubin (ELF) and fatbin headers must fit inside it (the
-/// driver reads sizes from them), and PTX gets a trailing NUL if it lacks one.
-fn prepare_image(image: &[u8]) -> Result<Cow<'_, [u8]>> {
-    let bad = |what: &str| {
-        Error::new(
-            ErrorCode::ModuleLoad,
-            format!("invalid module image: {what}"),
-        )
-    };
-    if image.is_empty() {
-        return Err(Error::invalid_argument("module image is empty"));
-    }
-    if image.starts_with(ELF_MAGIC) {
-        // ELF64 header: e_phoff @0x20, e_shoff @0x28, e_phentsize @0x36, e_phnum @0x38,
-        // e_shentsize @0x3A, e_shnum @0x3C.
-        if image.get(4) != Some(&2) {
-            return Err(bad("cubin is not a 64-bit ELF file"));
-        }
-        let fields = (
-            le_u64(image, 0x20),
-            le_u64(image, 0x28),
-            le_u16(image, 0x36),
-            le_u16(image, 0x38),
-            le_u16(image, 0x3A),
-            le_u16(image, 0x3C),
-        );
-        let (Some(phoff), Some(shoff), Some(phsz), Some(phn), Some(shsz), Some(shn)) = fields
-        else {
-            return Err(bad("cubin is shorter than its ELF header"));
-        };
-        if !table_fits(image.len(), phoff, phn, phsz) || !table_fits(image.len(), shoff, shn, shsz)
-        {
-            return Err(bad(
-                "cubin is truncated (its header tables run past the end)",
-            ));
-        }
-        return Ok(Cow::Borrowed(image));
-    }
-    if image.starts_with(FATBIN_MAGIC) {
-        // Fatbin header: magic u32, version u16, header size u16 @6, payload size u64 @8.
-        let (Some(hdr), Some(body)) = (le_u16(image, 6), le_u64(image, 8)) else {
-            return Err(bad("fatbin is shorter than its header"));
-        };
-        if !table_fits(image.len(), hdr, 1, body) {
-            return Err(bad("fatbin is truncated (its header claims more bytes)"));
-        }
-        return Ok(Cow::Borrowed(image));
-    }
-    // PTX text: the driver reads up to the first NUL.
-    if image.last() == Some(&0) {
-        Ok(Cow::Borrowed(image))
-    } else {
-        let mut v = Vec::with_capacity(image.len() + 1);
-        v.extend_from_slice(image);
-        v.push(0);
-        Ok(Cow::Owned(v))
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::expect_err;
     use super::*;
-
-    fn expect_err<T>(r: Result<T>) -> Error {
-        match r {
-            Ok(_) => panic!("expected an error"),
-            Err(e) => e,
-        }
-    }
-
-    #[test]
-    fn probe_list_is_complete_and_unique() {
-        let mut names = Driver::SYMBOLS.to_vec();
-        assert!(names.iter().all(|n| n.starts_with("cu")));
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), Driver::SYMBOLS.len());
-        for n in [
-            "cuInit",
-            "cuLaunchHostFunc",
-            "cuGraphExecUpdate_v2",
-            "cuEventElapsedTime",
-        ] {
-            assert!(Driver::SYMBOLS.contains(&n), "{n}");
-        }
-    }
-
-    #[test]
-    fn no_driver_is_a_clean_cached_error() {
-        // SAFETY: only probes for the library.
-        if unsafe { sys::is_culib_present() } {
-            return; // a machine with libcuda: covered by gpu_smoke
-        }
-        let first = expect_err(driver());
-        assert_eq!(first.code, ErrorCode::NoDriver);
-        assert!(first.message.contains("libcuda"), "{}", first.message);
-        let second = expect_err(driver());
-        assert_eq!(first, second);
-        assert_eq!(expect_err(device_count()).code, ErrorCode::NoDriver);
-        assert_eq!(expect_err(open(0)).code, ErrorCode::NoDriver);
-    }
-
-    #[test]
-    fn driver_is_consistent_across_threads() {
-        let results: Vec<_> = (0..8)
-            .map(|_| std::thread::spawn(|| driver().map(|d| d as *const Driver as usize)))
-            .map(|t| t.join().expect("no panic"))
-            .collect();
-        for r in &results[1..] {
-            assert_eq!(r, &results[0]);
-        }
-    }
+    use std::sync::Arc;
 
     #[test]
     fn trampoline_runs_once_and_swallows_panics() {
@@ -1186,50 +754,6 @@ mod tests {
         let p: HostFn = Box::new(|| panic!("callback panic (expected by the test)"));
         host_fn_trampoline(Box::into_raw(Box::new(p)).cast());
         host_fn_trampoline(null_mut());
-    }
-
-    #[test]
-    fn ptx_gets_a_nul_and_binaries_are_checked() {
-        let ptx = b".version 7.0\n.target sm_50\n";
-        let img = prepare_image(ptx).expect("ptx");
-        assert_eq!(img.last(), Some(&0));
-        assert_eq!(img.len(), ptx.len() + 1);
-        let nul = b"ptx\0";
-        assert!(matches!(prepare_image(nul), Ok(Cow::Borrowed(_))));
-        assert_eq!(
-            expect_err(prepare_image(b"")).code,
-            ErrorCode::InvalidArgument
-        );
-        // Truncated ELF and fatbin images are refused, not read past the end.
-        assert_eq!(
-            expect_err(prepare_image(b"\x7fELF\x02\x01")).code,
-            ErrorCode::ModuleLoad
-        );
-        let mut elf = vec![0u8; 64];
-        elf[..4].copy_from_slice(ELF_MAGIC);
-        elf[4] = 2;
-        assert!(prepare_image(&elf).is_ok());
-        elf[0x28] = 0xff; // e_shoff past the end
-        elf[0x3C] = 1;
-        elf[0x3A] = 64;
-        assert!(prepare_image(&elf).is_err());
-        let mut fat = vec![0u8; 16];
-        fat[..4].copy_from_slice(FATBIN_MAGIC);
-        fat[6] = 16;
-        assert!(prepare_image(&fat).is_ok());
-        fat[8] = 1;
-        assert!(prepare_image(&fat).is_err());
-    }
-
-    #[test]
-    fn update_reasons_and_node_names() {
-        assert_eq!(update_result_reason(2), "topology changed");
-        assert_eq!(update_result_reason(3), "node type changed");
-        assert_eq!(update_result_reason(99), "update refused (result 99)");
-        assert_eq!(node_type_name(0), "kernel");
-        assert_eq!(node_type_name(42), "type 42");
-        assert_eq!(log_text(b"  oops \0junk"), "oops");
-        assert_eq!(log_text(b"no nul"), "no nul");
     }
 
     const FILL_PTX: &str = r#"
@@ -1416,13 +940,12 @@ DONE:
         dev.stream_destroy(s2);
 
         // Binding from another thread, where no context is current yet.
-        let dev2 = dev.clone();
-        std::thread::spawn(move || {
-            let s = dev2.stream_create(true, 0).expect("stream on new thread");
-            dev2.stream_synchronize(s).expect("sync");
-            dev2.stream_destroy(s);
-        })
-        .join()
-        .expect("thread");
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                let s = dev.stream_create(true, 0).expect("stream on new thread");
+                dev.stream_synchronize(s).expect("sync");
+                dev.stream_destroy(s);
+            });
+        });
     }
 }
