@@ -5,10 +5,13 @@
 //! (the C ABI only). Nothing here keeps a current stream or a thread-local error.
 
 pub mod backend;
+pub mod capture;
 pub mod device;
 mod epoch;
 pub mod error;
+pub mod event;
 pub mod graph;
+pub mod graph_cache;
 mod handle;
 mod inline;
 pub mod memory;
@@ -23,6 +26,7 @@ pub mod ffi;
 pub use backend::{BackendKind, LaunchDims};
 pub use device::Device;
 pub use error::{Error, ErrorCode, Result};
+pub use event::{RecRef, Recording};
 pub use memory::{Buffer, BufferKind};
-pub use stream::{RecRef, Recording, Stream};
+pub use stream::Stream;
 pub use sync::SyncObject;

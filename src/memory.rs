@@ -4,7 +4,8 @@
 
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, Result};
-use crate::stream::{RecRef, Stream};
+use crate::event::RecRef;
+use crate::stream::Stream;
 use crate::sync::{self, Access, ObjRef, SyncObject};
 use std::sync::{Arc, Mutex};
 

@@ -1,18 +1,14 @@
-//! Streams and their event pools.
-//!
-//! Each stream owns a pool of events. Recording takes an event from the pool and
-//! wraps it in an `Arc<Recording>` with the stream's next sequence number. The event
-//! goes back to the pool only when the last `Arc` drops, so nothing can wait on a
-//! recycled event by mistake (MXNet's 64-slot ring ABA cannot happen).
+//! Streams: creation and adoption, the push lock under which everything is
+//! enqueued, waits and records, host synchronisation, labels and deferred errors.
+//! A stream's recordings and their event pool are in [`crate::event`].
 
 use crate::backend::HostFn;
+use crate::capture::CaptureSlot;
 use crate::device::{next_id, Device};
 use crate::error::{Error, ErrorCode, Result};
-use crate::graph::Capture;
-use crate::objlock::{ObjGuard, ObjLock};
-use std::num::NonZeroU64;
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use crate::event::{EventPool, PoolInner, RecRef, Recording};
+use crate::objlock::ObjGuard;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Per-stream counters, for tests and tuning.
@@ -27,397 +23,6 @@ pub struct StreamStats {
     pub engine_syncs: AtomicU64,
 }
 
-/// The part of a stream that recordings keep alive: the pool and the clock.
-#[repr(C, align(64))]
-pub(crate) struct EventPool {
-    pub(crate) stream_id: u64,
-    /// Highest sequence known complete through a host wait (used to prune, never polled).
-    pub(crate) completed: AtomicU64,
-    /// Guards the sequence counter and the free lists, so that sequence order
-    /// equals recording order on the stream.
-    inner: ObjLock<PoolInner>,
-    pub(crate) device: Arc<Device>,
-    /// Errors reported asynchronously (host callbacks), returned at the next sync.
-    pub(crate) deferred: Mutex<Option<Error>>,
-}
-
-impl EventPool {
-    /// Returns and clears the stream's deferred error (stream sync points).
-    pub(crate) fn take_deferred(&self) -> Result<()> {
-        match self
-            .deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-
-    /// Reports the stream's deferred error without clearing it (event and
-    /// sync-object waits), so the stream's own next sync still sees it.
-    pub(crate) fn peek_deferred(&self) -> Result<()> {
-        match self
-            .deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
-    }
-}
-
-pub(crate) struct PoolInner {
-    seq: u64,
-    /// Waits inserted by library ops, counted when their event is recorded (under
-    /// this lock, so the hot path adds no atomic of its own).
-    op_waits: u64,
-    free: FreeNodes,
-    free_timing: FreeNodes,
-    /// Set when the stream is gone: recordings dropped later destroy their event.
-    closed: bool,
-}
-
-impl PoolInner {
-    #[inline(always)]
-    fn free_list(&mut self, timing: bool) -> &mut FreeNodes {
-        if timing {
-            &mut self.free_timing
-        } else {
-            &mut self.free
-        }
-    }
-}
-
-/// Unreferenced nodes, linked through their `refs` word (unused while free), so a
-/// recycled node is the only memory that recording touches besides the pool.
-struct FreeNodes(*mut RecNode);
-
-// SAFETY: the nodes are owned by the list and only reached under the pool lock.
-unsafe impl Send for FreeNodes {}
-
-impl FreeNodes {
-    const EMPTY: FreeNodes = FreeNodes(std::ptr::null_mut());
-
-    #[inline(always)]
-    fn push(&mut self, node: Box<RecNode>) {
-        node.refs.store(self.0 as usize, Ordering::Relaxed);
-        self.0 = Box::into_raw(node);
-    }
-
-    #[inline(always)]
-    fn pop(&mut self) -> Option<Box<RecNode>> {
-        if self.0.is_null() {
-            return None;
-        }
-        // SAFETY: a non-null head is a node pushed by `push`, owned by the list.
-        let node = unsafe { Box::from_raw(self.0) };
-        self.0 = node.refs.load(Ordering::Relaxed) as *mut RecNode;
-        node.refs.store(0, Ordering::Relaxed);
-        Some(node)
-    }
-}
-
-impl Drop for FreeNodes {
-    fn drop(&mut self) {
-        while let Some(node) = self.pop() {
-            drop(node);
-        }
-    }
-}
-
-impl EventPool {
-    /// Destroys the free events; later recordings destroy theirs when unreferenced.
-    /// Breaks the cycle between the pool and its free nodes (which hold the pool).
-    fn close(&self) {
-        let (a, b) = {
-            let mut inner = self.inner.lock();
-            inner.closed = true;
-            (
-                std::mem::replace(&mut inner.free, FreeNodes::EMPTY),
-                std::mem::replace(&mut inner.free_timing, FreeNodes::EMPTY),
-            )
-        };
-        drop((a, b));
-    }
-
-    /// Records that the stream's work up to `seq` completed.
-    fn complete_through(&self, seq: u64) {
-        if self.completed.fetch_max(seq, Ordering::AcqRel) < seq {
-            COMPLETIONS.fetch_add(1, Ordering::AcqRel);
-        }
-    }
-}
-
-/// One recording of a pooled event on a stream. The stream id and the device are
-/// copied from the pool, so the engine reads one cache line per recording.
-pub struct Recording {
-    pub(crate) pool: Arc<EventPool>,
-    pub(crate) raw: u64,
-    pub seq: u64,
-    stream_id: u64,
-    /// The pool's device (kept alive by `pool`).
-    device: *const Device,
-    /// The capture this recording belongs to, if it was made while capturing.
-    capture_id: Option<NonZeroU64>,
-    pub timing: bool,
-}
-
-// SAFETY: `device` points into the `Arc<Device>` that `pool` keeps alive.
-unsafe impl Send for Recording {}
-// SAFETY: as above; the pointee is Sync.
-unsafe impl Sync for Recording {}
-
-/// Bumped whenever some stream's completed sequence advances (host waits), so the
-/// engine prunes completed recordings only when there can be any.
-static COMPLETIONS: AtomicU64 = AtomicU64::new(0);
-
-/// The current completion count (see `COMPLETIONS`).
-pub(crate) fn completions() -> u64 {
-    COMPLETIONS.load(Ordering::Acquire)
-}
-
-impl Recording {
-    pub fn stream_id(&self) -> u64 {
-        self.stream_id
-    }
-
-    pub(crate) fn device(&self) -> &Device {
-        // SAFETY: see the field.
-        unsafe { &*self.device }
-    }
-
-    /// The capture this recording was made in, if any.
-    pub(crate) fn capture_id(&self) -> Option<u64> {
-        self.capture_id.map(NonZeroU64::get)
-    }
-
-    pub(crate) fn known_complete(&self) -> bool {
-        self.capture_id.is_none() && self.pool.completed.load(Ordering::Acquire) >= self.seq
-    }
-
-    /// True when this recording was made inside a graph capture.
-    pub fn in_capture(&self) -> bool {
-        self.capture_id.is_some()
-    }
-
-    /// Refuses a host-side use of a recording made inside a capture, and aborts
-    /// that capture.
-    fn reject_if_captured(&self, op: &str) -> Result<()> {
-        match self.capture_id() {
-            Some(cid) => {
-                crate::graph::poison(cid, op);
-                Err(Error::new(
-                    ErrorCode::CaptureUnsupported,
-                    format!("{op} is not allowed on an event recorded during a capture"),
-                ))
-            }
-            None => Ok(()),
-        }
-    }
-
-    /// True once the recorded work completed. Polls the driver; refused for a
-    /// recording made inside a capture.
-    pub fn query(&self) -> Result<bool> {
-        self.reject_if_captured("event query")?;
-        if self.known_complete() {
-            return Ok(true);
-        }
-        let done = self.pool.device.backend.event_query(self.raw)?;
-        if done {
-            self.pool.complete_through(self.seq);
-        }
-        Ok(done)
-    }
-
-    /// Blocks the host until the recorded work completed.
-    pub fn synchronize(&self) -> Result<()> {
-        self.reject_if_captured("event synchronize")?;
-        self.wait_complete()?;
-        self.pool.peek_deferred()
-    }
-
-    /// Blocks until the recorded work completed; ignores deferred callback errors.
-    pub(crate) fn wait_complete(&self) -> Result<()> {
-        if !self.known_complete() {
-            self.pool.device.backend.event_synchronize(self.raw)?;
-            self.pool.complete_through(self.seq);
-        }
-        Ok(())
-    }
-
-    pub fn elapsed_ms(&self, end: &Recording) -> Result<f32> {
-        if !self.timing || !end.timing {
-            return Err(Error::invalid_argument(
-                "elapsed time needs two events recorded with SLUICE_EVENT_TIMING",
-            ));
-        }
-        self.pool.device.backend.event_elapsed_ms(self.raw, end.raw)
-    }
-}
-
-/// A recording and its reference count. Nodes are recycled with their event: the
-/// pool keeps unreferenced nodes and hands them out again, so recording allocates
-/// nothing once the pool is warm.
-#[doc(hidden)]
-#[repr(C, align(64))]
-pub struct RecNode {
-    refs: AtomicUsize,
-    rec: Recording,
-}
-
-impl Drop for RecNode {
-    fn drop(&mut self) {
-        self.rec.pool.device.backend.event_destroy(self.rec.raw);
-    }
-}
-
-/// A shared reference to one recording (like `Arc<Recording>`). When the last
-/// reference drops, the event goes back to its stream's pool.
-pub struct RecRef(NonNull<RecNode>);
-
-// SAFETY: the node is shared through an atomic count; Recording is Send + Sync.
-unsafe impl Send for RecRef {}
-// SAFETY: as above.
-unsafe impl Sync for RecRef {}
-
-impl RecRef {
-    fn node(&self) -> &RecNode {
-        // SAFETY: the node lives while a reference to it exists.
-        unsafe { self.0.as_ref() }
-    }
-}
-
-impl std::ops::Deref for RecRef {
-    type Target = Recording;
-    fn deref(&self) -> &Recording {
-        &self.node().rec
-    }
-}
-
-impl Clone for RecRef {
-    fn clone(&self) -> Self {
-        self.node().refs.fetch_add(1, Ordering::Relaxed);
-        RecRef(self.0)
-    }
-}
-
-impl RecRef {
-    /// Drops one reference; returns the node when it was the last.
-    #[inline(always)]
-    fn unref(self) -> Option<Box<RecNode>> {
-        let p = self.0;
-        std::mem::forget(self);
-        // SAFETY: this reference kept the node alive until now.
-        if unsafe { p.as_ref() }.refs.fetch_sub(1, Ordering::Release) != 1 {
-            return None;
-        }
-        std::sync::atomic::fence(Ordering::Acquire);
-        // SAFETY: the last reference; the node came from Box::into_raw in `record`.
-        Some(unsafe { Box::from_raw(p.as_ptr()) })
-    }
-
-    /// Another reference to the node, already counted by `record_in`'s `refs`.
-    ///
-    /// # Safety
-    /// The caller accounts for every reference made this way in that count.
-    #[inline(always)]
-    pub(crate) unsafe fn dup_counted(&self) -> RecRef {
-        RecRef(self.0)
-    }
-}
-
-/// Returns an unreferenced node to its pool's free list, or destroys its event
-/// when the stream is gone.
-fn recycle(node: Box<RecNode>) {
-    // SAFETY: the node holds the pool; the guard is dropped before the node.
-    let pool = unsafe { &*Arc::as_ptr(&node.rec.pool) };
-    let mut inner = pool.inner.lock();
-    if inner.closed {
-        drop(inner);
-        drop(node);
-    } else {
-        inner.free_list(node.rec.timing).push(node);
-    }
-}
-
-impl Drop for RecRef {
-    fn drop(&mut self) {
-        if let Some(node) = RecRef(self.0).unref() {
-            recycle(node);
-        }
-    }
-}
-
-/// Publication of an op's recording while the recording stream's pool lock is
-/// still held: recordings that die there go straight back to that pool's free list;
-/// nodes of other pools are recycled after the lock is released.
-#[allow(clippy::vec_box)] // the boxed nodes go back to free lists as they are
-pub(crate) struct Publish<'a> {
-    pool: *const EventPool,
-    inner: Option<ObjGuard<'a, PoolInner>>,
-    others: Vec<Box<RecNode>>,
-}
-
-impl<'a> Publish<'a> {
-    #[inline(always)]
-    pub(crate) fn new(stream: &'a Stream, inner: ObjGuard<'a, PoolInner>) -> Self {
-        Publish {
-            pool: Arc::as_ptr(&stream.pool),
-            inner: Some(inner),
-            others: Vec::new(),
-        }
-    }
-
-    /// Drops a replaced reference.
-    #[inline(always)]
-    pub(crate) fn release(&mut self, r: RecRef) {
-        let Some(node) = r.unref() else { return };
-        match &mut self.inner {
-            Some(inner) if std::ptr::eq(Arc::as_ptr(&node.rec.pool), self.pool) => {
-                inner.free_list(node.rec.timing).push(node)
-            }
-            _ => self.others.push(node),
-        }
-    }
-}
-
-impl Publish<'_> {
-    #[cold]
-    fn recycle_others(&mut self) {
-        for node in self.others.drain(..) {
-            recycle(node);
-        }
-    }
-}
-
-impl Drop for Publish<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        drop(self.inner.take());
-        if !self.others.is_empty() {
-            self.recycle_others();
-        }
-    }
-}
-
-// SAFETY: a Box round trip through a non-null pointer.
-unsafe impl crate::handle::Shared for RecRef {
-    type Target = RecNode;
-    fn into_raw(self) -> *const RecNode {
-        let p = self.0.as_ptr();
-        std::mem::forget(self);
-        p
-    }
-    unsafe fn from_raw(p: *const RecNode) -> Self {
-        // SAFETY: p came from into_raw, so it is non-null.
-        RecRef(unsafe { NonNull::new_unchecked(p.cast_mut()) })
-    }
-}
-
 // The fields every op reads come first, in one cache line of their own.
 #[repr(C, align(64))]
 pub struct Stream {
@@ -425,15 +30,12 @@ pub struct Stream {
     pub id: u64,
     pub(crate) pool: Arc<EventPool>,
     pub(crate) device: Arc<Device>,
-    /// Fast check for "is this stream capturing"; the capture itself is in `capture`.
-    pub(crate) capturing: AtomicBool,
-    /// True on the stream that began the current capture.
-    capture_origin: AtomicBool,
     owned: bool,
     /// What `raw()` exports: the caller's handle for adopted streams.
     exported: u64,
     pub stats: StreamStats,
-    pub(crate) capture: Mutex<Option<Arc<Capture>>>,
+    /// The capture this stream takes part in, if any.
+    pub(crate) capture: CaptureSlot,
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
     /// Freed device blocks (size, address) reusable in this stream's order.
@@ -463,23 +65,9 @@ impl Stream {
             exported,
             owned,
             id,
-            pool: Arc::new(EventPool {
-                device: device.clone(),
-                stream_id: id,
-                inner: ObjLock::new(PoolInner {
-                    seq: 0,
-                    op_waits: 0,
-                    free: FreeNodes::EMPTY,
-                    free_timing: FreeNodes::EMPTY,
-                    closed: false,
-                }),
-                completed: AtomicU64::new(0),
-                deferred: Mutex::new(None),
-            }),
+            pool: EventPool::new(device, id),
             stats: StreamStats::default(),
-            capturing: AtomicBool::new(false),
-            capture: Mutex::new(None),
-            capture_origin: AtomicBool::new(false),
+            capture: CaptureSlot::default(),
             label: Mutex::new(None),
             block_cache: Mutex::new(Vec::new()),
             block_cache_limit: std::sync::atomic::AtomicUsize::new(BLOCK_CACHE_MAX_BYTES),
@@ -536,64 +124,9 @@ impl Stream {
         }
     }
 
-    #[inline(always)]
-    pub fn is_capturing(&self) -> bool {
-        self.capturing.load(Ordering::Acquire)
-    }
-
-    /// The capture this stream takes part in, if any.
-    #[inline(always)]
-    pub(crate) fn current_capture(&self) -> Option<Arc<Capture>> {
-        if !self.is_capturing() {
-            return None;
-        }
-        self.capture_slow()
-    }
-
-    #[cold]
-    fn capture_slow(&self) -> Option<Arc<Capture>> {
-        self.capture
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    pub(crate) fn set_capture_origin(&self, on: bool) {
-        self.capture_origin.store(on, Ordering::Release);
-    }
-
-    pub(crate) fn is_capture_origin(&self) -> bool {
-        self.capture_origin.load(Ordering::Acquire)
-    }
-
     /// Sequence number of the newest recording: also the number of events recorded.
     pub fn last_seq(&self) -> u64 {
         self.push_lock().seq
-    }
-
-    #[inline(always)]
-    pub(crate) fn capture_id(&self) -> Option<u64> {
-        if !self.is_capturing() {
-            return None;
-        }
-        self.capture_id_slow()
-    }
-
-    #[cold]
-    fn capture_id_slow(&self) -> Option<u64> {
-        self.capture_slow().map(|c| c.id)
-    }
-
-    /// Fails with `CaptureUnsupported` when the stream is capturing.
-    pub(crate) fn reject_in_capture(&self, op: &str) -> Result<()> {
-        if let Some(cap) = self.current_capture() {
-            cap.ctl().poisoned.get_or_insert_with(|| op.to_string());
-            return Err(Error::new(
-                ErrorCode::CaptureUnsupported,
-                format!("{op} is not allowed while {self:?} is capturing a graph"),
-            ));
-        }
-        Ok(())
     }
 
     fn take_deferred(&self) -> Result<()> {
@@ -629,59 +162,6 @@ impl Stream {
         enqueue()
     }
 
-    /// Records a pooled event whose node starts with `refs` references and adds
-    /// `op_waits` to the stream's wait count. The caller holds the push lock, so
-    /// that recordings released while publishing go back to the free list without
-    /// taking it again.
-    #[inline(always)]
-    pub(crate) fn record_in(
-        &self,
-        inner: &mut PoolInner,
-        timing: bool,
-        refs: usize,
-        op_waits: u64,
-    ) -> Result<RecRef> {
-        let backend = &self.device.backend;
-        let capture_id = self.capture_id();
-        inner.op_waits += op_waits;
-        let mut node = match inner.free_list(timing).pop() {
-            Some(n) => n,
-            None => {
-                self.stats.events_created.fetch_add(1, Ordering::Relaxed);
-                Box::new(RecNode {
-                    refs: AtomicUsize::new(0),
-                    rec: Recording {
-                        pool: self.pool.clone(),
-                        raw: backend.event_create(timing)?,
-                        seq: 0,
-                        stream_id: self.id,
-                        device: Arc::as_ptr(&self.device),
-                        capture_id: None,
-                        timing,
-                    },
-                })
-            }
-        };
-        if let Err(e) = self.drv_event_record(node.rec.raw) {
-            inner.free_list(timing).push(node);
-            return Err(e);
-        }
-        inner.seq += 1;
-        node.rec.seq = inner.seq;
-        node.rec.capture_id = capture_id.and_then(NonZeroU64::new);
-        *node.refs.get_mut() = refs;
-        // SAFETY: Box::into_raw is never null.
-        Ok(RecRef(unsafe {
-            NonNull::new_unchecked(Box::into_raw(node))
-        }))
-    }
-
-    /// Records `event` on this stream (the op path's driver call).
-    #[inline(always)]
-    fn drv_event_record(&self, event: u64) -> Result<()> {
-        self.device.backend.event_record(event, self.raw)
-    }
-
     /// Launches a kernel on this stream (the op path's driver call).
     ///
     /// # Safety
@@ -712,7 +192,7 @@ impl Stream {
     #[inline(always)]
     pub fn wait_event(self: &Arc<Self>, rec: &Recording) -> Result<()> {
         self.wait(rec)?;
-        crate::graph::note_wait(self, rec);
+        crate::capture::note_wait(self, rec);
         Ok(())
     }
 

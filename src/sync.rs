@@ -16,9 +16,10 @@
 
 use crate::device::next_id;
 use crate::error::{Error, ErrorCode, Result};
+use crate::event::{Publish, RecRef, Recording};
 use crate::inline::Small;
 use crate::objlock::ObjLock;
-use crate::stream::{Publish, RecRef, Recording, Stream};
+use crate::stream::Stream;
 use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
@@ -134,7 +135,7 @@ impl SyncObject {
         if st.capture != 0 {
             let cid = st.capture;
             drop(st);
-            crate::graph::poison(cid, op);
+            crate::capture::poison(cid, op);
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 format!("{op} on {self:?} is not allowed while a capturing stream uses it"),
@@ -462,7 +463,7 @@ pub(crate) fn publish_into(
 /// the writer it saw, so a completed reader means a completed writer too.
 #[inline(always)]
 fn prune(st: &mut SyncState) {
-    let completions = crate::stream::completions();
+    let completions = crate::event::completions();
     if st.pruned_at != completions {
         st.pruned_at = completions;
         let before = st.readers.len();

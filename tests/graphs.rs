@@ -3,7 +3,9 @@
 mod common;
 use common::kit;
 use sluice::backend::CaptureMode;
-use sluice::graph::{self, GraphCache, UpdateOutcome};
+use sluice::capture;
+use sluice::graph::UpdateOutcome;
+use sluice::graph_cache::GraphCache;
 use sluice::{memory, Buffer, ErrorCode, Stream};
 use std::sync::Arc;
 
@@ -41,9 +43,9 @@ fn captured_pipeline_replays_bit_for_bit_like_eager() {
     for _ in 0..10 {
         pipeline(&k, &s, &a1, &b1, &c1, 100);
     }
-    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     pipeline(&k, &s, &a2, &b2, &c2, 100);
-    let g = graph::capture_end(&s).unwrap();
+    let g = capture::capture_end(&s).unwrap();
     assert_eq!(g.node_count().unwrap(), 100);
     let exec = g.instantiate().unwrap();
     for _ in 0..10 {
@@ -61,10 +63,10 @@ fn replay_is_ordered_against_other_streams_both_ways() {
     let x = k.buffer(&cap, W);
     let y = k.buffer(&cap, W);
     // The graph reads X into Y, then writes X.
-    graph::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
     k.copy(&cap, &y, &x, 0);
     k.fill(&cap, &x, 99, 0);
-    let exec = graph::capture_end(&cap).unwrap().instantiate().unwrap();
+    let exec = capture::capture_end(&cap).unwrap().instantiate().unwrap();
     // A writer on another stream, issued before the launch, is waited on.
     k.fill(&other, &x, 5, 20_000_000);
     let launch = k.stream();
@@ -83,10 +85,10 @@ fn capture_rolls_back_sync_state() {
     let x = k.buffer(&s, W);
     k.fill(&s, &x, 1, 0);
     assert!(x.sync.has_writer());
-    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     let r = k.stream();
     k.fill(&s, &x, 2, 0);
-    let g = graph::capture_end(&s).unwrap();
+    let g = capture::capture_end(&s).unwrap();
     // After the capture, X's last writer is the eager fill again (value 1).
     assert!(k.read(&r, &x).iter().all(|&v| v == 1));
     drop(g);
@@ -122,14 +124,14 @@ fn rejected_operations_name_themselves_and_leave_the_stream_usable() {
         ),
     ];
     for (name, check) in &checks {
-        graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+        capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
         let e = check(&s);
         assert_eq!(e.code, ErrorCode::CaptureUnsupported, "{name}: {e}");
         assert!(
             e.message.contains(name),
             "message does not name '{name}': {e}"
         );
-        let end = graph::capture_end(&s)
+        let end = capture::capture_end(&s)
             .err()
             .expect("capture must fail after a rejected op");
         assert_eq!(end.code, ErrorCode::CaptureFailed);
@@ -142,23 +144,23 @@ fn rejected_operations_name_themselves_and_leave_the_stream_usable() {
         );
     }
     // Copies to pageable memory and event queries too.
-    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     let e = memory::copy_to_host(&s, &mut host, &x, 0).unwrap_err();
     assert_eq!(e.code, ErrorCode::CaptureUnsupported);
     let ev = s.record(false).unwrap();
     let e = ev.query().unwrap_err();
     assert_eq!(e.code, ErrorCode::CaptureUnsupported);
     assert!(e.message.contains("event query"), "{e}");
-    assert!(graph::capture_end(&s).is_err());
+    assert!(capture::capture_end(&s).is_err());
     // A rejected event query alone aborts the capture too.
-    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     k.fill(&s, &x, 1, 0);
     let ev = s.record(false).unwrap();
     assert_eq!(
         ev.synchronize().unwrap_err().code,
         ErrorCode::CaptureUnsupported
     );
-    let end = graph::capture_end(&s)
+    let end = capture::capture_end(&s)
         .err()
         .expect("a rejected event sync aborts the capture");
     assert!(end.message.contains("event synchronize"), "{end}");
@@ -170,7 +172,7 @@ fn fork_join_capture_and_unjoined_fork_is_rejected() {
     let (a, b) = (k.stream(), k.stream());
     let x = k.buffer(&a, W);
     let y = k.buffer(&a, W);
-    graph::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&a, CaptureMode::Relaxed).unwrap();
     k.fill(&a, &x, 10, 0);
     let fork = a.record(false).unwrap();
     b.wait_event(&fork).unwrap();
@@ -182,17 +184,17 @@ fn fork_join_capture_and_unjoined_fork_is_rejected() {
     k.add(&b, &y, &x, 0);
     let join = b.record(false).unwrap();
     a.wait_event(&join).unwrap();
-    let exec = graph::capture_end(&a).unwrap().instantiate().unwrap();
+    let exec = capture::capture_end(&a).unwrap().instantiate().unwrap();
     assert!(!b.is_capturing());
     exec.launch(&a).unwrap();
     assert!(k.read(&a, &y).iter().all(|&v| v == 20));
 
     // Unjoined: B does work after its last join point.
-    graph::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&a, CaptureMode::Relaxed).unwrap();
     let fork = a.record(false).unwrap();
     b.wait_event(&fork).unwrap();
     k.fill(&b, &y, 1, 0);
-    let e = graph::capture_end(&a).err().unwrap();
+    let e = capture::capture_end(&a).err().unwrap();
     assert_eq!(e.code, ErrorCode::CaptureFailed);
     assert!(e.message.contains("not joined back"), "{e}");
     assert!(!a.is_capturing() && !b.is_capturing());
@@ -207,9 +209,9 @@ fn update_with_new_pointers_and_params_then_fallback() {
     let s = k.stream();
     let (x, y) = (k.buffer(&s, W), k.buffer(&s, W));
     let capture = |f: &dyn Fn()| {
-        graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+        capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
         f();
-        graph::capture_end(&s).unwrap()
+        capture::capture_end(&s).unwrap()
     };
     let g1 = capture(&|| k.fill(&s, &x, 1, 0));
     let exec = g1.instantiate().unwrap();
@@ -277,10 +279,10 @@ fn dot_dump_exists_and_parses() {
     let k = kit();
     let s = k.stream();
     let (x, y) = (k.buffer(&s, W), k.buffer(&s, W));
-    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     k.fill(&s, &x, 1, 0);
     k.copy(&s, &y, &x, 0);
-    let g = graph::capture_end(&s).unwrap();
+    let g = capture::capture_end(&s).unwrap();
     let path = std::env::temp_dir().join(format!("sluice-test-{}.dot", std::process::id()));
     let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
     g.debug_dot(&c, true).unwrap();
@@ -328,10 +330,10 @@ fn concurrent_captures_and_unrelated_work_do_not_interfere() {
                 let (x, y) = (k.buffer(&s, W), k.buffer(&s, W));
                 k.fill(&s, &y, 0, 0);
                 for _ in 0..5 {
-                    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+                    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
                     k.fill(&s, &x, t + 1, 0);
                     k.add(&s, &y, &x, 0);
-                    let exec = graph::capture_end(&s).unwrap().instantiate().unwrap();
+                    let exec = capture::capture_end(&s).unwrap().instantiate().unwrap();
                     exec.launch(&s).unwrap();
                 }
                 assert!(k.read(&s, &y).iter().all(|&v| v == 5 * (t + 1)));
@@ -351,9 +353,9 @@ fn a_graph_keeps_the_memory_of_freed_buffers_alive() {
     let s = k.stream();
     let x = k.buffer(&s, W);
     let x_addr = x.addr;
-    graph::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     k.fill(&s, &x, 7, 0);
-    let g = graph::capture_end(&s).unwrap();
+    let g = capture::capture_end(&s).unwrap();
     let exec = g.instantiate().unwrap();
     drop(g);
     drop(x); // the caller frees the buffer; the exec still writes its memory
@@ -380,9 +382,9 @@ fn a_replayed_callback_failure_is_reported_on_the_launch_stream() {
         return; // the cuda backend refuses host callbacks in a capture
     }
     let (cap, run) = (k.stream(), k.stream());
-    graph::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
     sluice::module::host_callback(&cap, || 5, &[], &[]).unwrap();
-    let exec = graph::capture_end(&cap).unwrap().instantiate().unwrap();
+    let exec = capture::capture_end(&cap).unwrap().instantiate().unwrap();
     exec.launch(&run).unwrap();
     let e = run.synchronize().unwrap_err();
     assert_eq!(e.code, ErrorCode::CallbackFailed);
@@ -409,9 +411,9 @@ fn capture_keeps_the_real_reader_of_its_stream() {
     k.fill(&c, &x, 1, 0);
     k.fill(&c, &y2, 0, 0);
     k.copy(&c, &y, &x, 30_000_000); // a slow real read of X on C
-    graph::capture_begin(&c, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&c, CaptureMode::Relaxed).unwrap();
     k.copy(&c, &y2, &x, 0); // a captured read of X on C
-    let g = graph::capture_end(&c).unwrap();
+    let g = capture::capture_end(&c).unwrap();
     k.fill(&t, &x, 2, 0); // must wait for the real read
     assert!(
         k.read(&c, &y).iter().all(|&v| v == 1),
@@ -430,10 +432,10 @@ fn ops_outside_a_capture_still_wait_for_real_readers() {
     let y = k.buffer(&a, W);
     k.fill(&a, &x, 1, 0);
     k.copy(&a, &y, &x, 30_000_000); // a slow real reader of X on A
-    graph::capture_begin(&c, CaptureMode::Relaxed).unwrap();
+    capture::capture_begin(&c, CaptureMode::Relaxed).unwrap();
     k.fill(&c, &x, 7, 0); // a captured write of X
     k.fill(&t, &x, 2, 0); // a real writer on T while the capture is open
-    let g = graph::capture_end(&c).unwrap();
+    let g = capture::capture_end(&c).unwrap();
     assert!(
         k.read(&a, &y).iter().all(|&v| v == 1),
         "the real writer overtook the real reader"

@@ -2,11 +2,11 @@
 
 mod common;
 use common::kit;
-use sluice::graph::{self, GraphCache};
+use sluice::graph_cache::{self, GraphCache};
 
 #[test]
 fn disabled_graphs_make_every_cached_run_eager() {
-    graph::set_graphs_enabled(false);
+    graph_cache::set_graphs_enabled(false);
     let k = kit();
     let s = k.stream();
     let (x, acc) = (k.buffer(&s, 1024), k.buffer(&s, 1024));

@@ -4,8 +4,8 @@ use super::stream::{sluice_stream_t, STREAMS};
 use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
 use crate::error::{Error, Result};
+use crate::event::RecRef;
 use crate::handle::HandleTable;
-use crate::stream::RecRef;
 use std::sync::LazyLock;
 
 pub(crate) static EVENTS: LazyLock<HandleTable<RecRef>> = LazyLock::new(|| HandleTable::new(3));

@@ -4,8 +4,10 @@ use super::device::{device, sluice_device_t};
 use super::stream::{sluice_stream_t, stream, STREAMS};
 use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
+use crate::capture;
 use crate::error::{Error, ErrorCode, Result};
-use crate::graph::{self as g, Graph, GraphCache, GraphExec, UpdateOutcome};
+use crate::graph::{Graph, GraphExec, UpdateOutcome};
+use crate::graph_cache::{self, GraphCache};
 use crate::handle::HandleTable;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, LazyLock};
@@ -104,7 +106,7 @@ pub extern "C" fn sluice_graph_capture_begin(
     mode: u32,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_capture_begin", || {
-        g::capture_begin(&self::stream(stream)?, g::capture_mode(mode)?)
+        capture::capture_begin(&self::stream(stream)?, capture::capture_mode(mode)?)
     })
 }
 
@@ -118,7 +120,7 @@ pub extern "C" fn sluice_graph_capture_end(
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_capture_end", || {
         let out = out_ptr(graph_out, "graph_out")?;
-        let gr = g::capture_end(&self::stream(stream)?)?;
+        let gr = capture::capture_end(&self::stream(stream)?)?;
         write_handle(out, &GRAPHS, gr);
         Ok(())
     })
@@ -331,7 +333,7 @@ pub extern "C" fn sluice_graph_cache_stats(
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_set_enabled(enabled: bool) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_set_enabled", || {
-        g::set_graphs_enabled(enabled);
+        graph_cache::set_graphs_enabled(enabled);
         Ok(())
     })
 }

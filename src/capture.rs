@@ -1,0 +1,432 @@
+//! Graph capture: which streams take part in a capture, the operations it refuses,
+//! and the capture's own copy of the dependency state of every object it touches
+//! (captured ops are ordered among themselves there and never change the objects'
+//! real state). Ending a capture yields a [`Graph`].
+
+use crate::backend::CaptureMode;
+use crate::device::next_id;
+use crate::error::{Error, ErrorCode, Result};
+use crate::event::{RecRef, Recording};
+use crate::graph::{Graph, KeepAlive};
+use crate::stream::Stream;
+use crate::sync::{self, Access, ObjRef, SyncObject, SyncState};
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A stream's part in captures.
+#[derive(Default)]
+pub(crate) struct CaptureSlot {
+    /// Fast check for "is this stream capturing"; the capture itself is `current`.
+    active: AtomicBool,
+    /// True on the stream that began the current capture.
+    origin: AtomicBool,
+    current: Mutex<Option<Arc<Capture>>>,
+}
+
+impl CaptureSlot {
+    /// Joins `cap`, or leaves the capture with None.
+    fn set(&self, cap: Option<Arc<Capture>>) {
+        let on = cap.is_some();
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = cap;
+        self.active.store(on, Ordering::Release);
+    }
+}
+
+impl Stream {
+    #[inline(always)]
+    pub fn is_capturing(&self) -> bool {
+        self.capture.active.load(Ordering::Acquire)
+    }
+
+    /// The capture this stream takes part in, if any.
+    #[inline(always)]
+    pub(crate) fn current_capture(&self) -> Option<Arc<Capture>> {
+        if !self.is_capturing() {
+            return None;
+        }
+        self.capture_slow()
+    }
+
+    #[cold]
+    fn capture_slow(&self) -> Option<Arc<Capture>> {
+        self.capture
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn set_capture_origin(&self, on: bool) {
+        self.capture.origin.store(on, Ordering::Release);
+    }
+
+    pub(crate) fn is_capture_origin(&self) -> bool {
+        self.capture.origin.load(Ordering::Acquire)
+    }
+
+    #[inline(always)]
+    pub(crate) fn capture_id(&self) -> Option<u64> {
+        if !self.is_capturing() {
+            return None;
+        }
+        self.capture_id_slow()
+    }
+
+    #[cold]
+    fn capture_id_slow(&self) -> Option<u64> {
+        self.capture_slow().map(|c| c.id)
+    }
+
+    /// Fails with `CaptureUnsupported` when the stream is capturing.
+    pub(crate) fn reject_in_capture(&self, op: &str) -> Result<()> {
+        if let Some(cap) = self.current_capture() {
+            cap.ctl().poisoned.get_or_insert_with(|| op.to_string());
+            return Err(Error::new(
+                ErrorCode::CaptureUnsupported,
+                format!("{op} is not allowed while {self:?} is capturing a graph"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// State shared by every stream taking part in one capture.
+pub struct Capture {
+    pub id: u64,
+    /// Each touched object with the capture's own copy of its dependency state:
+    /// captured ops order themselves against each other there and never touch the
+    /// objects' real state, which ops outside the capture keep using.
+    touched: Mutex<Vec<Touched>>,
+    ctl: Mutex<CaptureCtl>,
+}
+
+struct Touched {
+    obj: Arc<SyncObject>,
+    /// Recordings of the captured ops only.
+    shadow: SyncState,
+    written: bool,
+}
+
+impl Capture {
+    pub(crate) fn new() -> Arc<Capture> {
+        let c = Arc::new(Capture {
+            id: next_id(),
+            touched: Mutex::new(Vec::new()),
+            ctl: Mutex::new(CaptureCtl::default()),
+        });
+        captures()
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(c.id, Arc::downgrade(&c));
+        c
+    }
+
+    fn touched(&self) -> std::sync::MutexGuard<'_, Vec<Touched>> {
+        self.touched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The index of `obj`'s entry, made on its first captured access: the object is
+    /// marked as used by this capture and its memory is kept for the graph.
+    fn entry(&self, t: &mut Vec<Touched>, obj: ObjRef<'_>) -> usize {
+        if let Some(i) = t.iter().position(|x| x.obj.id == obj.id) {
+            return i;
+        }
+        if let Some(mem) = obj.owner.get().and_then(|w| w.upgrade()) {
+            self.ctl().keep.push(mem);
+        }
+        obj.state.lock().capture = self.id;
+        t.push(Touched {
+            obj: obj.to_arc(),
+            shadow: SyncState::default(),
+            written: false,
+        });
+        t.len() - 1
+    }
+
+    /// The entries of an op's accesses, and what the op waits for among the
+    /// captured ops of other streams.
+    fn prepare(
+        &self,
+        t: &mut Vec<Touched>,
+        stream: &Stream,
+        set: &[Access<'_>],
+    ) -> (Vec<usize>, sync::Waits) {
+        let idx: Vec<usize> = set.iter().map(|a| self.entry(t, a.obj())).collect();
+        let mut need = sync::Waits::new();
+        for (a, &i) in set.iter().zip(&idx) {
+            sync::waits_for(&t[i].shadow, stream.id, a.write(), &mut need);
+        }
+        (idx, need)
+    }
+
+    /// A tracked op issued on a stream taking part in this capture.
+    pub(crate) fn run_op(
+        &self,
+        stream: &Stream,
+        set: &[Access<'_>],
+        enqueue: impl FnOnce() -> Result<()>,
+        keep: bool,
+    ) -> Result<Option<RecRef>> {
+        let mut t = self.touched();
+        let (idx, need) = self.prepare(&mut t, stream, set);
+        let me = stream.id;
+        sync::push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
+            for (a, &i) in set.iter().zip(&idx) {
+                let x = &mut t[i];
+                x.written |= a.write();
+                // SAFETY: one of the references `push_op` counted per object.
+                sync::publish_into(
+                    &mut x.shadow,
+                    me,
+                    a.write(),
+                    unsafe { rec.dup_counted() },
+                    publish,
+                );
+            }
+        })
+    }
+
+    /// `op_begin` on a stream taking part in this capture.
+    pub(crate) fn op_begin(&self, stream: &Stream, set: &[Access<'_>]) -> Result<()> {
+        let mut t = self.touched();
+        let (_, need) = self.prepare(&mut t, stream, set);
+        let _push = stream.push_lock();
+        let waits = sync::issue_waits(stream, &need)?;
+        stream
+            .stats
+            .waits
+            .fetch_add(waits, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `op_end` on a stream taking part in this capture.
+    pub(crate) fn op_end(&self, stream: &Stream, set: &[Access<'_>]) -> Result<()> {
+        let mut t = self.touched();
+        let idx: Vec<usize> = set.iter().map(|a| self.entry(&mut t, a.obj())).collect();
+        let me = stream.id;
+        sync::push_op(
+            stream,
+            &sync::Waits::new(),
+            set.len(),
+            false,
+            || Ok(()),
+            |rec, publish| {
+                for (a, &i) in set.iter().zip(&idx) {
+                    let x = &mut t[i];
+                    x.written |= a.write();
+                    // SAFETY: one of the references `push_op` counted per object.
+                    sync::publish_into(
+                        &mut x.shadow,
+                        me,
+                        a.write(),
+                        unsafe { rec.dup_counted() },
+                        publish,
+                    );
+                }
+            },
+        )?;
+        Ok(())
+    }
+
+    /// The union of the captured ops' read and write sets (a write wins).
+    pub(crate) fn access_sets(&self) -> (Vec<Arc<SyncObject>>, Vec<Arc<SyncObject>>) {
+        let t = self.touched();
+        let reads = t
+            .iter()
+            .filter(|x| !x.written)
+            .map(|x| x.obj.clone())
+            .collect();
+        let writes = t
+            .iter()
+            .filter(|x| x.written)
+            .map(|x| x.obj.clone())
+            .collect();
+        (reads, writes)
+    }
+
+    /// Unmarks the touched objects and drops the captured recordings. The objects'
+    /// real state was never changed by the capture, so nothing is rolled back.
+    pub(crate) fn release_objects(&self) {
+        let t = std::mem::take(&mut *self.touched());
+        for x in &t {
+            let mut st = x.obj.state.lock();
+            if st.capture == self.id {
+                st.capture = 0;
+            }
+        }
+    }
+}
+
+/// What a capture shares beyond the sync bookkeeping.
+#[derive(Default)]
+pub(crate) struct CaptureCtl {
+    /// Streams that joined by waiting on a captured event: (stream, latest joined-back seq).
+    pub(crate) forks: Vec<(Arc<Stream>, u64)>,
+    /// The first operation rejected during the capture; end reports it.
+    pub(crate) poisoned: Option<String>,
+    /// Device frees requested during the capture, done after it ends.
+    pub(crate) deferred_frees: Vec<(Arc<Stream>, u64, Vec<RecRef>)>,
+    /// Memory of the buffers the captured ops use.
+    pub(crate) keep: KeepAlive,
+    /// The capture recorded host callbacks (host backend only).
+    pub(crate) callbacks: bool,
+}
+
+impl Capture {
+    pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, CaptureCtl> {
+        self.ctl.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Parses a C capture mode: 0 relaxed (default), 1 thread-local, 2 global.
+pub fn capture_mode(v: u32) -> Result<CaptureMode> {
+    match v {
+        0 => Ok(CaptureMode::Relaxed),
+        1 => Ok(CaptureMode::ThreadLocal),
+        2 => Ok(CaptureMode::Global),
+        _ => Err(Error::invalid_argument(format!("unknown capture mode {v}"))),
+    }
+}
+
+/// Begins capturing `stream`. Ops issued on it (and on streams that fork from it by
+/// waiting on its captured events) are recorded into a graph, not run.
+pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
+    if stream.is_capturing() {
+        return Err(Error::new(
+            ErrorCode::InvalidState,
+            format!("{stream:?} is already capturing"),
+        ));
+    }
+    stream.push(|| stream.device.backend.capture_begin(stream.raw, mode))?;
+    let cap = Capture::new();
+    stream.capture.set(Some(cap));
+    stream.set_capture_origin(true);
+    Ok(())
+}
+
+/// Called when `stream` waits on `rec`: joining a capture (fork) or a join back.
+pub(crate) fn note_wait(stream: &Arc<Stream>, rec: &Recording) {
+    let Some(cid) = rec.capture_id() else { return };
+    let Some(cap) = live_capture(cid) else { return };
+    if !stream.is_capturing() {
+        // Fork: the driver moved this stream into the capture.
+        stream.capture.set(Some(cap.clone()));
+        cap.ctl().forks.push((stream.clone(), 0));
+        return;
+    }
+    // Join back: remember the newest of the source stream's recordings waited on.
+    let mut ctl = cap.ctl();
+    if let Some(f) = ctl.forks.iter_mut().find(|f| f.0.id == rec.stream_id()) {
+        f.1 = f.1.max(rec.seq);
+    }
+}
+
+fn captures() -> &'static Mutex<HashMap<u64, std::sync::Weak<Capture>>> {
+    static LIVE: OnceLock<Mutex<HashMap<u64, std::sync::Weak<Capture>>>> = OnceLock::new();
+    LIVE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Marks capture `id` as aborted by the rejected operation `op`.
+pub(crate) fn poison(id: u64, op: &str) {
+    if let Some(c) = live_capture(id) {
+        c.ctl().poisoned.get_or_insert_with(|| op.to_string());
+    }
+}
+
+fn live_capture(id: u64) -> Option<Arc<Capture>> {
+    captures()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .and_then(|w| w.upgrade())
+}
+
+/// Ends the capture begun on `stream` and returns its graph. Every forked stream
+/// must have been joined back. On any failure the capture is ended, its sync
+/// state rolled back, and the streams are usable again.
+pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
+    let cap = match stream.current_capture() {
+        Some(c) if stream.is_capture_origin() => c,
+        Some(_) => {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                format!("{stream:?} joined a capture; end it on the stream that began it"),
+            ))
+        }
+        None => {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                format!("{stream:?} is not capturing"),
+            ))
+        }
+    };
+    let (forks, poisoned, frees, keep, callbacks) = {
+        let mut ctl = cap.ctl();
+        (
+            std::mem::take(&mut ctl.forks),
+            ctl.poisoned.take(),
+            std::mem::take(&mut ctl.deferred_frees),
+            std::mem::take(&mut ctl.keep),
+            ctl.callbacks,
+        )
+    };
+    let unjoined: Vec<u64> = forks
+        .iter()
+        .filter(|(s, joined)| s.last_seq() > *joined)
+        .map(|(s, _)| s.id)
+        .collect();
+    let ended = stream.push(|| stream.device.backend.capture_end(stream.raw));
+    // Whatever happened, every participant leaves the capture.
+    for s in std::iter::once(stream).chain(forks.iter().map(|f| &f.0)) {
+        s.capture.set(None);
+    }
+    stream.set_capture_origin(false);
+    captures()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(&cap.id);
+    let (reads, writes) = cap.access_sets();
+    cap.release_objects();
+    for (home, addr, recs) in frees {
+        let _ = home.push(|| {
+            for r in &recs {
+                home.wait_pushed(r)?;
+            }
+            home.device.backend.mem_free_async(addr, home.raw)
+        });
+    }
+    let discard = |raw: u64| stream.device.backend.graph_destroy(raw);
+    if !unjoined.is_empty() {
+        if let Ok(raw) = ended {
+            discard(raw);
+        }
+        let ids: Vec<String> = unjoined.iter().map(|i| format!("stream #{i}")).collect();
+        return Err(Error::new(
+            ErrorCode::CaptureFailed,
+            format!(
+                "capture on {stream:?} has forked stream(s) not joined back: {} (record an event on each and make the origin stream wait on it before ending)",
+                ids.join(", ")
+            ),
+        ));
+    }
+    if let Some(op) = poisoned {
+        if let Ok(raw) = ended {
+            discard(raw);
+        }
+        return Err(Error::new(
+            ErrorCode::CaptureFailed,
+            format!("capture on {stream:?} was aborted: {op} was rejected during the capture"),
+        ));
+    }
+    let raw = ended.map_err(|e| e.context(format!("ending capture on {stream:?}")))?;
+    Ok(Arc::new(Graph {
+        device: stream.device.clone(),
+        raw,
+        reads,
+        writes,
+        keep,
+        callbacks,
+    }))
+}
