@@ -5,11 +5,12 @@
 
 use crate::backend::CaptureMode;
 use crate::device::next_id;
+use crate::engine;
 use crate::error::{Error, ErrorCode, Result};
 use crate::event::{RecRef, Recording};
 use crate::graph::{Graph, KeepAlive};
 use crate::stream::Stream;
-use crate::sync::{self, Access, ObjRef, SyncObject, SyncState};
+use crate::sync::{Access, ObjRef, SyncObject, SyncState};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
@@ -152,11 +153,11 @@ impl Capture {
         t: &mut Vec<Touched>,
         stream: &Stream,
         set: &[Access<'_>],
-    ) -> (Vec<usize>, sync::Waits) {
+    ) -> (Vec<usize>, engine::Waits) {
         let idx: Vec<usize> = set.iter().map(|a| self.entry(t, a.obj())).collect();
-        let mut need = sync::Waits::new();
+        let mut need = engine::Waits::new();
         for (a, &i) in set.iter().zip(&idx) {
-            sync::waits_for(&t[i].shadow, stream.id, a.write(), &mut need);
+            engine::waits_for(&t[i].shadow, stream.id, a.write(), &mut need);
         }
         (idx, need)
     }
@@ -172,12 +173,12 @@ impl Capture {
         let mut t = self.touched();
         let (idx, need) = self.prepare(&mut t, stream, set);
         let me = stream.id;
-        sync::push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
+        engine::push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
             for (a, &i) in set.iter().zip(&idx) {
                 let x = &mut t[i];
                 x.written |= a.write();
                 // SAFETY: one of the references `push_op` counted per object.
-                sync::publish_into(
+                engine::publish_into(
                     &mut x.shadow,
                     me,
                     a.write(),
@@ -193,7 +194,7 @@ impl Capture {
         let mut t = self.touched();
         let (_, need) = self.prepare(&mut t, stream, set);
         let _push = stream.push_lock();
-        let waits = sync::issue_waits(stream, &need)?;
+        let waits = engine::issue_waits(stream, &need)?;
         stream
             .stats
             .waits
@@ -206,9 +207,9 @@ impl Capture {
         let mut t = self.touched();
         let idx: Vec<usize> = set.iter().map(|a| self.entry(&mut t, a.obj())).collect();
         let me = stream.id;
-        sync::push_op(
+        engine::push_op(
             stream,
-            &sync::Waits::new(),
+            &engine::Waits::new(),
             set.len(),
             false,
             || Ok(()),
@@ -217,7 +218,7 @@ impl Capture {
                     let x = &mut t[i];
                     x.written |= a.write();
                     // SAFETY: one of the references `push_op` counted per object.
-                    sync::publish_into(
+                    engine::publish_into(
                         &mut x.shadow,
                         me,
                         a.write(),

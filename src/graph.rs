@@ -4,6 +4,7 @@
 //! [`crate::graph_cache`].
 
 use crate::device::Device;
+use crate::engine;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::sync::{self, SyncObject};
@@ -117,7 +118,7 @@ impl GraphExec {
         stream.reject_in_capture("graph launch")?;
         let st = self.state();
         let backend = &self.device.backend;
-        sync::run_op(stream, &sync::access_set(&st.reads, &st.writes), || {
+        engine::run_op(stream, &sync::access_set(&st.reads, &st.writes), || {
             if st.callbacks {
                 stream.around_replay(|| backend.graph_launch(st.raw, stream.raw))
             } else {

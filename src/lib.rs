@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod capture;
 pub mod device;
+pub mod engine;
 mod epoch;
 pub mod error;
 pub mod event;

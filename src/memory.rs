@@ -3,6 +3,7 @@
 //! sync objects.
 
 use crate::device::Device;
+use crate::engine;
 use crate::error::{Error, ErrorCode, Result};
 use crate::event::RecRef;
 use crate::stream::Stream;
@@ -178,7 +179,7 @@ impl Drop for Memory {
                     }
                     // Order the free after every outstanding use, on the device.
                     let set = [Access::new(ObjRef::new(&self.sync), true)];
-                    let _ = sync::op_begin(home, &set);
+                    let _ = engine::op_begin(home, &set);
                     if !home.cache_block(self.size, self.addr) {
                         let _ = home.push(|| backend.mem_free_async(self.addr, home.raw));
                     }
@@ -388,7 +389,7 @@ pub fn copy(
         std::slice::from_ref(&src.sync),
         std::slice::from_ref(&dst.sync),
     );
-    sync::run_op(stream, &sync::access_set(r, w), || {
+    engine::run_op(stream, &sync::access_set(r, w), || {
         backend.memcpy_async(d, s, len, stream.raw)
     })?;
     Ok(())
@@ -403,7 +404,7 @@ pub fn copy_from_host(stream: &Stream, dst: &Buffer, dst_off: usize, src: &[u8])
         return Ok(());
     }
     let backend = &stream.device.backend;
-    sync::run_op(
+    engine::run_op(
         stream,
         &sync::access_set(&[], std::slice::from_ref(&dst.sync)),
         || backend.memcpy_from_pageable(d, src, stream.raw),
@@ -422,7 +423,7 @@ pub fn copy_to_host(stream: &Stream, dst: &mut [u8], src: &Buffer, src_off: usiz
     let backend = &stream.device.backend;
     let d = dst.as_mut_ptr() as u64;
     let len = dst.len();
-    let rec = sync::run_op_recorded(
+    let rec = engine::run_op_recorded(
         stream,
         &sync::access_set(std::slice::from_ref(&src.sync), &[]),
         || backend.memcpy_async(d, s, len, stream.raw),
@@ -441,7 +442,7 @@ pub fn memset(stream: &Stream, dst: &Buffer, off: usize, value: u8, len: usize) 
         return Ok(());
     }
     let backend = &stream.device.backend;
-    sync::run_op(
+    engine::run_op(
         stream,
         &sync::access_set(&[], std::slice::from_ref(&dst.sync)),
         || backend.memset_async(d, value, len, stream.raw),

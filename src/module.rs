@@ -2,6 +2,7 @@
 
 use crate::backend::LaunchDims;
 use crate::device::Device;
+use crate::engine;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::sync::{self, SyncObject};
@@ -98,7 +99,7 @@ pub(crate) unsafe fn launch_set(
         .device
         .same_device_with(&func.device, || format!("kernel '{}'", func.name))?;
     check_dims(&dims)?;
-    sync::run_op(
+    engine::run_op(
         stream,
         set,
         #[inline(always)]
@@ -133,6 +134,6 @@ pub(crate) fn host_callback_set(
     if let Some(cap) = stream.current_capture() {
         cap.ctl().callbacks = true;
     }
-    sync::run_op(stream, set, || stream.push_host_fn(job))?;
+    engine::run_op(stream, set, || stream.push_host_fn(job))?;
     Ok(())
 }

@@ -3,7 +3,8 @@
 
 mod common;
 use common::{kit, scaled, waits};
-use sluice::sync::{self, Access, ObjRef};
+use sluice::engine::ForeignOp;
+use sluice::sync::{self, ObjRef};
 use sluice::{Buffer, SyncObject};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -274,12 +275,11 @@ fn foreign_op_begin_end_orders_foreign_work() {
     let xs: [Arc<SyncObject>; 1] = [x.sync.clone()];
     k.fill(&a, &x, 11, 10 * MS);
     // A foreign reader of X on B: begin makes B wait on A's write.
-    let set = [Access::new(ObjRef::new(&xs[0]), false)];
     let before = waits(&b);
-    sync::op_begin(&b, &set).unwrap();
+    let op = ForeignOp::begin(&b, xs.to_vec(), vec![]).unwrap();
     assert_eq!(waits(&b) - before, 1);
     k.copy(&b, &y, &x, 0); // stands for the foreign work
-    sync::op_end(&b, &set).unwrap();
+    op.end().unwrap();
     assert!(k.read(&b, &y).iter().all(|&v| v == 11));
     assert_eq!(x.sync.reader_count(), 1);
 }
@@ -339,11 +339,13 @@ fn an_op_over_many_objects_merges_duplicates_and_waits_once_per_stream() {
     let ids: Vec<u64> = set.iter().map(|a| a.obj().id).collect();
     assert!(ids.windows(2).all(|p| p[0] < p[1]), "sorted by id: {ids:?}");
 
+    let mut reads: Vec<_> = sinks.iter().map(|b| b.sync.clone()).collect();
+    reads.extend([x.sync.clone(), sinks[2].sync.clone()]);
     let before = waits(&w);
-    sync::op_begin(&w, &set).unwrap();
+    let op = ForeignOp::begin(&w, reads, vec![x.sync.clone()]).unwrap();
     assert_eq!(waits(&w) - before, 6, "one wait per reading stream");
     k.fill(&w, &x, 10, 0); // stands for the foreign write
-    sync::op_end(&w, &set).unwrap();
+    op.end().unwrap();
     assert_eq!(x.sync.reader_count(), 0);
     assert!(x.sync.has_writer());
     for (s, sink) in streams.iter().zip(&sinks) {
@@ -379,14 +381,13 @@ fn op_end_never_publishes_an_older_reader_over_a_newer_one() {
         let (s, x, z) = (s.clone(), x.sync.clone(), z.sync.clone());
         let (barrier, stop) = (barrier.clone(), stop.clone());
         std::thread::spawn(move || {
-            let set = sync::access_set(std::slice::from_ref(&x), std::slice::from_ref(&z));
             for i in 0.. {
                 barrier.wait();
                 if i >= stop.load(std::sync::atomic::Ordering::Acquire) {
                     break;
                 }
-                sync::op_begin(&s, &set).unwrap();
-                sync::op_end(&s, &set).unwrap();
+                let op = ForeignOp::begin(&s, vec![x.clone()], vec![z.clone()]).unwrap();
+                op.end().unwrap();
                 barrier.wait();
             }
         })
@@ -414,5 +415,27 @@ fn op_end_never_publishes_an_older_reader_over_a_newer_one() {
         "{} of {done} reads saw a later write (first at {})",
         wrong.len(),
         wrong[0]
+    );
+}
+
+/// A foreign op left open while another thread writes one of its objects: `end`
+/// waits for that write before recording, so the engine's inference "a completed
+/// reader means a completed writer" stays true and nothing after it is unordered.
+#[test]
+fn a_foreign_op_open_across_a_conflicting_write_keeps_the_bookkeeping_true() {
+    let k = kit();
+    let (a, s, t, u) = (k.stream(), k.stream(), k.stream(), k.stream());
+    let x = k.buffer(&a, N);
+    let y = k.buffer(&u, N);
+    k.fill(&a, &x, 1, 0);
+    a.synchronize().unwrap();
+    let op = ForeignOp::begin(&s, vec![x.sync.clone()], vec![]).unwrap();
+    k.fill(&t, &x, 2, 30 * MS); // a conflicting write while the op is open
+    op.end().unwrap();
+    s.synchronize().unwrap(); // S's recording is now known complete
+    k.copy(&u, &y, &x, 0); // may skip T's writer only if it is complete
+    assert!(
+        k.read(&u, &y).iter().all(|&v| v == 2),
+        "a later reader overtook the write"
     );
 }

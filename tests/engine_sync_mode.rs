@@ -2,7 +2,7 @@
 
 mod common;
 use common::kit;
-use sluice::sync;
+use sluice::engine;
 
 const MS: u64 = 1_000_000;
 
@@ -11,13 +11,13 @@ fn engine_sync_mode_synchronises_after_each_op() {
     let k = kit();
     let s = k.stream();
     let x = k.buffer(&s, 1024);
-    sync::set_engine_mode(sync::EngineMode::Sync);
+    engine::set_engine_mode(engine::EngineMode::Sync);
     k.fill(&s, &x, 4, MS);
     let syncs = s
         .stats
         .engine_syncs
         .load(std::sync::atomic::Ordering::Relaxed);
-    sync::set_engine_mode(sync::EngineMode::Async);
+    engine::set_engine_mode(engine::EngineMode::Async);
     assert!(syncs >= 1);
     assert!(
         s.query().unwrap(),

@@ -3,16 +3,16 @@
 use super::stream::{sluice_stream_t, stream};
 use super::write_handle;
 use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, stale, write_out};
+use crate::engine::{self, EngineMode, ForeignOp};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
 use crate::handle::{HandleTable, Stale};
-use crate::stream::Stream;
-use crate::sync::{self as engine, Access, AccessSet, EngineMode, ObjRef, SyncObject};
+use crate::sync::{Access, AccessSet, ObjRef, SyncObject};
 use std::sync::{Arc, LazyLock};
 
 pub(crate) static SYNCS: LazyLock<HandleTable<Arc<SyncObject>>> =
     LazyLock::new(|| HandleTable::new(4));
-pub(crate) static OPS: LazyLock<HandleTable<Arc<OpToken>>> =
+pub(crate) static OPS: LazyLock<HandleTable<Arc<ForeignOp>>> =
     LazyLock::new(|| HandleTable::new_tokens(5));
 
 /// Engine mode: ops only enqueue work (the default).
@@ -47,12 +47,6 @@ pub struct sluice_sync_info_t {
     pub reader_count: u32,
     /// 1 when a writer event is recorded.
     pub has_writer: u32,
-}
-
-pub(crate) struct OpToken {
-    stream: Arc<Stream>,
-    reads: Vec<Arc<SyncObject>>,
-    writes: Vec<Arc<SyncObject>>,
 }
 
 pub(crate) fn sync(s: sluice_sync_t) -> Result<Arc<SyncObject>> {
@@ -183,13 +177,8 @@ pub extern "C" fn sluice_op_begin(
             owned_syncs(reads, num_reads, "reads")?,
             owned_syncs(writes, num_writes, "writes")?,
         );
-        engine::op_begin(&s, &engine::access_set(&r, &w))?;
-        let tok = OpToken {
-            stream: s,
-            reads: r,
-            writes: w,
-        };
-        write_handle(out, &OPS, Arc::new(tok));
+        let op = ForeignOp::begin(&s, r, w)?;
+        write_handle(out, &OPS, Arc::new(op));
         Ok(())
     })
 }
@@ -200,10 +189,7 @@ pub extern "C" fn sluice_op_begin(
 pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
     boundary("sluice_op_end", || {
         let tok = remove(&OPS, op.bits, "op")?;
-        let set = engine::access_set(&tok.reads, &tok.writes);
-        let r = engine::op_end(&tok.stream, &set);
-        drop(set);
-        r
+        tok.end()
     })
 }
 

@@ -1,0 +1,483 @@
+//! The dependency engine (MXNet's async engine): how an operation on stream S with
+//! read set R and write set W is ordered.
+//! - Begin: for r in R, S waits on r's writer unless it is on S or S already has a
+//!   reader entry (which came after that writer, since writes clear readers); for w
+//!   in W, S waits on w's writer and every reader not on S. Waits are deduplicated per
+//!   source stream (newest only) and skip work known complete. The host never blocks.
+//! - End: one event is recorded on S; reads replace S's reader entry, writes clear
+//!   the readers and become the writer.
+//!
+//! Library ops (copies, launches, callbacks, graph launches) do both while holding
+//! the objects' locks, taken in id order, and the stream's push lock, so they are
+//! atomic with respect to each other. Foreign ops ([`ForeignOp`]) wait at begin and
+//! publish at end.
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::event::{Publish, RecRef, Recording};
+use crate::inline::Small;
+use crate::stream::Stream;
+use crate::sync::{Access, SyncObject, SyncState};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Engine modes. `Sync` synchronises the host after every tracked op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EngineMode {
+    Async = 0,
+    Sync = 1,
+}
+
+/// The engine mode as a `u8`; `MODE_UNSET` until first read from `SLUICE_ENGINE`
+/// or set (a plain static, so every op reads one byte).
+static MODE: AtomicU8 = AtomicU8::new(MODE_UNSET);
+const MODE_UNSET: u8 = u8::MAX;
+
+#[cold]
+fn mode_from_env() -> u8 {
+    let m = match std::env::var("SLUICE_ENGINE").as_deref() {
+        Ok("sync") => EngineMode::Sync,
+        _ => EngineMode::Async,
+    } as u8;
+    // A mode set meanwhile wins.
+    match MODE.compare_exchange(MODE_UNSET, m, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => m,
+        Err(now) => now,
+    }
+}
+
+/// The process-wide engine mode (from `SLUICE_ENGINE`, default async).
+#[inline(always)]
+pub fn engine_mode() -> EngineMode {
+    let m = match MODE.load(Ordering::Relaxed) {
+        MODE_UNSET => mode_from_env(),
+        m => m,
+    };
+    if m == EngineMode::Sync as u8 {
+        EngineMode::Sync
+    } else {
+        EngineMode::Async
+    }
+}
+
+pub fn set_engine_mode(mode: EngineMode) {
+    MODE.store(mode as u8, Ordering::Relaxed);
+}
+
+/// The recordings an op must wait on, newest per source stream. The pointers stay
+/// valid while the objects they were read from stay locked and unchanged.
+pub(crate) struct Waits {
+    recs: Small<NonNull<Recording>, 4>,
+    /// Recordings made while collecting, kept alive until the waits are issued.
+    temps: Vec<RecRef>,
+}
+
+impl Waits {
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        Waits {
+            recs: Small::new(),
+            temps: Vec::new(),
+        }
+    }
+
+    /// Adds `rec` unless an equal-or-newer one from its stream is there.
+    #[inline(always)]
+    fn add(&mut self, rec: &Recording) {
+        // SAFETY: every stored pointer is still valid (see the type's doc).
+        let get = |p: &NonNull<Recording>| unsafe { p.as_ref() };
+        match self
+            .recs
+            .iter_mut()
+            .find(|r| get(r).stream_id() == rec.stream_id())
+        {
+            Some(r) if get(r).seq >= rec.seq => {}
+            Some(r) => *r = NonNull::from(rec),
+            None => self.recs.push(NonNull::from(rec)),
+        }
+    }
+
+    /// Adds a recording made while collecting.
+    fn add_temp(&mut self, rec: RecRef) {
+        let p = NonNull::from(&*rec);
+        self.temps.push(rec);
+        // SAFETY: the node behind `p` is kept alive by `temps`.
+        self.add(unsafe { p.as_ref() });
+    }
+}
+
+/// The objects of a set, locked in the set's (id) order; unlocked on drop.
+struct Locked<'s, 'a> {
+    set: &'s [Access<'a>],
+}
+
+impl<'s, 'a> Locked<'s, 'a> {
+    #[inline(always)]
+    fn new(set: &'s [Access<'a>]) -> Self {
+        for a in set {
+            a.obj().state_lock().lock_raw();
+        }
+        Locked { set }
+    }
+}
+
+impl Drop for Locked<'_, '_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        for a in self.set {
+            // SAFETY: locked in `new`.
+            unsafe { a.obj().state_lock().unlock() };
+        }
+    }
+}
+
+/// Adds to `need` what an op on stream `me` waits for before accessing an object in
+/// state `st`: for a write, the writer and every reader of other streams; for a
+/// read, the writer of another stream, unless `me` already has a reader entry (it
+/// was published after that writer, since writes clear the readers).
+#[inline(always)]
+pub(crate) fn waits_for(st: &SyncState, me: u64, write: bool, need: &mut Waits) {
+    if write {
+        for r in st.writer.iter().chain(st.readers.iter()) {
+            if r.stream_id() != me {
+                need.add(r);
+            }
+        }
+    } else if !st.readers.iter().any(|r| r.stream_id() == me) {
+        if let Some(w) = st.writer.as_ref().filter(|w| w.stream_id() != me) {
+            need.add(w);
+        }
+    }
+}
+
+/// Publishes `rec`, recorded on stream `me` after an access, into `st`: a write
+/// clears the readers and becomes the writer; a read replaces `me`'s reader entry.
+/// Replaced references go to `publish`.
+#[inline(always)]
+pub(crate) fn publish_into(
+    st: &mut SyncState,
+    me: u64,
+    write: bool,
+    rec: RecRef,
+    publish: &mut Publish<'_>,
+) {
+    st.version = st.version.wrapping_add(1);
+    if write {
+        while let Some(old) = st.readers.pop() {
+            publish.release(old);
+        }
+        if let Some(old) = st.writer.replace(rec) {
+            publish.release(old);
+        }
+    } else {
+        match st.readers.iter_mut().find(|x| x.stream_id() == me) {
+            Some(slot) => {
+                // Recorded and published under the object's lock and the stream's
+                // push lock, so the entry it replaces is older.
+                debug_assert!(slot.seq < rec.seq, "a reader entry went backwards");
+                publish.release(std::mem::replace(slot, rec))
+            }
+            None => st.readers.push(rec),
+        }
+    }
+}
+
+/// Drops the recordings of `st` known complete (through a host wait), when some
+/// stream's completion advanced since the last look. Every reader was recorded after
+/// the writer it saw, so a completed reader means a completed writer too.
+#[inline(always)]
+fn prune(st: &mut SyncState) {
+    let completions = crate::event::completions();
+    if st.pruned_at != completions {
+        st.pruned_at = completions;
+        let before = st.readers.len();
+        st.readers.retain(|r| !r.known_complete());
+        if st.readers.len() < before || st.writer.as_ref().is_some_and(|w| w.known_complete()) {
+            st.writer = None;
+        }
+    }
+}
+
+/// Collects the recordings `stream` must wait on before the op's accesses.
+#[inline(always)]
+fn collect_waits(stream: &Stream, locked: &Locked<'_, '_>, need: &mut Waits) -> Result<()> {
+    let me = stream.id;
+    for a in locked.set {
+        // SAFETY: locked.
+        let st = unsafe { a.state() };
+        if let Some(home) = &st.alloc_on {
+            if home.id != me && !home.is_capturing() {
+                // Order this first foreign use after the allocation point.
+                let rec = home.record(false)?;
+                match &st.writer {
+                    None => st.writer = Some(rec),
+                    Some(_) => need.add_temp(rec),
+                }
+                st.alloc_on = None;
+            } else if home.id == me && a.write() {
+                st.alloc_on = None;
+            }
+        }
+        prune(st);
+        waits_for(st, me, a.write(), need);
+    }
+    Ok(())
+}
+
+/// Issues the waits; the states they were collected from are still locked.
+/// Returns how many were issued; the caller counts them.
+#[inline(always)]
+pub(crate) fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
+    for (i, r) in need.recs.iter().enumerate() {
+        // SAFETY: collected under the locks the caller still holds.
+        if let Err(e) = stream.wait_pushed(unsafe { r.as_ref() }) {
+            stream.stats.waits.fetch_add(i as u64, Ordering::Relaxed);
+            return Err(e);
+        }
+    }
+    Ok(need.recs.len() as u64)
+}
+
+/// The part of an op that touches the stream, under its push lock so that the
+/// op's waits, its work and its recording are contiguous on the stream: issues the
+/// waits, runs `enqueue`, records one event with one reference per object (plus one
+/// when `keep`), and hands it to `publish_all` with the push lock still held.
+#[inline(always)]
+pub(crate) fn push_op(
+    stream: &Stream,
+    need: &Waits,
+    objects: usize,
+    keep: bool,
+    enqueue: impl FnOnce() -> Result<()>,
+    publish_all: impl FnOnce(&RecRef, &mut Publish<'_>),
+) -> Result<Option<RecRef>> {
+    let mut push = stream.push_lock();
+    let waits = issue_waits(stream, need)?;
+    let refs = objects + keep as usize;
+    let rec = match enqueue().and_then(|()| stream.record_in(&mut push, false, refs, waits)) {
+        Ok(r) => r,
+        Err(e) => {
+            stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+            return Err(e);
+        }
+    };
+    let mut publish = Publish::new(stream, push);
+    publish_all(&rec, &mut publish);
+    if keep {
+        Ok(Some(rec))
+    } else {
+        // `objects` references went to the objects; this one was never counted.
+        std::mem::forget(rec);
+        Ok(None)
+    }
+}
+
+#[inline(always)]
+fn after_op(stream: &Stream) -> Result<()> {
+    if engine_mode() == EngineMode::Sync && !stream.is_capturing() {
+        stream.stats.engine_syncs.fetch_add(1, Ordering::Relaxed);
+        stream.synchronize()?;
+    }
+    Ok(())
+}
+
+/// Runs one tracked op atomically: waits, `enqueue`, one recording, publication.
+/// With no objects there is nothing to order or publish, so nothing is recorded.
+#[inline(always)]
+pub fn run_op(
+    stream: &Stream,
+    set: &[Access<'_>],
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    run_op_inner(stream, set, enqueue, false).map(drop)
+}
+
+/// [`run_op`], also returning the op's recording (None when nothing was recorded).
+#[inline(always)]
+pub fn run_op_recorded(
+    stream: &Stream,
+    set: &[Access<'_>],
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<Option<RecRef>> {
+    run_op_inner(stream, set, enqueue, true)
+}
+
+#[inline(always)]
+fn run_op_inner(
+    stream: &Stream,
+    set: &[Access<'_>],
+    enqueue: impl FnOnce() -> Result<()>,
+    keep: bool,
+) -> Result<Option<RecRef>> {
+    if set.is_empty() {
+        stream.push(enqueue)?;
+        after_op(stream)?;
+        return Ok(None);
+    }
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            return cap.run_op(stream, set, enqueue, keep);
+        }
+    }
+    let me = stream.id;
+    let rec = {
+        let locked = Locked::new(set);
+        let mut need = Waits::new();
+        collect_waits(stream, &locked, &mut need)?;
+        push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
+            for a in locked.set {
+                // SAFETY: locked; the reference is one of the `objects` counted.
+                publish_into(
+                    unsafe { a.state() },
+                    me,
+                    a.write(),
+                    unsafe { rec.dup_counted() },
+                    publish,
+                );
+            }
+        })?
+    };
+    after_op(stream)?;
+    Ok(rec)
+}
+
+/// What a foreign op saw at begin: the version of each object's state, in the
+/// order of its access set.
+type Seen = Small<u64, 4>;
+
+/// Begins a foreign op: issues the waits for its accesses (with the objects
+/// locked, so the waits are ordered against library ops on them). Returns the
+/// objects' state versions, for [`op_end`].
+#[inline(always)]
+pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<Seen> {
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            cap.op_begin(stream, set)?;
+            return Ok(Seen::new());
+        }
+    }
+    let locked = Locked::new(set);
+    let mut need = Waits::new();
+    collect_waits(stream, &locked, &mut need)?;
+    let mut seen = Seen::with_capacity(set.len());
+    for a in locked.set {
+        // SAFETY: locked.
+        seen.push(unsafe { a.state() }.version);
+    }
+    let waits = {
+        let _push = stream.push_lock();
+        issue_waits(stream, &need)?
+    };
+    stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+    Ok(seen)
+}
+
+/// Ends a foreign op: records one event and publishes it, with the objects locked
+/// from before the record until after the publication, as library ops do. An object
+/// whose state changed since begin (another thread published a conflicting op while
+/// this one was open) is waited on again first, so that the recording comes after
+/// everything it replaces and the engine's bookkeeping stays true.
+#[inline(always)]
+pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[u64]) -> Result<()> {
+    if set.is_empty() {
+        return after_op(stream);
+    }
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            cap.op_end(stream, set)?;
+            return after_op(stream);
+        }
+    }
+    let me = stream.id;
+    {
+        let locked = Locked::new(set);
+        let mut need = Waits::new();
+        for (a, &version) in locked.set.iter().zip(seen) {
+            // SAFETY: locked.
+            let st = unsafe { a.state() };
+            if st.version != version {
+                waits_for(st, me, a.write(), &mut need);
+            }
+        }
+        push_op(
+            stream,
+            &need,
+            set.len(),
+            false,
+            || Ok(()),
+            |rec, publish| {
+                for a in locked.set {
+                    // SAFETY: locked; the reference is one of the `objects` counted.
+                    publish_into(
+                        unsafe { a.state() },
+                        me,
+                        a.write(),
+                        unsafe { rec.dup_counted() },
+                        publish,
+                    );
+                }
+            },
+        )?;
+    }
+    after_op(stream)
+}
+
+/// An open foreign op: work the caller enqueues on the stream itself, between
+/// [`ForeignOp::begin`] and [`ForeignOp::end`], ordered like a library op. Dropping
+/// it without `end` ends it.
+pub struct ForeignOp {
+    stream: Arc<Stream>,
+    reads: Vec<Arc<SyncObject>>,
+    writes: Vec<Arc<SyncObject>>,
+    /// The state versions seen at begin; taken by `end`.
+    seen: Mutex<Option<Seen>>,
+}
+
+impl ForeignOp {
+    /// Makes `stream` wait, on the device, for every conflicting earlier op on other
+    /// streams. An object in both `reads` and `writes` counts as written.
+    pub fn begin(
+        stream: &Arc<Stream>,
+        reads: Vec<Arc<SyncObject>>,
+        writes: Vec<Arc<SyncObject>>,
+    ) -> Result<ForeignOp> {
+        let seen = op_begin(stream, &crate::sync::access_set(&reads, &writes))?;
+        Ok(ForeignOp {
+            stream: stream.clone(),
+            reads,
+            writes,
+            seen: Mutex::new(Some(seen)),
+        })
+    }
+
+    /// The stream the foreign work goes on.
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+
+    /// Records one event on the stream and publishes it to every object.
+    pub fn end(&self) -> Result<()> {
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| {
+                Error::new(ErrorCode::InvalidState, "the foreign op has already ended")
+            })?;
+        op_end(
+            &self.stream,
+            &crate::sync::access_set(&self.reads, &self.writes),
+            &seen,
+        )
+    }
+}
+
+impl Drop for ForeignOp {
+    fn drop(&mut self) {
+        if self.seen.get_mut().is_ok_and(|s| s.is_some()) {
+            let _ = self.end();
+        }
+    }
+}
