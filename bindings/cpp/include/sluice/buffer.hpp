@@ -37,11 +37,6 @@ struct BufferInfo {
 
 namespace detail {
 
-struct BufferTraits {
-  using handle = sluice_buffer_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_buffer_free(h); }
-};
-
 /// The operations of a buffer, shared by Buffer and BufferRef.
 template <class Self>
 class BufferApi {
@@ -57,7 +52,9 @@ class BufferApi {
     return out;
   }
 
-  /// A new handle to the buffer's sync object, for Op scopes and host waits.
+  /// A new handle to the buffer's sync object, for Op scopes and host waits. The
+  /// returned SyncObject owns that handle (not the buffer) and destroys it when it
+  /// goes out of scope.
   Result<SyncObject> sync(std::nothrow_t) const {
     sluice_sync_t s{};
     if (sluice_error_t* e = sluice_buffer_sync(h(), &s)) return Error::adopt(e);
@@ -90,57 +87,51 @@ class BufferApi {
 }  // namespace detail
 
 /// A non-owning view of a buffer handle.
-class BufferRef : public detail::BufferApi<BufferRef> {
+class BufferRef : public detail::BufferApi<BufferRef>, public detail::View<sluice_buffer_t> {
  public:
-  BufferRef() noexcept = default;
-  explicit BufferRef(sluice_buffer_t h) noexcept : h_(h) {}
-
-  sluice_buffer_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
- private:
-  sluice_buffer_t h_{};
+  using View::View;
 };
 
 /// A buffer handle (freed by the destructor: device memory is released in stream
 /// order after every outstanding use, pinned memory returns to the pool, and
 /// registered memory is unregistered once no copy uses it). Move-only.
-class Buffer : public detail::BufferApi<Buffer> {
+class Buffer : public detail::BufferApi<Buffer>,
+               public detail::Owner<Buffer, sluice_buffer_t, sluice_buffer_free, BufferRef> {
  public:
-  Buffer() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static Buffer adopt(sluice_buffer_t h) noexcept { return Buffer(h); }
-
-  /// `size` bytes of device memory, allocated in order on `stream`.
+  /// `size` bytes of device memory, allocated in order on `stream`. The returned
+  /// Buffer owns the handle and frees it when it goes out of scope.
   static Result<Buffer> alloc(std::nothrow_t, StreamRef stream, std::size_t size) {
     sluice_buffer_t b{};
     if (sluice_error_t* e = sluice_buffer_alloc(stream.raw(), size, &b)) return Error::adopt(e);
-    return Buffer(b);
+    return adopt(b);
   }
 
-  /// `size` bytes of pinned host memory from the device's caching pool.
+  /// `size` bytes of pinned host memory from the device's caching pool. The
+  /// returned Buffer owns the handle and returns the memory to the pool when it
+  /// goes out of scope.
   static Result<Buffer> alloc_pinned(std::nothrow_t, DeviceRef device, std::size_t size) {
     sluice_buffer_t b{};
     if (sluice_error_t* e = sluice_buffer_alloc_pinned(device.raw(), size, &b)) {
       return Error::adopt(e);
     }
-    return Buffer(b);
+    return adopt(b);
   }
 
-  /// Registers caller-owned host memory `[ptr, ptr + len)`. Keep it alive until
-  /// the Buffer is destroyed (which waits for copies still using it).
+  /// Registers caller-owned host memory `[ptr, ptr + len)`. The memory stays the
+  /// caller's: keep it alive until the returned Buffer, which owns only the
+  /// registration, is destroyed (which waits for copies still using it).
   static Result<Buffer> register_host(std::nothrow_t, DeviceRef device, void* ptr,
                                       std::size_t len) {
     sluice_buffer_t b{};
     if (sluice_error_t* e = sluice_buffer_register_host(device.raw(), ptr, len, &b)) {
       return Error::adopt(e);
     }
-    return Buffer(b);
+    return adopt(b);
   }
 
   /// Registers the storage of a contiguous container of trivially copyable
   /// elements (std::vector, std::array, a span); it must not reallocate meanwhile.
+  /// The container stays the caller's, as for register_host(ptr, len).
   template <class C, class = detail::if_mutable_contiguous<C>>
   static Result<Buffer> register_host(std::nothrow_t, DeviceRef device, C& container) {
     return register_host(std::nothrow, device, static_cast<void*>(std::data(container)),
@@ -161,21 +152,7 @@ class Buffer : public detail::BufferApi<Buffer> {
   static Buffer register_host(DeviceRef device, C& container) {
     return register_host(std::nothrow, device, container).value();
   }
-  void close() { close(std::nothrow).value(); }
 #endif
-
-  /// Frees the handle now and reports the result; the object becomes empty.
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-
-  sluice_buffer_t raw() const noexcept { return h_.get(); }
-  sluice_buffer_t release() noexcept { return h_.release(); }
-  BufferRef ref() const noexcept { return BufferRef(raw()); }
-  operator BufferRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit Buffer(sluice_buffer_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::BufferTraits> h_;
 };
 
 }  // namespace sluice

@@ -42,11 +42,6 @@ using PinnedStats = sluice_pinned_stats_t;
 
 namespace detail {
 
-struct DeviceTraits {
-  using handle = sluice_device_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_device_close(h); }
-};
-
 /// The operations of a device, shared by Device and DeviceRef.
 template <class Self>
 class DeviceApi {
@@ -109,28 +104,17 @@ class DeviceApi {
 
 /// A non-owning view of a device handle. Trivially copyable; it does not keep the
 /// device open. Pass devices to functions as DeviceRef.
-class DeviceRef : public detail::DeviceApi<DeviceRef> {
+class DeviceRef : public detail::DeviceApi<DeviceRef>, public detail::View<sluice_device_t> {
  public:
-  DeviceRef() noexcept = default;
-  explicit DeviceRef(sluice_device_t h) noexcept : h_(h) {}
-
-  sluice_device_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
- private:
-  sluice_device_t h_{};
+  using View::View;
 };
 
 /// An open device handle (closed by the destructor). Move-only. Objects created
 /// on the device stay valid after it is closed.
 /// Thread safety: may be used from any thread at once.
-class Device : public detail::DeviceApi<Device> {
+class Device : public detail::DeviceApi<Device>,
+               public detail::Owner<Device, sluice_device_t, sluice_device_close, DeviceRef> {
  public:
-  Device() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static Device adopt(sluice_device_t h) noexcept { return Device(h); }
-
   /// Number of devices of `backend` (NO_DRIVER for cuda without a usable driver).
   static Result<std::uint32_t> count(std::nothrow_t, Backend backend) {
     std::uint32_t n = 0;
@@ -140,21 +124,23 @@ class Device : public detail::DeviceApi<Device> {
     return n;
   }
 
-  /// Opens device `ordinal` of `backend`.
+  /// Opens device `ordinal` of `backend`. The returned Device owns the handle and
+  /// closes it when it goes out of scope.
   static Result<Device> open(std::nothrow_t, Backend backend, std::uint32_t ordinal = 0) {
     sluice_device_t h{};
     if (sluice_error_t* e = sluice_device_open(static_cast<std::uint32_t>(backend), ordinal, &h)) {
       return Error::adopt(e);
     }
-    return Device(h);
+    return adopt(h);
   }
 
   /// Opens the default device: SLUICE_BACKEND=auto|cuda|host (auto: cuda:0 where
-  /// a usable driver and GPU exist, else host:0).
+  /// a usable driver and GPU exist, else host:0). The returned Device owns the
+  /// handle and closes it when it goes out of scope.
   static Result<Device> open_default(std::nothrow_t) {
     sluice_device_t h{};
     if (sluice_error_t* e = sluice_device_open_default(&h)) return Error::adopt(e);
-    return Device(h);
+    return adopt(h);
   }
 
 #if SLUICE_CPP_EXCEPTIONS
@@ -163,22 +149,7 @@ class Device : public detail::DeviceApi<Device> {
     return open(std::nothrow, backend, ordinal).value();
   }
   static Device open_default() { return open_default(std::nothrow).value(); }
-  void close() { close(std::nothrow).value(); }
 #endif
-
-  /// Closes the handle now and reports the result; the object becomes empty.
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-
-  sluice_device_t raw() const noexcept { return h_.get(); }
-  /// Gives up ownership of the C handle.
-  sluice_device_t release() noexcept { return h_.release(); }
-  DeviceRef ref() const noexcept { return DeviceRef(raw()); }
-  operator DeviceRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit Device(sluice_device_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::DeviceTraits> h_;
 };
 
 }  // namespace sluice

@@ -32,11 +32,6 @@ struct EventSequence {
 
 namespace detail {
 
-struct EventTraits {
-  using handle = sluice_event_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_event_destroy(h); }
-};
-
 /// The operations of an event, shared by Event and EventRef.
 template <class Self>
 class EventApi {
@@ -71,42 +66,16 @@ class EventApi {
 }  // namespace detail
 
 /// A non-owning view of an event handle.
-class EventRef : public detail::EventApi<EventRef> {
+class EventRef : public detail::EventApi<EventRef>, public detail::View<sluice_event_t> {
  public:
-  EventRef() noexcept = default;
-  explicit EventRef(sluice_event_t h) noexcept : h_(h) {}
-
-  sluice_event_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
- private:
-  sluice_event_t h_{};
+  using View::View;
 };
 
 /// One recording of a pooled event (destroyed by the destructor; the pooled event
-/// is recycled once nothing references the recording). Move-only.
-class Event : public detail::EventApi<Event> {
- public:
-  Event() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static Event adopt(sluice_event_t h) noexcept { return Event(h); }
-
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-#if SLUICE_CPP_EXCEPTIONS
-  void close() { close(std::nothrow).value(); }
-#endif
-
-  sluice_event_t raw() const noexcept { return h_.get(); }
-  sluice_event_t release() noexcept { return h_.release(); }
-  EventRef ref() const noexcept { return EventRef(raw()); }
-  operator EventRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit Event(sluice_event_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::EventTraits> h_;
-};
+/// is recycled once nothing references the recording). Move-only. Made by
+/// Stream::record_event(), or by adopt() from a C handle.
+class Event : public detail::EventApi<Event>,
+              public detail::Owner<Event, sluice_event_t, sluice_event_destroy, EventRef> {};
 
 /// Milliseconds between two completed recordings made with EventFlags::timing.
 inline Result<float> elapsed_ms(std::nothrow_t, EventRef start, EventRef end) {

@@ -83,32 +83,14 @@ class GraphExec;
 
 namespace detail {
 
-struct GraphTraits {
-  using handle = sluice_graph_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_graph_destroy(h); }
-};
-
-struct GraphExecTraits {
-  using handle = sluice_graph_exec_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_graph_exec_destroy(h); }
-};
-
-struct GraphCacheTraits {
-  using handle = sluice_graph_cache_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_graph_cache_destroy(h); }
-};
-
-/// An open capture is "owned" through its stream handle: destroying it ends the
-/// capture and discards the graph. The stream itself is not owned.
-struct CaptureTraits {
-  using handle = sluice_stream_t;
-  static sluice_error_t* destroy(handle h) noexcept {
-    sluice_graph_t g{};
-    sluice_error_t* e = sluice_graph_capture_end(h, &g);
-    if (e == nullptr) sluice_error_free(sluice_graph_destroy(g));
-    return e;
-  }
-};
+/// Ends the capture open on `stream` and discards its graph: how a Capture scope
+/// "destroys" the stream handle it holds (the stream itself is not owned).
+inline sluice_error_t* discard_capture(sluice_stream_t stream) noexcept {
+  sluice_graph_t g{};
+  sluice_error_t* e = sluice_graph_capture_end(stream, &g);
+  if (e == nullptr) sluice_error_free(sluice_graph_destroy(g));
+  return e;
+}
 
 /// The operations of a graph, shared by Graph and GraphRef.
 template <class Self>
@@ -130,6 +112,8 @@ class GraphApi {
 
   /// Instantiates the graph into an executable graph (which stays valid after the
   /// Graph is destroyed). With SLUICE_GRAPH_DOT_DIR set, also writes a DOT file there.
+  /// The returned GraphExec owns the new handle and destroys it when it goes out of
+  /// scope.
   Result<GraphExec> instantiate(std::nothrow_t) const;  // defined below GraphExec
 
 #if SLUICE_CPP_EXCEPTIONS
@@ -150,42 +134,16 @@ class GraphApi {
 }  // namespace detail
 
 /// A non-owning view of a graph handle.
-class GraphRef : public detail::GraphApi<GraphRef> {
+class GraphRef : public detail::GraphApi<GraphRef>, public detail::View<sluice_graph_t> {
  public:
-  GraphRef() noexcept = default;
-  explicit GraphRef(sluice_graph_t h) noexcept : h_(h) {}
-
-  sluice_graph_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
- private:
-  sluice_graph_t h_{};
+  using View::View;
 };
 
 /// A captured graph (destroyed by the destructor; executable graphs made from it
-/// stay valid). Made by Capture::end() or end_capture(). Move-only.
-class Graph : public detail::GraphApi<Graph> {
- public:
-  Graph() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static Graph adopt(sluice_graph_t h) noexcept { return Graph(h); }
-
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-#if SLUICE_CPP_EXCEPTIONS
-  void close() { close(std::nothrow).value(); }
-#endif
-
-  sluice_graph_t raw() const noexcept { return h_.get(); }
-  sluice_graph_t release() noexcept { return h_.release(); }
-  GraphRef ref() const noexcept { return GraphRef(raw()); }
-  operator GraphRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit Graph(sluice_graph_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::GraphTraits> h_;
-};
+/// stay valid). Made by Capture::end() or end_capture(), or by adopt() from a C
+/// handle. Move-only.
+class Graph : public detail::GraphApi<Graph>,
+              public detail::Owner<Graph, sluice_graph_t, sluice_graph_destroy, GraphRef> {};
 
 namespace detail {
 
@@ -233,42 +191,18 @@ class GraphExecApi {
 }  // namespace detail
 
 /// A non-owning view of an executable graph handle.
-class GraphExecRef : public detail::GraphExecApi<GraphExecRef> {
+class GraphExecRef : public detail::GraphExecApi<GraphExecRef>,
+                     public detail::View<sluice_graph_exec_t> {
  public:
-  GraphExecRef() noexcept = default;
-  explicit GraphExecRef(sluice_graph_exec_t h) noexcept : h_(h) {}
-
-  sluice_graph_exec_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
- private:
-  sluice_graph_exec_t h_{};
+  using View::View;
 };
 
 /// An executable graph, launchable on any stream of its device (destroyed by the
-/// destructor; launches already enqueued complete). Move-only.
-class GraphExec : public detail::GraphExecApi<GraphExec> {
- public:
-  GraphExec() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static GraphExec adopt(sluice_graph_exec_t h) noexcept { return GraphExec(h); }
-
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-#if SLUICE_CPP_EXCEPTIONS
-  void close() { close(std::nothrow).value(); }
-#endif
-
-  sluice_graph_exec_t raw() const noexcept { return h_.get(); }
-  sluice_graph_exec_t release() noexcept { return h_.release(); }
-  GraphExecRef ref() const noexcept { return GraphExecRef(raw()); }
-  operator GraphExecRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit GraphExec(sluice_graph_exec_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::GraphExecTraits> h_;
-};
+/// destructor; launches already enqueued complete). Made by Graph::instantiate(),
+/// or by adopt() from a C handle. Move-only.
+class GraphExec : public detail::GraphExecApi<GraphExec>,
+                  public detail::Owner<GraphExec, sluice_graph_exec_t, sluice_graph_exec_destroy,
+                                       GraphExecRef> {};
 
 namespace detail {
 
@@ -291,7 +225,8 @@ GraphExec GraphApi<Self>::instantiate() const {
 // --- capture ---------------------------------------------------------------------
 
 /// Begins capturing `stream`: its ops (and those of streams that fork from it) are
-/// recorded into a graph instead of running. Prefer the Capture scope, which ends
+/// recorded into a graph instead of running. Nothing owns the open capture: the
+/// caller must end it with end_capture(). Prefer the Capture scope, which ends
 /// (and discards) the capture if the code in between leaves early.
 inline Result<void> begin_capture(std::nothrow_t, StreamRef stream,
                                   CaptureMode mode = CaptureMode::relaxed) {
@@ -301,7 +236,8 @@ inline Result<void> begin_capture(std::nothrow_t, StreamRef stream,
 
 /// Ends the capture begun on `stream` and returns its graph. On failure (an
 /// unjoined fork, a rejected operation) the capture is still ended, the sync
-/// objects are rolled back and the streams are usable again.
+/// objects are rolled back and the streams are usable again. The returned Graph
+/// owns the new handle and destroys it when it goes out of scope.
 inline Result<Graph> end_capture(std::nothrow_t, StreamRef stream) {
   sluice_graph_t g{};
   if (sluice_error_t* e = sluice_graph_capture_end(stream.raw(), &g)) return Error::adopt(e);
@@ -327,7 +263,9 @@ class Capture {
  public:
   Capture() noexcept = default;
 
-  /// Begins capturing `stream` with `mode`.
+  /// Begins capturing `stream` with `mode`. The returned scope owns the open
+  /// capture (not the stream) and discards it when it goes out of scope, unless
+  /// end() or release() ran first.
   static Result<Capture> begin(std::nothrow_t, StreamRef stream,
                                CaptureMode mode = CaptureMode::relaxed) {
     Result<void> r = begin_capture(std::nothrow, stream, mode);
@@ -336,7 +274,8 @@ class Capture {
   }
 
 #if SLUICE_CPP_EXCEPTIONS
-  /// Begins capturing `stream`; throws sluice::Error when it cannot begin.
+  /// Begins capturing `stream`; throws sluice::Error when it cannot begin. The
+  /// scope owns the open capture (not the stream), as for begin().
   explicit Capture(StreamRef stream, CaptureMode mode = CaptureMode::relaxed)
       : Capture(begin(std::nothrow, stream, mode).value()) {}
 
@@ -345,8 +284,9 @@ class Capture {
   Graph end() { return end(std::nothrow).value(); }
 #endif
 
-  /// Ends the capture and returns the graph. The capture is ended (and this scope
-  /// inactive) also on error; a second end() reports ErrorCode::invalid_handle.
+  /// Ends the capture and returns the graph, which the returned Graph owns. The
+  /// capture is ended (and this scope inactive) also on error; a second end()
+  /// reports ErrorCode::invalid_handle.
   Result<Graph> end(std::nothrow_t) {
     // On an inactive scope this asks the C API with the zero handle, so the error
     // is its own ("stream handle is null (0)").
@@ -367,7 +307,7 @@ class Capture {
  private:
   explicit Capture(sluice_stream_t stream) noexcept : h_(stream) {}
 
-  detail::UniqueHandle<detail::CaptureTraits> h_;
+  detail::UniqueHandle<sluice_stream_t, detail::discard_capture> h_;
 };
 
 // --- graph cache -------------------------------------------------------------------
@@ -500,51 +440,30 @@ class GraphCacheApi {
 }  // namespace detail
 
 /// A non-owning view of a graph cache handle.
-class GraphCacheRef : public detail::GraphCacheApi<GraphCacheRef> {
+class GraphCacheRef : public detail::GraphCacheApi<GraphCacheRef>,
+                      public detail::View<sluice_graph_cache_t> {
  public:
-  GraphCacheRef() noexcept = default;
-  explicit GraphCacheRef(sluice_graph_cache_t h) noexcept : h_(h) {}
-
-  sluice_graph_cache_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
- private:
-  sluice_graph_cache_t h_{};
+  using View::View;
 };
 
 /// A graph cache: per caller key, eager once, then captured, then replayed
 /// (destroyed by the destructor, with its executable graphs). Move-only.
 /// Thread safety: may be used from any thread at once.
-class GraphCache : public detail::GraphCacheApi<GraphCache> {
+class GraphCache : public detail::GraphCacheApi<GraphCache>,
+                   public detail::Owner<GraphCache, sluice_graph_cache_t,
+                                        sluice_graph_cache_destroy, GraphCacheRef> {
  public:
-  GraphCache() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static GraphCache adopt(sluice_graph_cache_t h) noexcept { return GraphCache(h); }
-
-  /// A new, empty cache for `device`.
+  /// A new, empty cache for `device`. The returned GraphCache owns the handle and
+  /// destroys it (and its graphs) when it goes out of scope.
   static Result<GraphCache> create(std::nothrow_t, DeviceRef device) {
     sluice_graph_cache_t h{};
     if (sluice_error_t* e = sluice_graph_cache_create(device.raw(), &h)) return Error::adopt(e);
-    return GraphCache(h);
+    return adopt(h);
   }
 
 #if SLUICE_CPP_EXCEPTIONS
   static GraphCache create(DeviceRef device) { return create(std::nothrow, device).value(); }
-  void close() { close(std::nothrow).value(); }
 #endif
-
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-
-  sluice_graph_cache_t raw() const noexcept { return h_.get(); }
-  sluice_graph_cache_t release() noexcept { return h_.release(); }
-  GraphCacheRef ref() const noexcept { return GraphCacheRef(raw()); }
-  operator GraphCacheRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit GraphCache(sluice_graph_cache_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::GraphCacheTraits> h_;
 };
 
 /// Turns graph caches on or off process-wide: when off, every GraphCache::run is

@@ -51,57 +51,27 @@ struct LaunchDims {
   }
 };
 
-namespace detail {
-
-struct ModuleTraits {
-  using handle = sluice_module_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_module_unload(h); }
-};
-
-struct FunctionTraits {
-  using handle = sluice_function_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_function_destroy(h); }
-};
-
-}  // namespace detail
-
-/// A kernel of a module. Move-only; keeps its module loaded.
-class Function {
- public:
-  Function() noexcept = default;
-  static Function adopt(sluice_function_t h) noexcept { return Function(h); }
-
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-#if SLUICE_CPP_EXCEPTIONS
-  void close() { close(std::nothrow).value(); }
-#endif
-
-  sluice_function_t raw() const noexcept { return h_.get(); }
-  sluice_function_t release() noexcept { return h_.release(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit Function(sluice_function_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::FunctionTraits> h_;
-};
+/// A kernel of a module. Move-only; keeps its module loaded. Made by
+/// Module::function(), or by adopt() from a C handle.
+class Function
+    : public detail::Owner<Function, sluice_function_t, sluice_function_destroy> {};
 
 /// A loaded module (PTX text, cubin or fatbin). Move-only; it unloads once this
 /// handle and its functions are destroyed.
-class Module {
+class Module : public detail::Owner<Module, sluice_module_t, sluice_module_unload> {
  public:
-  Module() noexcept = default;
-  static Module adopt(sluice_module_t h) noexcept { return Module(h); }
-
   /// Loads an image. A failed JIT compile gives ErrorCode::module_load with the
   /// JIT log in the message. PTX text must end with its NUL (or pass a std::string,
-  /// whose terminator is included).
+  /// whose terminator is included). The image stays the caller's and is only read
+  /// during the call; the returned Module owns the handle and unloads it once it
+  /// and its functions are destroyed.
   static Result<Module> load(std::nothrow_t, DeviceRef device, const void* image,
                              std::size_t len) {
     sluice_module_t h{};
     if (sluice_error_t* e = sluice_module_load(device.raw(), image, len, &h)) {
       return Error::adopt(e);
     }
-    return Module(h);
+    return adopt(h);
   }
 
   static Result<Module> load(std::nothrow_t, DeviceRef device, ByteView image) {
@@ -113,10 +83,11 @@ class Module {
     return load(std::nothrow, device, ptx.c_str(), ptx.size() + 1);
   }
 
-  /// Looks up a kernel; a missing name gives ErrorCode::not_found.
+  /// Looks up a kernel; a missing name gives ErrorCode::not_found. The returned
+  /// Function owns a new handle, which keeps the module loaded until it is destroyed.
   Result<Function> function(std::nothrow_t, const char* name) const {
     sluice_function_t f{};
-    if (sluice_error_t* e = sluice_module_get_function(h_.get(), name, &f)) return Error::adopt(e);
+    if (sluice_error_t* e = sluice_module_get_function(raw(), name, &f)) return Error::adopt(e);
     return Function::adopt(f);
   }
 
@@ -131,18 +102,7 @@ class Module {
     return load(std::nothrow, device, ptx).value();
   }
   Function function(const char* name) const { return function(std::nothrow, name).value(); }
-  void close() { close(std::nothrow).value(); }
 #endif
-
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-
-  sluice_module_t raw() const noexcept { return h_.get(); }
-  sluice_module_t release() noexcept { return h_.release(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit Module(sluice_module_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::ModuleTraits> h_;
 };
 
 /// Launches `fn` on `stream` as one tracked op over `reads` and `writes`. `args`

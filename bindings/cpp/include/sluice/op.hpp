@@ -25,22 +25,14 @@
 
 namespace sluice {
 
-namespace detail {
-
-struct OpTraits {
-  using handle = sluice_op_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_op_end(h); }
-};
-
-}  // namespace detail
-
 /// An open foreign op. Move-only; ends in the destructor unless end() ran.
 class Op {
  public:
   Op() noexcept = default;
 
   /// Begins an op on `stream` that reads `reads` and writes `writes` (an object in
-  /// both counts as a write).
+  /// both counts as a write). The returned Op owns the open op and ends it when it
+  /// goes out of scope; release() hands it to the caller. It does not own `stream`.
   static Result<Op> begin(std::nothrow_t, StreamRef stream, const SyncList& reads,
                           const SyncList& writes) {
     sluice_op_t h{};
@@ -52,7 +44,8 @@ class Op {
   }
 
 #if SLUICE_CPP_EXCEPTIONS
-  /// Begins the op; throws sluice::Error when it cannot begin.
+  /// Begins the op; throws sluice::Error when it cannot begin. The Op owns the
+  /// open op, as for begin().
   Op(StreamRef stream, const SyncList& reads, const SyncList& writes)
       : Op(begin(std::nothrow, stream, reads, writes).value()) {}
 
@@ -87,7 +80,7 @@ class Op {
   // Ask the C API, so the message is its own ("op handle is null (0)").
   static Result<void> check_empty() { return detail::check(sluice_op_end(sluice_op_t{})); }
 
-  detail::UniqueHandle<detail::OpTraits> h_;
+  detail::UniqueHandle<sluice_op_t, sluice_op_end> h_;
   StreamRef stream_;
 };
 

@@ -40,11 +40,6 @@ constexpr std::int32_t kCallbackException = -1;
 
 namespace detail {
 
-struct StreamTraits {
-  using handle = sluice_stream_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_stream_destroy(h); }
-};
-
 /// The heap state of one C++ host callback: the callable, moved to the heap. The
 /// C API owns it from the enqueue on and hands it back exactly once, through
 /// `free_user_data` (CallbackBox::destroy), when the callback can no longer run:
@@ -121,7 +116,8 @@ class StreamApi {
     return detail::check(sluice_stream_stats(h(), &s), s);
   }
 
-  /// Records an event at the current end of the stream.
+  /// Records an event at the current end of the stream. The returned Event owns
+  /// the recording and destroys it when it goes out of scope.
   Result<Event> record_event(std::nothrow_t, EventFlags flags = EventFlags::none) const {
     sluice_event_t ev{};
     if (sluice_error_t* e = sluice_event_record(h(), static_cast<std::uint32_t>(flags), &ev)) {
@@ -205,32 +201,22 @@ class StreamApi {
 /// A non-owning view of a stream handle: for passing streams around and for
 /// handles owned elsewhere (for example by C code). Trivially copyable; it does
 /// not keep the stream alive.
-class StreamRef : public detail::StreamApi<StreamRef> {
+class StreamRef : public detail::StreamApi<StreamRef>, public detail::View<sluice_stream_t> {
  public:
-  StreamRef() noexcept = default;
-  explicit StreamRef(sluice_stream_t h) noexcept : h_(h) {}
+  using View::View;
 
-  sluice_stream_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
-  friend bool operator==(StreamRef a, StreamRef b) noexcept { return a.h_.bits == b.h_.bits; }
+  friend bool operator==(StreamRef a, StreamRef b) noexcept { return a.raw().bits == b.raw().bits; }
   friend bool operator!=(StreamRef a, StreamRef b) noexcept { return !(a == b); }
-
- private:
-  sluice_stream_t h_{};
 };
 
 /// A stream handle (destroyed by the destructor: work already enqueued completes
 /// and the memory it uses stays valid). Move-only.
 /// Thread safety: may be used from any thread at once.
-class Stream : public detail::StreamApi<Stream> {
+class Stream : public detail::StreamApi<Stream>,
+               public detail::Owner<Stream, sluice_stream_t, sluice_stream_destroy, StreamRef> {
  public:
-  Stream() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static Stream adopt(sluice_stream_t h) noexcept { return Stream(h); }
-
   /// Creates a stream on `device`; `priority` is clamped into the device's range.
+  /// The returned Stream owns the handle and destroys it when it goes out of scope.
   static Result<Stream> create(std::nothrow_t, DeviceRef device,
                                StreamFlags flags = StreamFlags::none, int priority = 0) {
     sluice_stream_t h{};
@@ -238,7 +224,7 @@ class Stream : public detail::StreamApi<Stream> {
                                                  priority, &h)) {
       return Error::adopt(e);
     }
-    return Stream(h);
+    return adopt(h);
   }
 
   /// Adopts a foreign CUstream (for example libtorch's) without owning it: the
@@ -250,7 +236,7 @@ class Stream : public detail::StreamApi<Stream> {
     if (sluice_error_t* e = sluice_stream_wrap_external(device.raw(), native, &h)) {
       return Error::adopt(e);
     }
-    return Stream(h);
+    return adopt(h);
   }
 
 #if SLUICE_CPP_EXCEPTIONS
@@ -260,21 +246,7 @@ class Stream : public detail::StreamApi<Stream> {
   static Stream wrap_external(DeviceRef device, void* native) {
     return wrap_external(std::nothrow, device, native).value();
   }
-  void close() { close(std::nothrow).value(); }
 #endif
-
-  /// Destroys the handle now and reports the result; the object becomes empty.
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-
-  sluice_stream_t raw() const noexcept { return h_.get(); }
-  sluice_stream_t release() noexcept { return h_.release(); }
-  StreamRef ref() const noexcept { return StreamRef(raw()); }
-  operator StreamRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit Stream(sluice_stream_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::StreamTraits> h_;
 };
 
 }  // namespace sluice

@@ -31,11 +31,6 @@ struct SyncInfo {
 
 namespace detail {
 
-struct SyncTraits {
-  using handle = sluice_sync_t;
-  static sluice_error_t* destroy(handle h) noexcept { return sluice_sync_destroy(h); }
-};
-
 /// The operations of a sync object, shared by SyncObject and SyncRef.
 template <class Self>
 class SyncApi {
@@ -68,50 +63,27 @@ class SyncApi {
 }  // namespace detail
 
 /// A non-owning view of a sync handle.
-class SyncRef : public detail::SyncApi<SyncRef> {
+class SyncRef : public detail::SyncApi<SyncRef>, public detail::View<sluice_sync_t> {
  public:
-  SyncRef() noexcept = default;
-  explicit SyncRef(sluice_sync_t h) noexcept : h_(h) {}
-
-  sluice_sync_t raw() const noexcept { return h_; }
-  explicit operator bool() const noexcept { return h_.bits != 0; }
-
- private:
-  sluice_sync_t h_{};
+  using View::View;
 };
 
 /// A sync handle (destroyed by the destructor; enqueued work is unaffected).
 /// Move-only.
-class SyncObject : public detail::SyncApi<SyncObject> {
+class SyncObject : public detail::SyncApi<SyncObject>,
+                   public detail::Owner<SyncObject, sluice_sync_t, sluice_sync_destroy, SyncRef> {
  public:
-  SyncObject() noexcept = default;
-
-  /// Takes ownership of a C handle.
-  static SyncObject adopt(sluice_sync_t h) noexcept { return SyncObject(h); }
-
-  /// A standalone sync object, standing for memory sluice does not own.
+  /// A standalone sync object, standing for memory sluice does not own. The
+  /// returned SyncObject owns the handle and destroys it when it goes out of scope.
   static Result<SyncObject> create(std::nothrow_t) {
     sluice_sync_t h{};
     if (sluice_error_t* e = sluice_sync_create(&h)) return Error::adopt(e);
-    return SyncObject(h);
+    return adopt(h);
   }
 
 #if SLUICE_CPP_EXCEPTIONS
   static SyncObject create() { return create(std::nothrow).value(); }
-  void close() { close(std::nothrow).value(); }
 #endif
-
-  Result<void> close(std::nothrow_t) { return h_.close(); }
-
-  sluice_sync_t raw() const noexcept { return h_.get(); }
-  sluice_sync_t release() noexcept { return h_.release(); }
-  SyncRef ref() const noexcept { return SyncRef(raw()); }
-  operator SyncRef() const noexcept { return ref(); }
-  explicit operator bool() const noexcept { return !h_.empty(); }
-
- private:
-  explicit SyncObject(sluice_sync_t h) noexcept : h_(h) {}
-  detail::UniqueHandle<detail::SyncTraits> h_;
 };
 
 /// A read or write set: the C array of sync handles an op names. Build it from a
