@@ -6,8 +6,9 @@
 //!
 //!     cargo run --release --example pipeline [batches] [batch_mib]
 
-use sluice::memory::{self, Buffer};
-use sluice::module::{self, Module};
+use sluice::memory::Buffer;
+use sluice::module::Module;
+use sluice::ops;
 use sluice::{BackendKind, Device, LaunchDims, Stream};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -40,7 +41,7 @@ fn main() -> Result<(), sluice::Error> {
         .map(|_| Buffer::alloc(&copy, bytes))
         .collect::<Result<_, _>>()?;
     let acc = Buffer::alloc(&compute, bytes)?;
-    memory::memset(&compute, &acc, 0, 0, bytes)?;
+    ops::memset(&compute, &acc, 0, 0, bytes)?;
 
     let add = match dev.kind() {
         BackendKind::Cuda => Some(Module::load(&dev, PTX)?.function(c"sluice_add")?),
@@ -64,7 +65,7 @@ fn main() -> Result<(), sluice::Error> {
         host.fill(value);
         expect = expect.wrapping_add(value);
         // Copy stream: H2D. It waits (on the device) for the compute that read this slot.
-        memory::copy(&copy, slot, 0, pin, 0, bytes)?;
+        ops::copy(&copy, slot, 0, pin, 0, bytes)?;
         // Compute stream: acc += slot. It waits (on the device) for the copy.
         match &add {
             Some(f) => {
@@ -81,12 +82,12 @@ fn main() -> Result<(), sluice::Error> {
                 };
                 let (r, w) = ([slot.sync.clone()], [acc.sync.clone()]);
                 // SAFETY: the arguments match sluice_add(u32*, const u32*, u64).
-                unsafe { module::launch(&compute, f, dims, argv.as_mut_ptr(), &r, &w)? };
+                unsafe { ops::launch(&compute, f, dims, argv.as_mut_ptr(), &r, &w)? };
             }
             None => {
                 let (d, s) = (acc.addr as usize, slot.addr as usize);
                 let (r, w) = ([slot.sync.clone()], [acc.sync.clone()]);
-                module::host_callback(
+                ops::host_callback(
                     &compute,
                     move || {
                         // SAFETY: the engine orders this after the copy; both buffers outlive it.
@@ -108,7 +109,7 @@ fn main() -> Result<(), sluice::Error> {
         }
     }
     let mut out = vec![0u8; bytes];
-    memory::copy_to_host(&compute, &mut out, &acc, 0)?;
+    ops::copy_to_host(&compute, &mut out, &acc, 0)?;
     let secs = start.elapsed().as_secs_f64();
     let ok = out
         .chunks_exact(4)

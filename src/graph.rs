@@ -4,10 +4,9 @@
 //! [`crate::graph_cache`].
 
 use crate::device::Device;
-use crate::engine;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
-use crate::sync::{self, SyncObject};
+use crate::sync::SyncObject;
 use std::sync::{Arc, Mutex};
 
 /// Memory a graph uses, kept alive as long as the graph (or an exec of it) lives.
@@ -31,12 +30,12 @@ pub struct GraphExec {
     pub id: u64,
 }
 
-struct ExecState {
-    raw: u64,
-    reads: Vec<Arc<SyncObject>>,
-    writes: Vec<Arc<SyncObject>>,
-    keep: KeepAlive,
-    callbacks: bool,
+pub(crate) struct ExecState {
+    pub(crate) raw: u64,
+    pub(crate) reads: Vec<Arc<SyncObject>>,
+    pub(crate) writes: Vec<Arc<SyncObject>>,
+    pub(crate) keep: KeepAlive,
+    pub(crate) callbacks: bool,
 }
 
 /// How `GraphExec::update` applied a new graph.
@@ -101,7 +100,7 @@ impl Graph {
 }
 
 impl GraphExec {
-    fn state(&self) -> std::sync::MutexGuard<'_, ExecState> {
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, ExecState> {
         self.raw.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -114,18 +113,7 @@ impl GraphExec {
     /// Launches the graph on `stream` as ONE tracked op whose read and write sets
     /// are the union of the captured ops': it waits before, and records one event after.
     pub fn launch(&self, stream: &Stream) -> Result<()> {
-        stream.device.same_device(&self.device, "the graph")?;
-        stream.reject_in_capture("graph launch")?;
-        let st = self.state();
-        let backend = &self.device.backend;
-        engine::run_op(stream, &sync::access_set(&st.reads, &st.writes), || {
-            if st.callbacks {
-                stream.around_replay(|| backend.graph_launch(st.raw, stream.raw))
-            } else {
-                backend.graph_launch(st.raw, stream.raw)
-            }
-        })?;
-        Ok(())
+        crate::ops::launch_graph(stream, self)
     }
 
     /// Applies `graph` (same topology, new pointers or parameters) in place with

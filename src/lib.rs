@@ -18,6 +18,7 @@ mod inline;
 pub mod memory;
 pub mod module;
 mod objlock;
+pub mod ops;
 pub mod stream;
 pub mod sync;
 mod tls;

@@ -1,12 +1,9 @@
-//! Kernel modules and launches (cuda backend; host returns Unsupported).
+//! Kernel modules and their functions (cuda backend; host returns Unsupported).
+//! Launches are tracked operations, in [`crate::ops`].
 
-use crate::backend::LaunchDims;
 use crate::device::Device;
-use crate::engine;
 use crate::error::{Error, Result};
-use crate::stream::Stream;
-use crate::sync::{self, SyncObject};
-use std::ffi::{c_void, CStr};
+use std::ffi::CStr;
 use std::sync::Arc;
 
 /// A loaded PTX, cubin or fatbin image.
@@ -17,9 +14,9 @@ pub struct Module {
 
 /// A kernel of a module; keeps its module loaded.
 pub struct Function {
-    raw: u64,
+    pub(crate) raw: u64,
     /// The module's device, read by every launch (saves a hop through the module).
-    device: Arc<Device>,
+    pub(crate) device: Arc<Device>,
     /// Keeps the module loaded while the function exists.
     _module: Arc<Module>,
     pub name: String,
@@ -53,87 +50,4 @@ impl Drop for Module {
     fn drop(&mut self) {
         self.device.backend.module_unload(self.raw);
     }
-}
-
-#[inline(always)]
-fn check_dims(d: &LaunchDims) -> Result<()> {
-    if d.grid.contains(&0) || d.block.contains(&0) {
-        return Err(Error::invalid_argument(format!(
-            "launch dimensions must be non-zero (grid {:?}, block {:?})",
-            d.grid, d.block
-        )));
-    }
-    Ok(())
-}
-
-/// Launches `func` on `stream` as one tracked op over `reads` and `writes`.
-///
-/// # Safety
-/// `args` must hold one valid pointer per kernel parameter, and the kernel may only
-/// touch memory it is allowed to.
-pub unsafe fn launch(
-    stream: &Stream,
-    func: &Function,
-    dims: LaunchDims,
-    args: *mut *mut c_void,
-    reads: &[Arc<SyncObject>],
-    writes: &[Arc<SyncObject>],
-) -> Result<()> {
-    // SAFETY: forwarded from the caller's contract.
-    unsafe { launch_set(stream, func, dims, args, &sync::access_set(reads, writes)) }
-}
-
-/// [`launch`] over an access set built by the caller.
-///
-/// # Safety
-/// As for [`launch`].
-#[inline(always)]
-pub(crate) unsafe fn launch_set(
-    stream: &Stream,
-    func: &Function,
-    dims: LaunchDims,
-    args: *mut *mut c_void,
-    set: &[sync::Access<'_>],
-) -> Result<()> {
-    stream
-        .device
-        .same_device_with(&func.device, || format!("kernel '{}'", func.name))?;
-    check_dims(&dims)?;
-    engine::run_op(
-        stream,
-        set,
-        #[inline(always)]
-        || {
-            // SAFETY: forwarded from the caller's contract.
-            unsafe { stream.drv_launch_kernel(func.raw, dims, args) }
-                .map_err(|e| e.context(format!("launch of '{}'", func.name)))
-        },
-    )?;
-    Ok(())
-}
-
-/// Enqueues a host callback as one tracked op. A non-zero return or a panic becomes
-/// a `CallbackFailed` error at the stream's next synchronisation.
-pub fn host_callback(
-    stream: &Stream,
-    call: impl Fn() -> i32 + Send + Sync + 'static,
-    reads: &[Arc<SyncObject>],
-    writes: &[Arc<SyncObject>],
-) -> Result<()> {
-    host_callback_set(stream, call, &sync::access_set(reads, writes))
-}
-
-/// [`host_callback`] over an access set built by the caller.
-#[inline(always)]
-pub(crate) fn host_callback_set(
-    stream: &Stream,
-    call: impl Fn() -> i32 + Send + Sync + 'static,
-    set: &[sync::Access<'_>],
-) -> Result<()> {
-    let job = stream.callback_job(call);
-    if let Some(cap) = stream.current_capture() {
-        cap.ctl().callbacks = true;
-    }
-    engine::run_op(stream, set, || stream.push_host_fn(job))?;
-    Ok(())
 }

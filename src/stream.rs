@@ -7,6 +7,7 @@ use crate::capture::CaptureSlot;
 use crate::device::{next_id, Device};
 use crate::error::{Error, ErrorCode, Result};
 use crate::event::{EventPool, PoolInner, RecRef, Recording};
+use crate::memory::block_cache::BlockCache;
 use crate::objlock::ObjGuard;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,13 +40,9 @@ pub struct Stream {
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
     /// Freed device blocks (size, address) reusable in this stream's order.
-    block_cache: Mutex<Vec<(usize, u64)>>,
-    block_cache_limit: std::sync::atomic::AtomicUsize,
+    /// Freed device blocks reusable in this stream's order.
+    pub(crate) block_cache: BlockCache,
 }
-
-/// Bounds of a stream's cache of freed device blocks.
-pub(crate) const BLOCK_CACHE_MAX_BLOCKS: usize = 16;
-pub(crate) const BLOCK_CACHE_MAX_BYTES: usize = 64 << 20;
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -69,8 +66,7 @@ impl Stream {
             stats: StreamStats::default(),
             capture: CaptureSlot::default(),
             label: Mutex::new(None),
-            block_cache: Mutex::new(Vec::new()),
-            block_cache_limit: std::sync::atomic::AtomicUsize::new(BLOCK_CACHE_MAX_BYTES),
+            block_cache: BlockCache::default(),
         });
         device.register_stream(&s);
         s
@@ -296,43 +292,6 @@ impl Stream {
         let r = launch();
         self.push_host_fn(Box::new(|| REPLAY_TARGET.with(|t| *t.borrow_mut() = None)))?;
         r
-    }
-
-    /// Takes a cached block of exactly `size` bytes, freed earlier in this stream's order.
-    pub(crate) fn take_block(&self, size: usize) -> Option<u64> {
-        let mut c = self.block_cache.lock().unwrap_or_else(|p| p.into_inner());
-        let i = c.iter().position(|b| b.0 == size)?;
-        Some(c.swap_remove(i).1)
-    }
-
-    /// Keeps a block whose free is ordered on this stream; false when the cache is full.
-    pub(crate) fn cache_block(&self, size: usize, addr: u64) -> bool {
-        let mut c = self.block_cache.lock().unwrap_or_else(|p| p.into_inner());
-        let bytes: usize = c.iter().map(|b| b.0).sum();
-        let limit = self.block_cache_limit.load(Ordering::Relaxed);
-        if c.len() >= BLOCK_CACHE_MAX_BLOCKS || bytes + size > limit {
-            return false;
-        }
-        c.push((size, addr));
-        true
-    }
-
-    /// Sets the byte bound of the block cache (0 disables it) and trims it.
-    pub fn set_block_cache_limit(&self, bytes: usize) -> Result<()> {
-        self.block_cache_limit.store(bytes, Ordering::Relaxed);
-        self.trim_block_cache()
-    }
-
-    /// Returns every cached block to the driver's pool, in stream order.
-    pub fn trim_block_cache(&self) -> Result<()> {
-        let blocks =
-            std::mem::take(&mut *self.block_cache.lock().unwrap_or_else(|p| p.into_inner()));
-        self.push(|| {
-            for (_, addr) in blocks {
-                self.device.backend.mem_free_async(addr, self.raw)?;
-            }
-            Ok(())
-        })
     }
 }
 

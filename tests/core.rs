@@ -2,8 +2,9 @@
 
 mod common;
 use common::{kit, waits};
-use sluice::memory::{self, BufferKind};
+use sluice::memory::BufferKind;
 use sluice::module::Module;
+use sluice::ops;
 use sluice::{BackendKind, Buffer, Device, ErrorCode, Stream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -58,18 +59,18 @@ fn copies_roundtrip_byte_for_byte_at_offsets() {
     let pin = Buffer::alloc_pinned(&k.dev, n).unwrap();
     assert_eq!(pin.kind, BufferKind::Pinned);
     // pageable -> device at an offset, device -> device, device -> pinned
-    memory::copy_from_host(&s, &d1, 4096, &src).unwrap();
-    memory::copy(&s, &d2, 100, &d1, 4096, n).unwrap();
-    memory::copy(&s, &pin, 0, &d2, 100, n).unwrap();
+    ops::copy_from_host(&s, &d1, 4096, &src).unwrap();
+    ops::copy(&s, &d2, 100, &d1, 4096, n).unwrap();
+    ops::copy(&s, &pin, 0, &d2, 100, n).unwrap();
     pin.sync.wait_read().unwrap();
     // SAFETY: pinned memory of n bytes, no copy in flight after wait_read.
     let got = unsafe { std::slice::from_raw_parts(pin.host_ptr().unwrap(), n) };
     assert_eq!(got, &src[..]);
     // pinned -> device -> pageable
     let d3 = Buffer::alloc(&s, n).unwrap();
-    memory::copy(&s, &d3, 0, &pin, 0, n).unwrap();
+    ops::copy(&s, &d3, 0, &pin, 0, n).unwrap();
     let mut back = vec![0u8; n];
-    memory::copy_to_host(&s, &mut back, &d3, 0).unwrap();
+    ops::copy_to_host(&s, &mut back, &d3, 0).unwrap();
     assert_eq!(back, src);
 }
 
@@ -83,9 +84,9 @@ fn registered_host_memory_copies() {
     // SAFETY: host outlives the buffer (dropped below before host).
     let reg = unsafe { Buffer::register(&k.dev, host.as_mut_ptr(), n) }.unwrap();
     let d = Buffer::alloc(&s, n).unwrap();
-    memory::copy(&s, &d, 0, &reg, 0, n).unwrap();
-    memory::memset(&s, &d, 10, 0xAB, 5).unwrap();
-    memory::copy(&s, &reg, 0, &d, 0, n).unwrap();
+    ops::copy(&s, &d, 0, &reg, 0, n).unwrap();
+    ops::memset(&s, &d, 10, 0xAB, 5).unwrap();
+    ops::copy(&s, &reg, 0, &d, 0, n).unwrap();
     drop(reg); // waits for the copy that writes host memory
     let mut want = expect;
     want[10..15].fill(0xAB);
@@ -97,22 +98,22 @@ fn out_of_range_copies_fail_and_change_nothing() {
     let k = kit();
     let s = k.stream();
     let d = Buffer::alloc(&s, 1024).unwrap();
-    memory::copy_from_host(&s, &d, 0, &[0x5A; 1024]).unwrap();
-    let e = memory::copy_from_host(&s, &d, 1000, &[1u8; 100]).unwrap_err();
+    ops::copy_from_host(&s, &d, 0, &[0x5A; 1024]).unwrap();
+    let e = ops::copy_from_host(&s, &d, 1000, &[1u8; 100]).unwrap_err();
     assert_eq!(e.code, ErrorCode::OutOfRange);
     assert!(e.message.contains("1000"), "{e}");
-    let e = memory::copy(&s, &d, usize::MAX - 2, &d, 0, 8).unwrap_err();
+    let e = ops::copy(&s, &d, usize::MAX - 2, &d, 0, 8).unwrap_err();
     assert_eq!(e.code, ErrorCode::OutOfRange);
-    let e = memory::memset(&s, &d, 1024, 0, 1).unwrap_err();
+    let e = ops::memset(&s, &d, 1024, 0, 1).unwrap_err();
     assert_eq!(e.code, ErrorCode::OutOfRange);
     let mut small = [0u8; 8];
-    let e = memory::copy_to_host(&s, &mut small, &d, 1020).unwrap_err();
+    let e = ops::copy_to_host(&s, &mut small, &d, 1020).unwrap_err();
     assert_eq!(e.code, ErrorCode::OutOfRange);
-    let e = memory::copy(&s, &d, 0, &d, 4, 100).unwrap_err();
+    let e = ops::copy(&s, &d, 0, &d, 4, 100).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidArgument, "overlap is refused");
-    memory::copy(&s, &d, 0, &d, 0, 0).unwrap();
+    ops::copy(&s, &d, 0, &d, 0, 0).unwrap();
     let mut back = vec![0u8; 1024];
-    memory::copy_to_host(&s, &mut back, &d, 0).unwrap();
+    ops::copy_to_host(&s, &mut back, &d, 0).unwrap();
     assert!(
         back.iter().all(|&b| b == 0x5A),
         "a failed copy changed memory"
@@ -130,7 +131,7 @@ fn host_callbacks_run_in_stream_order_and_report_failures() {
     let order = Arc::new(Mutex::new(Vec::new()));
     for i in 0..1000 {
         let o = order.clone();
-        sluice::module::host_callback(
+        sluice::ops::host_callback(
             &s,
             move || {
                 o.lock().unwrap().push(i);
@@ -143,7 +144,7 @@ fn host_callbacks_run_in_stream_order_and_report_failures() {
     }
     s.synchronize().unwrap();
     assert_eq!(*order.lock().unwrap(), (0..1000).collect::<Vec<_>>());
-    sluice::module::host_callback(&s, || 42, &[], &[]).unwrap();
+    sluice::ops::host_callback(&s, || 42, &[], &[]).unwrap();
     let e = s.synchronize().unwrap_err();
     assert_eq!(e.code, ErrorCode::CallbackFailed);
     assert!(e.message.contains("42"), "{e}");

@@ -400,7 +400,7 @@ fn op_end_never_publishes_an_older_reader_over_a_newer_one() {
         barrier.wait();
         k.copy_word(&s, &r, i, &x, 0, 20_000); // a slow read of X on S
         barrier.wait(); // A's op_end has returned
-        sluice::memory::memset(&t, &x, 0, (i + 1) as u8, 64).unwrap();
+        sluice::ops::memset(&t, &x, 0, (i + 1) as u8, 64).unwrap();
         done = i + 1;
     }
     stop.store(done, std::sync::atomic::Ordering::Release);

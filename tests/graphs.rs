@@ -6,7 +6,7 @@ use sluice::backend::CaptureMode;
 use sluice::capture;
 use sluice::graph::UpdateOutcome;
 use sluice::graph_cache::GraphCache;
-use sluice::{memory, Buffer, ErrorCode, Stream};
+use sluice::{ops, Buffer, ErrorCode, Stream};
 use std::sync::Arc;
 
 const W: usize = 4096;
@@ -17,7 +17,7 @@ fn pipeline(k: &common::Kit, s: &Stream, a: &Buffer, b: &Buffer, c: &Buffer, ste
         match i % 4 {
             0 => k.add(s, b, a, 0),
             1 => k.copy(s, c, b, 0),
-            2 => memory::copy(s, a, 0, c, 0, W * 4).unwrap(),
+            2 => ops::copy(s, a, 0, c, 0, W * 4).unwrap(),
             _ => k.add(s, a, b, 0),
         }
     }
@@ -113,7 +113,7 @@ fn rejected_operations_name_themselves_and_leave_the_stream_usable() {
         ),
         (
             "copy from pageable host memory",
-            Box::new(|s| memory::copy_from_host(s, &x, 0, &[1, 2, 3]).unwrap_err()),
+            Box::new(|s| ops::copy_from_host(s, &x, 0, &[1, 2, 3]).unwrap_err()),
         ),
         (
             "host wait_read",
@@ -145,7 +145,7 @@ fn rejected_operations_name_themselves_and_leave_the_stream_usable() {
     }
     // Copies to pageable memory and event queries too.
     capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
-    let e = memory::copy_to_host(&s, &mut host, &x, 0).unwrap_err();
+    let e = ops::copy_to_host(&s, &mut host, &x, 0).unwrap_err();
     assert_eq!(e.code, ErrorCode::CaptureUnsupported);
     let ev = s.record(false).unwrap();
     let e = ev.query().unwrap_err();
@@ -316,7 +316,7 @@ fn concurrent_captures_and_unrelated_work_do_not_interfere() {
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 10 {
                 let a = k.buffer(&s, 1024);
                 let b = Buffer::alloc_pinned(&k.dev, 4096).unwrap();
-                memory::copy(&s, &b, 0, &a, 0, 4096).unwrap();
+                ops::copy(&s, &b, 0, &a, 0, 4096).unwrap();
                 s.synchronize().unwrap();
                 n += 1;
             }
@@ -383,7 +383,7 @@ fn a_replayed_callback_failure_is_reported_on_the_launch_stream() {
     }
     let (cap, run) = (k.stream(), k.stream());
     capture::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
-    sluice::module::host_callback(&cap, || 5, &[], &[]).unwrap();
+    sluice::ops::host_callback(&cap, || 5, &[], &[]).unwrap();
     let exec = capture::capture_end(&cap).unwrap().instantiate().unwrap();
     exec.launch(&run).unwrap();
     let e = run.synchronize().unwrap_err();

@@ -9,7 +9,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::handle::HandleTable;
-use crate::memory::{self as mem, Buffer};
+use crate::memory::Buffer;
 use std::ffi::c_void;
 use std::sync::{Arc, LazyLock};
 
@@ -173,7 +173,7 @@ pub extern "C" fn sluice_stream_copy(
         let d = pinned(&BUFFERS, &pin, dst.bits, "buffer").map_err(|e| e.context("dst"))?;
         let sb = pinned(&BUFFERS, &pin, src.bits, "buffer").map_err(|e| e.context("src"))?;
         let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
-        mem::copy(s, d, dst_offset, sb, src_offset, len)
+        crate::ops::copy(s, d, dst_offset, sb, src_offset, len)
     })
 }
 
@@ -191,7 +191,7 @@ pub extern "C" fn sluice_stream_copy_from_host(
         let s = self::stream(stream)?;
         let d = buffer(dst).map_err(|e| e.context("dst"))?;
         let bytes = slice_in(src as *const u8, len, "src")?;
-        mem::copy_from_host(&s, &d, dst_offset, bytes)
+        crate::ops::copy_from_host(&s, &d, dst_offset, bytes)
     })
 }
 
@@ -209,7 +209,7 @@ pub extern "C" fn sluice_stream_copy_to_host(
         let s = self::stream(stream)?;
         let sb = buffer(src).map_err(|e| e.context("src"))?;
         let out = slice_out(dst as *mut u8, len, "dst")?;
-        mem::copy_to_host(&s, out, &sb, src_offset)
+        crate::ops::copy_to_host(&s, out, &sb, src_offset)
     })
 }
 
@@ -226,6 +226,6 @@ pub extern "C" fn sluice_stream_memset(
         let pin = crate::epoch::pin();
         let b = pinned(&BUFFERS, &pin, buffer.bits, "buffer")?;
         let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
-        mem::memset(s, b, offset, value, len)
+        crate::ops::memset(s, b, offset, value, len)
     })
 }

@@ -8,7 +8,7 @@ use super::{boundary, lookup, out_ptr, pinned, remove, slice_in, sluice_error_t}
 use crate::backend::LaunchDims;
 use crate::error::{Error, ErrorCode};
 use crate::handle::HandleTable;
-use crate::module::{self as m, Function, Module};
+use crate::module::{Function, Module};
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::{Arc, LazyLock};
 
@@ -138,7 +138,7 @@ pub extern "C" fn sluice_stream_launch(
         let f = pinned(&FUNCTIONS, &pin, function.bits, "function")?;
         with_access_set(&pin, reads, num_reads, writes, num_writes, |set| {
             // SAFETY: the caller promises args match the kernel's parameters.
-            unsafe { m::launch_set(s, f, dims, argp, set) }
+            unsafe { crate::ops::launch_set(s, f, dims, argp, set) }
         })
     })
 }

@@ -223,7 +223,7 @@ pub extern "C" fn sluice_stream_launch_host_func(
         let pin = crate::epoch::pin();
         let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
         with_access_set(&pin, reads, num_reads, writes, num_writes, |set| {
-            crate::module::host_callback_set(
+            crate::ops::host_callback_set(
                 s,
                 move || {
                     // SAFETY: the caller provided a valid callback for this user_data.

@@ -2,7 +2,8 @@
 //! PTX kernels in kernels/test_kernels.ptx; on host they are tracked host callbacks.
 #![allow(dead_code)]
 
-use sluice::module::{self, Function, Module};
+use sluice::module::{Function, Module};
+use sluice::ops;
 use sluice::{BackendKind, Buffer, Device, LaunchDims, Stream, SyncObject};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -92,12 +93,12 @@ impl Kit {
                     &mut sp as *mut u64 as *mut c_void,
                 ];
                 // SAFETY: args match sluice_spin_fill's parameters.
-                unsafe { module::launch(s, &f.spin_fill, dims(n), args.as_mut_ptr(), &[], &w) }
+                unsafe { ops::launch(s, &f.spin_fill, dims(n), args.as_mut_ptr(), &[], &w) }
                     .expect("launch spin_fill");
             }
             None => {
                 let a = Addr(buf.addr);
-                module::host_callback(
+                ops::host_callback(
                     s,
                     move || {
                         spin(spin_ns);
@@ -140,12 +141,11 @@ impl Kit {
                 ];
                 let k = if add { &f.spin_add } else { &f.spin_copy };
                 // SAFETY: args match the kernel's parameters.
-                unsafe { module::launch(s, k, dims(n), args.as_mut_ptr(), &r, &w) }
-                    .expect("launch");
+                unsafe { ops::launch(s, k, dims(n), args.as_mut_ptr(), &r, &w) }.expect("launch");
             }
             None => {
                 let (da, sa) = (Addr(dst.addr), Addr(src.addr));
-                module::host_callback(
+                ops::host_callback(
                     s,
                     move || {
                         spin(spin_ns);
@@ -200,12 +200,12 @@ impl Kit {
                     shared_mem_bytes: 0,
                 };
                 // SAFETY: args match sluice_spin_copy's parameters.
-                unsafe { module::launch(s, &f.spin_copy, one, args.as_mut_ptr(), &r, &w) }
+                unsafe { ops::launch(s, &f.spin_copy, one, args.as_mut_ptr(), &r, &w) }
                     .expect("launch spin_copy");
             }
             None => {
                 let (da, sa) = (Addr(d), Addr(sr));
-                module::host_callback(
+                ops::host_callback(
                     s,
                     move || {
                         spin(spin_ns);
@@ -224,7 +224,7 @@ impl Kit {
     /// Reads the buffer back through a tracked copy (blocks until the data arrived).
     pub fn read(&self, s: &Stream, buf: &Buffer) -> Vec<u32> {
         let mut bytes = vec![0u8; buf.size];
-        sluice::memory::copy_to_host(s, &mut bytes, buf, 0).expect("copy_to_host");
+        sluice::ops::copy_to_host(s, &mut bytes, buf, 0).expect("copy_to_host");
         bytes
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -233,7 +233,7 @@ impl Kit {
 
     pub fn write(&self, s: &Stream, buf: &Buffer, data: &[u32]) {
         let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        sluice::memory::copy_from_host(s, buf, 0, &bytes).expect("copy_from_host");
+        sluice::ops::copy_from_host(s, buf, 0, &bytes).expect("copy_from_host");
     }
 }
 

@@ -1,0 +1,209 @@
+//! Buffers: device memory in stream order, pinned and registered host memory, each
+//! with its own sync object. Frees are ordered after every outstanding use. The
+//! pinned caching pool and the per-stream cache of freed device blocks are beside
+//! it; copies and memsets are tracked operations in [`crate::ops`].
+
+pub(crate) mod block_cache;
+mod pinned;
+
+pub use pinned::{PinnedPool, PinnedStats, DEFAULT_PINNED_CACHE_LIMIT, PINNED_GRANULARITY};
+
+use crate::device::Device;
+use crate::engine;
+use crate::error::{Error, ErrorCode, Result};
+use crate::stream::Stream;
+use crate::sync::{Access, ObjRef, SyncObject};
+use std::sync::Arc;
+
+/// Where a buffer's memory lives. Values are part of the C ABI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum BufferKind {
+    Device = 1,
+    Pinned = 2,
+    Registered = 3,
+}
+
+/// A range of memory the device can reach, with its own sync object. Its fields are
+/// those of the [`Memory`] it shares with the captured graphs that use it.
+pub struct Buffer {
+    mem: Arc<Memory>,
+}
+
+/// Owns a buffer's memory; dropping the last reference (the buffer, or a graph
+/// that uses it) frees it in stream order.
+pub struct Memory {
+    pub(crate) device: Arc<Device>,
+    pub kind: BufferKind,
+    pub addr: u64,
+    pub size: usize,
+    pub sync: Arc<SyncObject>,
+    /// Device buffers: the stream their free is ordered on.
+    home: Option<Arc<Stream>>,
+    /// Pinned buffers: the size of the underlying pool block.
+    block_size: usize,
+}
+
+impl std::ops::Deref for Buffer {
+    type Target = Memory;
+    fn deref(&self) -> &Memory {
+        &self.mem
+    }
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:?} buffer #{} ({} bytes)",
+            self.kind, self.sync.id, self.size
+        )
+    }
+}
+
+impl std::fmt::Debug for Buffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.mem.fmt(f)
+    }
+}
+
+fn check_size(size: usize, what: &str) -> Result<()> {
+    if size == 0 {
+        return Err(Error::invalid_argument(format!("{what}: size must be > 0")));
+    }
+    Ok(())
+}
+
+impl Buffer {
+    /// Allocates device memory in stream order on `stream` (the driver's pool).
+    pub fn alloc(stream: &Arc<Stream>, size: usize) -> Result<Arc<Buffer>> {
+        check_size(size, "device allocation")?;
+        stream.reject_in_capture("buffer allocation")?;
+        let dev = stream.device.clone();
+        let addr = match stream.take_block(size) {
+            Some(a) => a,
+            None => stream.push(|| dev.backend.mem_alloc_async(size, stream.raw))?,
+        };
+        Ok(Buffer::from_memory(Memory {
+            device: dev,
+            kind: BufferKind::Device,
+            addr,
+            size,
+            sync: SyncObject::allocated_on(stream),
+            home: Some(stream.clone()),
+            block_size: 0,
+        }))
+    }
+
+    /// Takes pinned host memory from the device's caching pool.
+    pub fn alloc_pinned(device: &Arc<Device>, size: usize) -> Result<Arc<Buffer>> {
+        check_size(size, "pinned allocation")?;
+        let (addr, block_size) = device.pinned.take(device, size)?;
+        Ok(Buffer::from_memory(Memory {
+            device: device.clone(),
+            kind: BufferKind::Pinned,
+            addr,
+            size,
+            sync: SyncObject::new(),
+            home: None,
+            block_size,
+        }))
+    }
+
+    /// Registers caller-owned host memory. The caller keeps it alive until the
+    /// buffer is destroyed; destroying it waits for copies that use it.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be valid, writable host memory for the buffer's lifetime.
+    pub unsafe fn register(device: &Arc<Device>, ptr: *mut u8, len: usize) -> Result<Arc<Buffer>> {
+        check_size(len, "host registration")?;
+        if ptr.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "host pointer is NULL"));
+        }
+        (ptr as u64)
+            .checked_add(len as u64)
+            .ok_or_else(|| Error::out_of_range("host range wraps around the address space"))?;
+        device.backend.host_register(ptr, len)?;
+        Ok(Buffer::from_memory(Memory {
+            device: device.clone(),
+            kind: BufferKind::Registered,
+            addr: ptr as u64,
+            size: len,
+            sync: SyncObject::new(),
+            home: None,
+            block_size: 0,
+        }))
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// Host address of pinned or registered memory.
+    pub fn host_ptr(&self) -> Option<*mut u8> {
+        match self.kind {
+            BufferKind::Device => None,
+            _ => Some(self.addr as *mut u8),
+        }
+    }
+
+    /// Checks `off..off+len` lies inside the buffer and returns the address.
+    pub fn range(&self, off: usize, len: usize, what: &str) -> Result<u64> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.size => Ok(self.addr + off as u64),
+            _ => Err(Error::out_of_range(format!(
+                "{what}: range [{off}, {off}+{len}) is outside {self:?}"
+            ))),
+        }
+    }
+}
+
+impl Buffer {
+    fn from_memory(mem: Memory) -> Arc<Buffer> {
+        let mem = Arc::new(mem);
+        let owner: Arc<dyn std::any::Any + Send + Sync> = mem.clone();
+        let _ = mem.sync.owner.set(Arc::downgrade(&owner));
+        Arc::new(Buffer { mem })
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        let backend = &self.device.backend;
+        match self.kind {
+            BufferKind::Device => {
+                if let Some(home) = &self.home {
+                    if let Some(cap) = home.current_capture() {
+                        // A free must not become part of a graph: do it after the capture.
+                        cap.ctl().deferred_frees.push((
+                            home.clone(),
+                            self.addr,
+                            self.sync.outstanding(),
+                        ));
+                        return;
+                    }
+                    // Order the free after every outstanding use, on the device.
+                    let set = [Access::new(ObjRef::new(&self.sync), true)];
+                    let _ = engine::op_begin(home, &set);
+                    if !home.cache_block(self.size, self.addr) {
+                        let _ = home.push(|| backend.mem_free_async(self.addr, home.raw));
+                    }
+                }
+            }
+            BufferKind::Pinned => {
+                self.device.pinned.give_back(
+                    &self.device,
+                    self.addr,
+                    self.block_size,
+                    self.sync.outstanding(),
+                );
+            }
+            BufferKind::Registered => {
+                for r in self.sync.outstanding() {
+                    let _ = r.wait_complete();
+                }
+                backend.host_unregister(self.addr as *mut u8);
+            }
+        }
+    }
+}
