@@ -1,17 +1,11 @@
 //! Devices.
 
-use super::write_handle;
-use super::{boundary, lookup, out_ptr, remove, sluice_error_t, write_out};
+use super::*;
 use crate::backend::BackendKind;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::handle::HandleTable;
 use crate::memory::PinnedStats;
 use std::ffi::c_char;
-use std::sync::{Arc, LazyLock};
-
-pub(crate) static DEVICES: LazyLock<HandleTable<Arc<Device>>> =
-    LazyLock::new(|| HandleTable::new(1));
 
 /// The host backend: CPU worker threads with CUDA stream semantics.
 pub const SLUICE_BACKEND_HOST: u32 = 1;
@@ -71,10 +65,6 @@ pub(crate) fn backend_kind(v: u32) -> Result<BackendKind> {
     }
 }
 
-pub(crate) fn device(d: sluice_device_t) -> Result<Arc<Device>> {
-    lookup(&DEVICES, d.bits, "device")
-}
-
 /// Writes the number of devices of `backend` to `count_out`. For cuda with no
 /// usable driver this fails with `SLUICE_ERROR_NO_DRIVER`.
 #[no_mangle]
@@ -97,7 +87,7 @@ pub extern "C" fn sluice_device_open(
     boundary("sluice_device_open", || {
         let out = out_ptr(device_out, "device_out")?;
         let d = Device::open(backend_kind(backend)?, ordinal)?;
-        write_handle(out, &DEVICES, d);
+        write_new(out, d);
         Ok(())
     })
 }
@@ -111,7 +101,7 @@ pub extern "C" fn sluice_device_open_default(
     boundary("sluice_device_open_default", || {
         let out = out_ptr(device_out, "device_out")?;
         let d = Device::open_default()?;
-        write_handle(out, &DEVICES, d);
+        write_new(out, d);
         Ok(())
     })
 }
@@ -119,9 +109,7 @@ pub extern "C" fn sluice_device_open_default(
 /// Closes a device handle. Objects created on the device stay valid.
 #[no_mangle]
 pub extern "C" fn sluice_device_close(device: sluice_device_t) -> *mut sluice_error_t {
-    boundary("sluice_device_close", || {
-        remove(&DEVICES, device.bits, "device").map(drop)
-    })
+    boundary("sluice_device_close", || remove(device).map(drop))
 }
 
 /// Writes the device's properties to `props_out`.
@@ -132,7 +120,7 @@ pub extern "C" fn sluice_device_props(
 ) -> *mut sluice_error_t {
     boundary("sluice_device_props", || {
         let out = out_ptr(props_out, "props_out")?;
-        let d = self::device(device)?;
+        let d = get(device)?;
         let p = d.props()?;
         let mut name = [0 as c_char; 256];
         for (dst, src) in name.iter_mut().zip(p.name.bytes().take(255)) {
@@ -167,7 +155,7 @@ pub extern "C" fn sluice_device_priority_range(
             out_ptr(least_out, "least_out")?,
             out_ptr(greatest_out, "greatest_out")?,
         );
-        let (least, greatest) = self::device(device)?.priority_range()?;
+        let (least, greatest) = get(device)?.priority_range()?;
         write_out(l, least);
         write_out(g, greatest);
         Ok(())
@@ -178,9 +166,7 @@ pub extern "C" fn sluice_device_priority_range(
 /// the first deferred error, if any.
 #[no_mangle]
 pub extern "C" fn sluice_device_wait_all(device: sluice_device_t) -> *mut sluice_error_t {
-    boundary("sluice_device_wait_all", || {
-        self::device(device)?.wait_all()
-    })
+    boundary("sluice_device_wait_all", || get(device)?.wait_all())
 }
 
 /// Writes the device's pinned-pool statistics.
@@ -197,7 +183,7 @@ pub extern "C" fn sluice_device_pinned_stats(
             cache_limit,
             hits,
             misses,
-        } = self::device(device)?.pinned.stats();
+        } = get(device)?.pinned.stats();
         write_out(
             out,
             sluice_pinned_stats_t {
@@ -216,7 +202,7 @@ pub extern "C" fn sluice_device_pinned_stats(
 #[no_mangle]
 pub extern "C" fn sluice_device_pinned_trim(device: sluice_device_t) -> *mut sluice_error_t {
     boundary("sluice_device_pinned_trim", || {
-        let d = self::device(device)?;
+        let d = get(device)?;
         d.pinned.trim_to(&d, 0);
         Ok(())
     })
@@ -229,7 +215,7 @@ pub extern "C" fn sluice_device_pinned_set_limit(
     bytes: u64,
 ) -> *mut sluice_error_t {
     boundary("sluice_device_pinned_set_limit", || {
-        let d = self::device(device)?;
+        let d = get(device)?;
         d.pinned.set_limit(&d, bytes);
         Ok(())
     })

@@ -1,14 +1,7 @@
 //! Pooled events.
 
-use super::stream::{sluice_stream_t, STREAMS};
-use super::write_handle;
-use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
-use crate::error::{Error, Result};
-use crate::event::RecRef;
-use crate::handle::HandleTable;
-use std::sync::LazyLock;
-
-pub(crate) static EVENTS: LazyLock<HandleTable<RecRef>> = LazyLock::new(|| HandleTable::new(3));
+use super::*;
+use crate::error::Error;
 
 /// Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
 pub const SLUICE_EVENT_TIMING: u32 = 1;
@@ -22,10 +15,6 @@ pub const SLUICE_EVENT_TIMING: u32 = 1;
 pub struct sluice_event_t {
     /// Opaque handle bits; 0 is never valid.
     pub bits: u64,
-}
-
-pub(crate) fn event(e: sluice_event_t) -> Result<RecRef> {
-    lookup(&EVENTS, e.bits, "event")
 }
 
 /// Records an event at the current end of `stream`. `flags` is 0 or
@@ -43,10 +32,8 @@ pub extern "C" fn sluice_event_record(
                 "unknown event flags 0x{flags:x}"
             )));
         }
-        let rec = with(&STREAMS, stream.bits, "stream", |s| {
-            s.record(flags & SLUICE_EVENT_TIMING != 0)
-        })?;
-        write_handle(out, &EVENTS, rec);
+        let rec = with(stream, |s| s.record(flags & SLUICE_EVENT_TIMING != 0))?;
+        write_new(out, rec);
         Ok(())
     })
 }
@@ -58,9 +45,7 @@ pub extern "C" fn sluice_stream_wait_event(
     event: sluice_event_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_wait_event", || {
-        with(&STREAMS, stream.bits, "stream", |s| {
-            with(&EVENTS, event.bits, "event", |e| s.wait_event(e))
-        })
+        with(stream, |s| with(event, |e| s.wait_event(e)))
     })
 }
 
@@ -72,7 +57,7 @@ pub extern "C" fn sluice_event_query(
 ) -> *mut sluice_error_t {
     boundary("sluice_event_query", || {
         let out = out_ptr(done_out, "done_out")?;
-        write_out(out, self::event(event)?.query()?);
+        write_out(out, get(event)?.query()?);
         Ok(())
     })
 }
@@ -80,9 +65,7 @@ pub extern "C" fn sluice_event_query(
 /// Blocks until the work before the event has completed.
 #[no_mangle]
 pub extern "C" fn sluice_event_synchronize(event: sluice_event_t) -> *mut sluice_error_t {
-    boundary("sluice_event_synchronize", || {
-        self::event(event)?.synchronize()
-    })
+    boundary("sluice_event_synchronize", || get(event)?.synchronize())
 }
 
 /// Writes the milliseconds between two completed timing events.
@@ -94,7 +77,7 @@ pub extern "C" fn sluice_event_elapsed_ms(
 ) -> *mut sluice_error_t {
     boundary("sluice_event_elapsed_ms", || {
         let out = out_ptr(ms_out, "ms_out")?;
-        write_out(out, self::event(start)?.elapsed_ms(&*self::event(end)?)?);
+        write_out(out, get(start)?.elapsed_ms(&*get(end)?)?);
         Ok(())
     })
 }
@@ -111,7 +94,7 @@ pub extern "C" fn sluice_event_sequence(
             out_ptr(stream_id_out, "stream_id_out")?,
             out_ptr(seq_out, "seq_out")?,
         );
-        let e = self::event(event)?;
+        let e = get(event)?;
         write_out(a, e.stream_id());
         write_out(b, e.seq);
         Ok(())
@@ -121,7 +104,5 @@ pub extern "C" fn sluice_event_sequence(
 /// Destroys an event handle; the pooled event is recycled once unreferenced.
 #[no_mangle]
 pub extern "C" fn sluice_event_destroy(event: sluice_event_t) -> *mut sluice_error_t {
-    boundary("sluice_event_destroy", || {
-        remove(&EVENTS, event.bits, "event").map(drop)
-    })
+    boundary("sluice_event_destroy", || remove(event).map(drop))
 }

@@ -1,26 +1,11 @@
 //! Graph capture, executable graphs and the graph cache.
 
-use super::device::{device, sluice_device_t};
-use super::stream::{sluice_stream_t, stream, STREAMS};
-use super::write_handle;
-use super::{boundary, lookup, out_ptr, remove, sluice_error_t, with, write_out};
+use super::*;
 use crate::capture;
-use crate::error::{Error, ErrorCode, Result};
-use crate::graph::{Graph, GraphExec, UpdateOutcome};
+use crate::error::{Error, ErrorCode};
+use crate::graph::UpdateOutcome;
 use crate::graph_cache::{self, GraphCache};
-use crate::handle::HandleTable;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::{Arc, LazyLock};
-
-pub(crate) static GRAPHS: LazyLock<HandleTable<Arc<Graph>>> = LazyLock::new(|| HandleTable::new(9));
-pub(crate) static EXECS: LazyLock<HandleTable<Arc<GraphExec>>> =
-    LazyLock::new(|| HandleTable::new(10));
-pub(crate) static CACHES: LazyLock<HandleTable<Arc<GraphCache>>> =
-    LazyLock::new(|| HandleTable::new(11));
-
-pub(crate) fn live_graph_handles() -> usize {
-    GRAPHS.len() + EXECS.len() + CACHES.len()
-}
 
 /// Capture mode: relaxed (the default). Safe when goroutines or other threads move
 /// between OS threads, since it ties nothing to the capturing thread.
@@ -86,14 +71,6 @@ pub struct sluice_graph_cache_stats_t {
 pub type sluice_graph_body_fn =
     Option<unsafe extern "C" fn(user_data: *mut c_void, stream: sluice_stream_t) -> i32>;
 
-fn graph(h: sluice_graph_t) -> Result<Arc<Graph>> {
-    lookup(&GRAPHS, h.bits, "graph")
-}
-
-fn exec(h: sluice_graph_exec_t) -> Result<Arc<GraphExec>> {
-    lookup(&EXECS, h.bits, "graph exec")
-}
-
 /// Begins capturing `stream` with `mode` (`SLUICE_CAPTURE_*`; relaxed is the
 /// default). Other streams join by waiting on an event recorded on a capturing
 /// stream; they must be joined back before `sluice_graph_capture_end`. While
@@ -106,7 +83,7 @@ pub extern "C" fn sluice_graph_capture_begin(
     mode: u32,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_capture_begin", || {
-        capture::capture_begin(&self::stream(stream)?, capture::capture_mode(mode)?)
+        capture::capture_begin(&get(stream)?, capture::capture_mode(mode)?)
     })
 }
 
@@ -120,8 +97,8 @@ pub extern "C" fn sluice_graph_capture_end(
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_capture_end", || {
         let out = out_ptr(graph_out, "graph_out")?;
-        let gr = capture::capture_end(&self::stream(stream)?)?;
-        write_handle(out, &GRAPHS, gr);
+        let gr = capture::capture_end(&get(stream)?)?;
+        write_new(out, gr);
         Ok(())
     })
 }
@@ -134,7 +111,7 @@ pub extern "C" fn sluice_stream_is_capturing(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_is_capturing", || {
         let out = out_ptr(capturing_out, "capturing_out")?;
-        write_out(out, self::stream(stream)?.is_capturing());
+        write_out(out, get(stream)?.is_capturing());
         Ok(())
     })
 }
@@ -147,7 +124,7 @@ pub extern "C" fn sluice_graph_node_count(
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_node_count", || {
         let out = out_ptr(count_out, "count_out")?;
-        write_out(out, self::graph(graph)?.node_count()?);
+        write_out(out, get(graph)?.node_count()?);
         Ok(())
     })
 }
@@ -164,16 +141,14 @@ pub extern "C" fn sluice_graph_debug_dot(
             return Err(Error::new(ErrorCode::NullArgument, "path is NULL"));
         }
         // SAFETY: non-NULL; the caller promises a NUL-terminated string.
-        self::graph(graph)?.debug_dot(unsafe { CStr::from_ptr(path) }, verbose)
+        get(graph)?.debug_dot(unsafe { CStr::from_ptr(path) }, verbose)
     })
 }
 
 /// Destroys a graph handle. Executable graphs made from it stay valid.
 #[no_mangle]
 pub extern "C" fn sluice_graph_destroy(graph: sluice_graph_t) -> *mut sluice_error_t {
-    boundary("sluice_graph_destroy", || {
-        remove(&GRAPHS, graph.bits, "graph").map(drop)
-    })
+    boundary("sluice_graph_destroy", || remove(graph).map(drop))
 }
 
 /// Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
@@ -185,8 +160,8 @@ pub extern "C" fn sluice_graph_instantiate(
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_instantiate", || {
         let out = out_ptr(exec_out, "exec_out")?;
-        let e = self::graph(graph)?.instantiate()?;
-        write_handle(out, &EXECS, e);
+        let e = get(graph)?.instantiate()?;
+        write_new(out, e);
         Ok(())
     })
 }
@@ -198,7 +173,7 @@ pub extern "C" fn sluice_graph_exec_upload(
     stream: sluice_stream_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_exec_upload", || {
-        self::exec(exec)?.upload(&*self::stream(stream)?)
+        get(exec)?.upload(&*get(stream)?)
     })
 }
 
@@ -210,9 +185,7 @@ pub extern "C" fn sluice_graph_exec_launch(
     stream: sluice_stream_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_exec_launch", || {
-        with(&EXECS, exec.bits, "graph exec", |e| {
-            with(&STREAMS, stream.bits, "stream", |s| e.launch(s))
-        })
+        with(exec, |e| with(stream, |s| e.launch(s)))
     })
 }
 
@@ -226,7 +199,7 @@ pub extern "C" fn sluice_graph_exec_update(
     info_out: *mut sluice_graph_update_info_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_exec_update", || {
-        let outcome = self::exec(exec)?.update(&*self::graph(graph)?)?;
+        let outcome = get(exec)?.update(&*get(graph)?)?;
         if !info_out.is_null() {
             let mut reason = [0 as c_char; 256];
             let (result, why) = match &outcome {
@@ -247,9 +220,7 @@ pub extern "C" fn sluice_graph_exec_update(
 /// Destroys an executable graph handle; launches already enqueued complete.
 #[no_mangle]
 pub extern "C" fn sluice_graph_exec_destroy(exec: sluice_graph_exec_t) -> *mut sluice_error_t {
-    boundary("sluice_graph_exec_destroy", || {
-        remove(&EXECS, exec.bits, "graph exec").map(drop)
-    })
+    boundary("sluice_graph_exec_destroy", || remove(exec).map(drop))
 }
 
 /// Creates a graph cache for `device`.
@@ -260,8 +231,8 @@ pub extern "C" fn sluice_graph_cache_create(
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_create", || {
         let out = out_ptr(cache_out, "cache_out")?;
-        let c = GraphCache::new(&self::device(device)?);
-        write_handle(out, &CACHES, c);
+        let c = GraphCache::new(&get(device)?);
+        write_new(out, c);
         Ok(())
     })
 }
@@ -269,9 +240,7 @@ pub extern "C" fn sluice_graph_cache_create(
 /// Destroys a graph cache and its executable graphs.
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_destroy(cache: sluice_graph_cache_t) -> *mut sluice_error_t {
-    boundary("sluice_graph_cache_destroy", || {
-        remove(&CACHES, cache.bits, "graph cache").map(drop)
-    })
+    boundary("sluice_graph_cache_destroy", || remove(cache).map(drop))
 }
 
 /// Runs the region `key` on `stream`: the first call runs `body` eagerly, the second
@@ -288,8 +257,8 @@ pub extern "C" fn sluice_graph_cache_run(
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_run", || {
         let f = body.ok_or_else(|| Error::new(ErrorCode::NullArgument, "body is NULL"))?;
-        let c = lookup(&CACHES, cache.bits, "graph cache")?;
-        let s = self::stream(stream)?;
+        let c = get(cache)?;
+        let s = get(stream)?;
         let mut run = || {
             // SAFETY: the caller provided a valid body for this user_data.
             let rc = unsafe { f(user_data, stream) };
@@ -315,7 +284,7 @@ pub extern "C" fn sluice_graph_cache_stats(
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_stats", || {
         let out = out_ptr(stats_out, "stats_out")?;
-        let st = lookup(&CACHES, cache.bits, "graph cache")?.stats();
+        let st = get(cache)?.stats();
         write_out(
             out,
             sluice_graph_cache_stats_t {

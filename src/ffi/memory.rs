@@ -1,20 +1,8 @@
 //! Buffers and copies.
 
-use super::device::{device, sluice_device_t};
-use super::stream::{sluice_stream_t, stream, STREAMS};
-use super::sync::{sluice_sync_t, SYNCS};
-use super::write_handle;
-use super::{
-    boundary, lookup, out_ptr, pinned, remove, slice_in, slice_out, sluice_error_t, write_out,
-};
-use crate::error::Result;
-use crate::handle::HandleTable;
+use super::*;
 use crate::memory::Buffer;
 use std::ffi::c_void;
-use std::sync::{Arc, LazyLock};
-
-pub(crate) static BUFFERS: LazyLock<HandleTable<Arc<Buffer>>> =
-    LazyLock::new(|| HandleTable::new(6));
 
 /// Buffer kind: device memory from the driver's stream-ordered pool.
 pub const SLUICE_BUFFER_DEVICE: u32 = 1;
@@ -46,10 +34,6 @@ pub struct sluice_buffer_info_t {
     pub host_ptr: *mut c_void,
 }
 
-pub(crate) fn buffer(b: sluice_buffer_t) -> Result<Arc<Buffer>> {
-    lookup(&BUFFERS, b.bits, "buffer")
-}
-
 /// Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
 /// The buffer's free is ordered on the same stream, after every use on any stream.
 #[no_mangle]
@@ -60,7 +44,7 @@ pub extern "C" fn sluice_buffer_alloc(
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_alloc", || {
         let out = out_ptr(buffer_out, "buffer_out")?;
-        write_handle(out, &BUFFERS, Buffer::alloc(&self::stream(stream)?, size)?);
+        write_new(out, Buffer::alloc(&get(stream)?, size)?);
         Ok(())
     })
 }
@@ -76,11 +60,7 @@ pub extern "C" fn sluice_buffer_alloc_pinned(
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_alloc_pinned", || {
         let out = out_ptr(buffer_out, "buffer_out")?;
-        write_handle(
-            out,
-            &BUFFERS,
-            Buffer::alloc_pinned(&self::device(device)?, size)?,
-        );
+        write_new(out, Buffer::alloc_pinned(&get(device)?, size)?);
         Ok(())
     })
 }
@@ -97,11 +77,9 @@ pub extern "C" fn sluice_buffer_register_host(
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_register_host", || {
         let out = out_ptr(buffer_out, "buffer_out")?;
-        let d = self::device(device)?;
+        let d = get(device)?;
         // SAFETY: the caller promises the range stays valid for the buffer's life.
-        write_handle(out, &BUFFERS, unsafe {
-            Buffer::register(&d, ptr as *mut u8, len)?
-        });
+        write_new(out, unsafe { Buffer::register(&d, ptr as *mut u8, len)? });
         Ok(())
     })
 }
@@ -110,9 +88,7 @@ pub extern "C" fn sluice_buffer_register_host(
 /// outstanding use; pinned memory returns to the pool.
 #[no_mangle]
 pub extern "C" fn sluice_buffer_free(buffer: sluice_buffer_t) -> *mut sluice_error_t {
-    boundary("sluice_buffer_free", || {
-        remove(&BUFFERS, buffer.bits, "buffer").map(drop)
-    })
+    boundary("sluice_buffer_free", || remove(buffer).map(drop))
 }
 
 /// Writes what the buffer is and where it lives.
@@ -123,7 +99,7 @@ pub extern "C" fn sluice_buffer_info(
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_info", || {
         let out = out_ptr(info_out, "info_out")?;
-        let b = self::buffer(buffer)?;
+        let b = get(buffer)?;
         write_out(
             out,
             sluice_buffer_info_t {
@@ -148,8 +124,8 @@ pub extern "C" fn sluice_buffer_sync(
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_sync", || {
         let out = out_ptr(sync_out, "sync_out")?;
-        let b = self::buffer(buffer)?;
-        write_handle(out, &SYNCS, b.sync.clone());
+        let b = get(buffer)?;
+        write_new(out, b.sync.clone());
         Ok(())
     })
 }
@@ -170,9 +146,9 @@ pub extern "C" fn sluice_stream_copy(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_copy", || {
         let pin = crate::epoch::pin();
-        let d = pinned(&BUFFERS, &pin, dst.bits, "buffer").map_err(|e| e.context("dst"))?;
-        let sb = pinned(&BUFFERS, &pin, src.bits, "buffer").map_err(|e| e.context("src"))?;
-        let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
+        let d = pinned(&pin, dst).map_err(|e| e.context("dst"))?;
+        let sb = pinned(&pin, src).map_err(|e| e.context("src"))?;
+        let s = pinned(&pin, stream)?;
         crate::ops::copy(s, d, dst_offset, sb, src_offset, len)
     })
 }
@@ -188,8 +164,8 @@ pub extern "C" fn sluice_stream_copy_from_host(
     len: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_copy_from_host", || {
-        let s = self::stream(stream)?;
-        let d = buffer(dst).map_err(|e| e.context("dst"))?;
+        let s = get(stream)?;
+        let d = get(dst).map_err(|e| e.context("dst"))?;
         let bytes = slice_in(src as *const u8, len, "src")?;
         crate::ops::copy_from_host(&s, &d, dst_offset, bytes)
     })
@@ -206,8 +182,8 @@ pub extern "C" fn sluice_stream_copy_to_host(
     len: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_copy_to_host", || {
-        let s = self::stream(stream)?;
-        let sb = buffer(src).map_err(|e| e.context("src"))?;
+        let s = get(stream)?;
+        let sb = get(src).map_err(|e| e.context("src"))?;
         let out = slice_out(dst as *mut u8, len, "dst")?;
         crate::ops::copy_to_host(&s, out, &sb, src_offset)
     })
@@ -224,8 +200,8 @@ pub extern "C" fn sluice_stream_memset(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_memset", || {
         let pin = crate::epoch::pin();
-        let b = pinned(&BUFFERS, &pin, buffer.bits, "buffer")?;
-        let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
+        let b = pinned(&pin, buffer)?;
+        let s = pinned(&pin, stream)?;
         crate::ops::memset(s, b, offset, value, len)
     })
 }

@@ -16,6 +16,8 @@ mod event;
 mod graph;
 pub use graph::*;
 mod deprecated;
+mod handles;
+pub(crate) use handles::{get, pinned, remove, stale, with, write_new, Castable};
 mod memory;
 mod module;
 mod stream;
@@ -31,7 +33,6 @@ pub use stream::*;
 pub use sync::*;
 
 use crate::error::{Error, ErrorCode, Result};
-use crate::handle::{HandleTable, Shared, Stale};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Version of the C ABI. Bumped on any incompatible change.
@@ -90,57 +91,6 @@ pub(crate) fn write_out<T>(p: *mut T, v: T) {
     unsafe { p.write(v) }
 }
 
-/// Inserts `value` into `table` and writes its handle to `out`, an output checked
-/// with `out_ptr` of one of the `{ uint64_t bits; }` handle types.
-pub(crate) fn write_handle<H, P: Shared>(out: *mut H, table: &HandleTable<P>, value: P) {
-    const { assert!(std::mem::size_of::<H>() == 8 && std::mem::align_of::<H>() == 8) };
-    // A handle type is `repr(C)` with one u64 field, so this writes its `bits`.
-    write_out(out.cast::<u64>(), table.insert(value));
-}
-
-pub(crate) fn lookup<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
-    table.get(bits).map_err(|e| stale(e, bits, what))
-}
-
-/// Runs `f` on a borrowed object (no clone). Short, non-blocking calls only.
-#[inline(always)]
-pub(crate) fn with<P: Shared, R>(
-    table: &HandleTable<P>,
-    bits: u64,
-    what: &str,
-    f: impl FnOnce(&P) -> Result<R>,
-) -> Result<R> {
-    table.with(bits, f).map_err(|e| stale(e, bits, what))?
-}
-
-/// The object named by `bits`, valid while `pin` lasts (no clone, no pin of its own).
-#[inline(always)]
-pub(crate) fn pinned<'g, P: Shared>(
-    table: &'g HandleTable<P>,
-    pin: &'g crate::epoch::Guard,
-    bits: u64,
-    what: &str,
-) -> Result<&'g P::Target> {
-    table
-        .get_pinned(pin, bits)
-        .map_err(|e| stale(e, bits, what))
-}
-
-pub(crate) fn remove<P: Shared>(table: &HandleTable<P>, bits: u64, what: &str) -> Result<P> {
-    table.remove(bits).map_err(|e| stale(e, bits, what))
-}
-
-pub(crate) fn stale(e: Stale, bits: u64, what: &str) -> Error {
-    let msg = match e {
-        Stale::Null => format!("{what} handle is null (0)"),
-        Stale::WrongType => format!("handle 0x{bits:016x} is not a {what} handle"),
-        Stale::Dead => {
-            format!("{what} handle 0x{bits:016x} is stale (destroyed) or was never created")
-        }
-    };
-    Error::new(ErrorCode::InvalidHandle, msg)
-}
-
 /// Borrows `n` elements from C. NULL is allowed only when `n == 0`.
 #[inline(always)]
 pub(crate) fn slice_in<'a, T>(p: *const T, n: usize, name: &str) -> Result<&'a [T]> {
@@ -177,15 +127,5 @@ pub(crate) fn slice_out<'a, T>(p: *mut T, n: usize, name: &str) -> Result<&'a mu
 /// Number of live handles of every type (for leak checks in tests).
 #[no_mangle]
 pub extern "C" fn sluice_live_handles() -> u64 {
-    boundary_or(0, || {
-        (device::DEVICES.len()
-            + stream::STREAMS.len()
-            + event::EVENTS.len()
-            + sync::SYNCS.len()
-            + sync::OPS.len()
-            + memory::BUFFERS.len()
-            + module::MODULES.len()
-            + module::FUNCTIONS.len()
-            + graph::live_graph_handles()) as u64
-    })
+    boundary_or(0, || handles::live_handles() as u64)
 }

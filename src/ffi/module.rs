@@ -1,21 +1,10 @@
 //! Kernel modules and launches (cuda only).
 
-use super::device::{device, sluice_device_t};
-use super::stream::{sluice_stream_t, STREAMS};
-use super::sync::{sluice_sync_t, with_access_set};
-use super::write_handle;
-use super::{boundary, lookup, out_ptr, pinned, remove, slice_in, sluice_error_t};
+use super::*;
 use crate::backend::LaunchDims;
 use crate::error::{Error, ErrorCode};
-use crate::handle::HandleTable;
-use crate::module::{Function, Module};
+use crate::module::Module;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::{Arc, LazyLock};
-
-pub(crate) static MODULES: LazyLock<HandleTable<Arc<Module>>> =
-    LazyLock::new(|| HandleTable::new(7));
-pub(crate) static FUNCTIONS: LazyLock<HandleTable<Arc<Function>>> =
-    LazyLock::new(|| HandleTable::new(8));
 
 /// A loaded module (PTX, cubin or fatbin). Its functions keep it loaded.
 #[repr(C)]
@@ -58,8 +47,8 @@ pub extern "C" fn sluice_module_load(
     boundary("sluice_module_load", || {
         let out = out_ptr(module_out, "module_out")?;
         let img = slice_in(image as *const u8, len, "image")?;
-        let md = Module::load(&self::device(device)?, img)?;
-        write_handle(out, &MODULES, md);
+        let md = Module::load(&get(device)?, img)?;
+        write_new(out, md);
         Ok(())
     })
 }
@@ -67,9 +56,7 @@ pub extern "C" fn sluice_module_load(
 /// Releases a module handle; it unloads once its functions are destroyed too.
 #[no_mangle]
 pub extern "C" fn sluice_module_unload(module: sluice_module_t) -> *mut sluice_error_t {
-    boundary("sluice_module_unload", || {
-        remove(&MODULES, module.bits, "module").map(drop)
-    })
+    boundary("sluice_module_unload", || remove(module).map(drop))
 }
 
 /// Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
@@ -84,10 +71,10 @@ pub extern "C" fn sluice_module_get_function(
         if name.is_null() {
             return Err(Error::new(ErrorCode::NullArgument, "name is NULL"));
         }
-        let md = lookup(&MODULES, module.bits, "module")?;
+        let md = get(module)?;
         // SAFETY: non-NULL; the caller promises a NUL-terminated string.
         let f = md.function(unsafe { CStr::from_ptr(name) })?;
-        write_handle(out, &FUNCTIONS, f);
+        write_new(out, f);
         Ok(())
     })
 }
@@ -95,9 +82,7 @@ pub extern "C" fn sluice_module_get_function(
 /// Releases a function handle.
 #[no_mangle]
 pub extern "C" fn sluice_function_destroy(function: sluice_function_t) -> *mut sluice_error_t {
-    boundary("sluice_function_destroy", || {
-        remove(&FUNCTIONS, function.bits, "function").map(drop)
-    })
+    boundary("sluice_function_destroy", || remove(function).map(drop))
 }
 
 /// Launches `function` on `stream` as one tracked op over `reads` and `writes`.
@@ -134,8 +119,8 @@ pub extern "C" fn sluice_stream_launch(
             args
         };
         let pin = crate::epoch::pin();
-        let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
-        let f = pinned(&FUNCTIONS, &pin, function.bits, "function")?;
+        let s = pinned(&pin, stream)?;
+        let f = pinned(&pin, function)?;
         with_access_set(&pin, reads, num_reads, writes, num_writes, |set| {
             // SAFETY: the caller promises args match the kernel's parameters.
             unsafe { crate::ops::launch_set(s, f, dims, argp, set) }

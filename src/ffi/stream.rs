@@ -1,18 +1,10 @@
 //! Streams and host callbacks.
 
-use super::sync::with_access_set;
-use super::write_handle;
-use super::{boundary, lookup, out_ptr, pinned, remove, sluice_error_t, write_out};
-use super::{device::device, sluice_device_t, sluice_sync_t};
-use crate::error::{Error, ErrorCode, Result};
-use crate::handle::HandleTable;
+use super::*;
+use crate::error::{Error, ErrorCode};
 use crate::stream::Stream;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, LazyLock};
-
-pub(crate) static STREAMS: LazyLock<HandleTable<Arc<Stream>>> =
-    LazyLock::new(|| HandleTable::new(2));
 
 /// Stream flag: do not synchronise with the legacy default stream.
 pub const SLUICE_STREAM_NON_BLOCKING: u32 = 1;
@@ -47,10 +39,6 @@ pub struct sluice_stream_stats_t {
 /// stream's next synchronisation.
 pub type sluice_host_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>;
 
-pub(crate) fn stream(s: sluice_stream_t) -> Result<Arc<Stream>> {
-    lookup(&STREAMS, s.bits, "stream")
-}
-
 /// Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;
 /// `priority` is clamped into `sluice_device_priority_range`.
 #[no_mangle]
@@ -62,8 +50,8 @@ pub extern "C" fn sluice_stream_create(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_create", || {
         let out = out_ptr(stream_out, "stream_out")?;
-        let s = Stream::create(&self::device(device)?, flags, priority)?;
-        write_handle(out, &STREAMS, s);
+        let s = Stream::create(&get(device)?, flags, priority)?;
+        write_new(out, s);
         Ok(())
     })
 }
@@ -80,8 +68,8 @@ pub extern "C" fn sluice_stream_wrap_external(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_wrap_external", || {
         let out = out_ptr(stream_out, "stream_out")?;
-        let s = Stream::wrap_external(&self::device(device)?, raw as u64)?;
-        write_handle(out, &STREAMS, s);
+        let s = Stream::wrap_external(&get(device)?, raw as u64)?;
+        write_new(out, s);
         Ok(())
     })
 }
@@ -95,7 +83,7 @@ pub extern "C" fn sluice_stream_raw(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_raw", || {
         let out = out_ptr(raw_out, "raw_out")?;
-        write_out(out, self::stream(stream)?.raw() as *mut c_void);
+        write_out(out, get(stream)?.raw() as *mut c_void);
         Ok(())
     })
 }
@@ -104,9 +92,7 @@ pub extern "C" fn sluice_stream_raw(
 /// valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
 #[no_mangle]
 pub extern "C" fn sluice_stream_destroy(stream: sluice_stream_t) -> *mut sluice_error_t {
-    boundary("sluice_stream_destroy", || {
-        remove(&STREAMS, stream.bits, "stream").map(drop)
-    })
+    boundary("sluice_stream_destroy", || remove(stream).map(drop))
 }
 
 /// Writes true to `idle_out` when all work enqueued so far has completed.
@@ -117,7 +103,7 @@ pub extern "C" fn sluice_stream_query(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_query", || {
         let out = out_ptr(idle_out, "idle_out")?;
-        write_out(out, self::stream(stream)?.query()?);
+        write_out(out, get(stream)?.query()?);
         Ok(())
     })
 }
@@ -126,9 +112,7 @@ pub extern "C" fn sluice_stream_query(
 /// a failed host callback on this stream, naming the stream and its last label.
 #[no_mangle]
 pub extern "C" fn sluice_stream_synchronize(stream: sluice_stream_t) -> *mut sluice_error_t {
-    boundary("sluice_stream_synchronize", || {
-        self::stream(stream)?.synchronize()
-    })
+    boundary("sluice_stream_synchronize", || get(stream)?.synchronize())
 }
 
 /// Sets the label that fault reports on this stream name as its last operation.
@@ -139,7 +123,7 @@ pub extern "C" fn sluice_stream_set_label(
     label: *const c_char,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_set_label", || {
-        let s = self::stream(stream)?;
+        let s = get(stream)?;
         if label.is_null() {
             s.set_label(None);
         } else {
@@ -159,7 +143,7 @@ pub extern "C" fn sluice_stream_stats(
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_stats", || {
         let out = out_ptr(stats_out, "stats_out")?;
-        let s = self::stream(stream)?;
+        let s = get(stream)?;
         let st = &s.stats;
         write_out(
             out,
@@ -221,7 +205,7 @@ pub extern "C" fn sluice_stream_launch_host_func(
         let ud = UserData(user_data, free_user_data);
         let cb = callback.ok_or_else(|| Error::new(ErrorCode::NullArgument, "callback is NULL"))?;
         let pin = crate::epoch::pin();
-        let s = pinned(&STREAMS, &pin, stream.bits, "stream")?;
+        let s = pinned(&pin, stream)?;
         with_access_set(&pin, reads, num_reads, writes, num_writes, |set| {
             crate::ops::host_callback_set(
                 s,
@@ -245,6 +229,6 @@ pub extern "C" fn sluice_stream_set_block_cache_limit(
     bytes: u64,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_set_block_cache_limit", || {
-        self::stream(stream)?.set_block_cache_limit(usize::try_from(bytes).unwrap_or(usize::MAX))
+        get(stream)?.set_block_cache_limit(usize::try_from(bytes).unwrap_or(usize::MAX))
     })
 }

@@ -1,19 +1,12 @@
 //! Sync objects and foreign ops.
 
-use super::stream::{sluice_stream_t, stream};
-use super::write_handle;
-use super::{boundary, lookup, out_ptr, remove, slice_in, sluice_error_t, stale, write_out};
+use super::*;
 use crate::engine::{self, EngineMode, ForeignOp};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
-use crate::handle::{HandleTable, Stale};
+use crate::handle::Stale;
 use crate::sync::{Access, AccessSet, ObjRef, SyncObject};
-use std::sync::{Arc, LazyLock};
-
-pub(crate) static SYNCS: LazyLock<HandleTable<Arc<SyncObject>>> =
-    LazyLock::new(|| HandleTable::new(4));
-pub(crate) static OPS: LazyLock<HandleTable<Arc<ForeignOp>>> =
-    LazyLock::new(|| HandleTable::new_tokens(5));
+use std::sync::Arc;
 
 /// Engine mode: ops only enqueue work (the default).
 pub const SLUICE_ENGINE_ASYNC: u32 = 0;
@@ -49,10 +42,6 @@ pub struct sluice_sync_info_t {
     pub has_writer: u32,
 }
 
-pub(crate) fn sync(s: sluice_sync_t) -> Result<Arc<SyncObject>> {
-    lookup(&SYNCS, s.bits, "sync object")
-}
-
 /// Runs `f` on the normalised access set of an op's handle arrays (NULL when the
 /// count is 0), with every object borrowed under `pin`.
 #[inline(always)]
@@ -69,7 +58,7 @@ pub(crate) fn with_access_set<'g, R>(
     let mut set = AccessSet::with_capacity(r.len() + w.len());
     for (handles, write, name) in [(r, false, "reads"), (w, true, "writes")] {
         for (i, h) in handles.iter().enumerate() {
-            match SYNCS.get_pinned(pin, h.bits) {
+            match sluice_sync_t::table().get_pinned(pin, h.bits) {
                 // SAFETY: table entries are Arcs, alive while `pin` lasts.
                 Ok(o) => set.push(unsafe { ObjRef::in_arc(o) }, write),
                 Err(e) => return Err(bad_sync(e, h.bits, name, i)),
@@ -85,13 +74,17 @@ fn owned_syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Vec<Arc<
     slice_in(p, n, name)?
         .iter()
         .enumerate()
-        .map(|(i, h)| SYNCS.get(h.bits).map_err(|e| bad_sync(e, h.bits, name, i)))
+        .map(|(i, h)| {
+            sluice_sync_t::table()
+                .get(h.bits)
+                .map_err(|e| bad_sync(e, h.bits, name, i))
+        })
         .collect()
 }
 
 #[cold]
 fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
-    stale(e, bits, "sync object").context(format!("{name}[{i}]"))
+    stale::<sluice_sync_t>(e, bits).context(format!("{name}[{i}]"))
 }
 
 /// Creates a standalone sync object, for memory sluice does not own (a libtorch
@@ -100,7 +93,7 @@ fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
 pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_create", || {
         let out = out_ptr(sync_out, "sync_out")?;
-        write_handle(out, &SYNCS, SyncObject::new());
+        write_new(out, SyncObject::new());
         Ok(())
     })
 }
@@ -108,9 +101,7 @@ pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluic
 /// Destroys a sync handle. Work already enqueued is unaffected.
 #[no_mangle]
 pub extern "C" fn sluice_sync_destroy(sync: sluice_sync_t) -> *mut sluice_error_t {
-    boundary("sluice_sync_destroy", || {
-        remove(&SYNCS, sync.bits, "sync object").map(drop)
-    })
+    boundary("sluice_sync_destroy", || remove(sync).map(drop))
 }
 
 /// Blocks until the last writer's work has completed (not merely been enqueued).
@@ -118,13 +109,13 @@ pub extern "C" fn sluice_sync_destroy(sync: sluice_sync_t) -> *mut sluice_error_
 /// own next synchronisation still reports it.
 #[no_mangle]
 pub extern "C" fn sluice_sync_wait_read(sync: sluice_sync_t) -> *mut sluice_error_t {
-    boundary("sluice_sync_wait_read", || self::sync(sync)?.wait_read())
+    boundary("sluice_sync_wait_read", || get(sync)?.wait_read())
 }
 
 /// Blocks until the last writer's and every reader's work has completed.
 #[no_mangle]
 pub extern "C" fn sluice_sync_wait_write(sync: sluice_sync_t) -> *mut sluice_error_t {
-    boundary("sluice_sync_wait_write", || self::sync(sync)?.wait_write())
+    boundary("sluice_sync_wait_write", || get(sync)?.wait_write())
 }
 
 /// Writes the object's dependency state.
@@ -135,7 +126,7 @@ pub extern "C" fn sluice_sync_info(
 ) -> *mut sluice_error_t {
     boundary("sluice_sync_info", || {
         let out = out_ptr(info_out, "info_out")?;
-        let s = self::sync(sync)?;
+        let s = get(sync)?;
         write_out(
             out,
             sluice_sync_info_t {
@@ -170,7 +161,7 @@ pub extern "C" fn sluice_op_begin(
 ) -> *mut sluice_error_t {
     boundary("sluice_op_begin", || {
         let out = out_ptr(op_out, "op_out")?;
-        let s = self::stream(stream)?;
+        let s = get(stream)?;
         // Owned at once (the op keeps them), so the thread is not pinned while the
         // waits are issued: a destroy on another thread never waits for them.
         let (r, w) = (
@@ -178,7 +169,7 @@ pub extern "C" fn sluice_op_begin(
             owned_syncs(writes, num_writes, "writes")?,
         );
         let op = ForeignOp::begin(&s, r, w)?;
-        write_handle(out, &OPS, Arc::new(op));
+        write_new(out, Arc::new(op));
         Ok(())
     })
 }
@@ -188,7 +179,7 @@ pub extern "C" fn sluice_op_begin(
 #[no_mangle]
 pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
     boundary("sluice_op_end", || {
-        let tok = remove(&OPS, op.bits, "op")?;
+        let tok = remove(op)?;
         tok.end()
     })
 }
