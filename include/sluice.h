@@ -43,26 +43,6 @@
 
 
 /**
- * Version of the C ABI. Bumped on any incompatible change.
- */
-#define SLUICE_ABI_VERSION 1
-
-/**
- * Major version of the library.
- */
-#define SLUICE_VERSION_MAJOR 0
-
-/**
- * Minor version of the library.
- */
-#define SLUICE_VERSION_MINOR 1
-
-/**
- * Patch version of the library.
- */
-#define SLUICE_VERSION_PATCH 1
-
-/**
  * The host backend: CPU worker threads with CUDA stream semantics.
  */
 #define SLUICE_BACKEND_HOST 1
@@ -71,6 +51,22 @@
  * The CUDA backend (driver API).
  */
 #define SLUICE_BACKEND_CUDA 2
+
+/**
+ * Capture mode: relaxed (the default). Safe when goroutines or other threads move
+ * between OS threads, since it ties nothing to the capturing thread.
+ */
+#define SLUICE_CAPTURE_RELAXED 0
+
+/**
+ * Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+ */
+#define SLUICE_CAPTURE_THREAD_LOCAL 1
+
+/**
+ * Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
+ */
+#define SLUICE_CAPTURE_GLOBAL 2
 
 /**
  * A Rust panic was caught at the ABI boundary (a bug in sluice).
@@ -163,37 +159,6 @@
 #define SLUICE_ERROR_INVALID_STATE 18
 
 /**
- * Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
- */
-#define SLUICE_EVENT_TIMING 1
-
-/**
- * Capture mode: relaxed (the default). Safe when goroutines or other threads move
- * between OS threads, since it ties nothing to the capturing thread.
- */
-#define SLUICE_CAPTURE_RELAXED 0
-
-/**
- * Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
- */
-#define SLUICE_CAPTURE_THREAD_LOCAL 1
-
-/**
- * Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
- */
-#define SLUICE_CAPTURE_GLOBAL 2
-
-/**
- * `sluice_graph_exec_update` updated the executable graph in place.
- */
-#define SLUICE_GRAPH_UPDATE_IN_PLACE 0
-
-/**
- * `sluice_graph_exec_update` re-instantiated because the update was refused.
- */
-#define SLUICE_GRAPH_UPDATE_REINSTANTIATED 1
-
-/**
  * Buffer kind: device memory from the driver's stream-ordered pool.
  */
 #define SLUICE_BUFFER_DEVICE 1
@@ -209,11 +174,6 @@
 #define SLUICE_BUFFER_REGISTERED 3
 
 /**
- * Stream flag: do not synchronise with the legacy default stream.
- */
-#define SLUICE_STREAM_NON_BLOCKING 1
-
-/**
  * Engine mode: ops only enqueue work (the default).
  */
 #define SLUICE_ENGINE_ASYNC 0
@@ -222,6 +182,47 @@
  * Engine mode: the host synchronises the stream after every tracked op (debugging).
  */
 #define SLUICE_ENGINE_SYNC 1
+
+/**
+ * `sluice_graph_exec_update` updated the executable graph in place.
+ */
+#define SLUICE_GRAPH_UPDATE_IN_PLACE 0
+
+/**
+ * `sluice_graph_exec_update` re-instantiated because the update was refused.
+ */
+#define SLUICE_GRAPH_UPDATE_REINSTANTIATED 1
+
+
+/**
+ * Version of the C ABI. Bumped on any incompatible change.
+ */
+#define SLUICE_ABI_VERSION 1
+
+/**
+ * Major version of the library.
+ */
+#define SLUICE_VERSION_MAJOR 0
+
+/**
+ * Minor version of the library.
+ */
+#define SLUICE_VERSION_MINOR 1
+
+/**
+ * Patch version of the library.
+ */
+#define SLUICE_VERSION_PATCH 1
+
+/**
+ * Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
+ */
+#define SLUICE_EVENT_TIMING 1
+
+/**
+ * Stream flag: do not synchronise with the legacy default stream.
+ */
+#define SLUICE_STREAM_NON_BLOCKING 1
 
 /**
  * An error: a stable code, a message naming the operation and the handle, and the
@@ -547,8 +548,6 @@ typedef struct sluice_op_t {
    */
   uint64_t bits;
 } sluice_op_t;
-
-
 
 #ifdef __cplusplus
 extern "C" {

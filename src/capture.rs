@@ -283,12 +283,8 @@ impl Capture {
 
 /// Parses a C capture mode: 0 relaxed (default), 1 thread-local, 2 global.
 pub fn capture_mode(v: u32) -> Result<CaptureMode> {
-    match v {
-        0 => Ok(CaptureMode::Relaxed),
-        1 => Ok(CaptureMode::ThreadLocal),
-        2 => Ok(CaptureMode::Global),
-        _ => Err(Error::invalid_argument(format!("unknown capture mode {v}"))),
-    }
+    CaptureMode::from_u32(v)
+        .ok_or_else(|| Error::invalid_argument(format!("unknown capture mode {v}")))
 }
 
 /// Begins capturing `stream`. Ops issued on it (and on streams that fork from it by

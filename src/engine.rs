@@ -12,6 +12,7 @@
 //! atomic with respect to each other. Foreign ops ([`ForeignOp`]) wait at begin and
 //! publish at end.
 
+use crate::c_enum::c_enum;
 use crate::error::{Error, ErrorCode, Result};
 use crate::event::{Publish, RecRef, Recording};
 use crate::inline::Small;
@@ -21,12 +22,14 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Engine modes. `Sync` synchronises the host after every tracked op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub enum EngineMode {
-    Async = 0,
-    Sync = 1,
+c_enum! {
+    /// Engine modes, seen by C as `SLUICE_ENGINE_*`.
+    pub enum EngineMode: "SLUICE_ENGINE_" {
+        /// Engine mode: ops only enqueue work (the default).
+        Async = 0 => ASYNC,
+        /// Engine mode: the host synchronises the stream after every tracked op (debugging).
+        Sync = 1 => SYNC,
+    }
 }
 
 /// The engine mode as a `u8`; `MODE_UNSET` until first read from `SLUICE_ENGINE`

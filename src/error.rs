@@ -1,99 +1,54 @@
 //! Errors of the core. Codes are part of the C ABI: never renumber them.
 
+use crate::c_enum::c_enum;
 use std::fmt;
 
-/// Stable error codes. The numeric values are exported to C as `SLUICE_ERROR_*`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum ErrorCode {
-    /// A Rust panic was caught at the ABI boundary (a bug in sluice).
-    Panic = 1,
-    /// A required pointer argument was NULL.
-    NullArgument = 2,
-    /// An argument had an invalid value (bad flag, zero size, unknown code).
-    InvalidArgument = 3,
-    /// A handle was stale, forged, of the wrong type, or already destroyed.
-    InvalidHandle = 4,
-    /// An offset or length fell outside a buffer, or an arithmetic overflow.
-    OutOfRange = 5,
-    /// The operation is not supported by this backend.
-    Unsupported = 6,
-    /// No usable CUDA driver was found.
-    NoDriver = 7,
-    /// The requested device does not exist.
-    NoDevice = 8,
-    /// The CUDA driver returned an error (see the driver code).
-    Driver = 9,
-    /// An allocation failed.
-    OutOfMemory = 10,
-    /// The operation may not run while its stream is capturing a graph.
-    CaptureUnsupported = 11,
-    /// A graph capture failed or was invalidated.
-    CaptureFailed = 12,
-    /// Work on the stream failed asynchronously (a device fault).
-    DeviceFault = 13,
-    /// A host callback reported a failure or panicked.
-    CallbackFailed = 14,
-    /// Loading a module failed (the message holds the JIT log).
-    ModuleLoad = 15,
-    /// A named item (for example a kernel function) was not found.
-    NotFound = 16,
-    /// Objects from different devices were mixed in one call.
-    WrongDevice = 17,
-    /// The object is in a state that does not allow this call.
-    InvalidState = 18,
+c_enum! {
+    /// Stable error codes, seen by C as `SLUICE_ERROR_*`.
+    pub enum ErrorCode: "SLUICE_ERROR_" {
+        /// A Rust panic was caught at the ABI boundary (a bug in sluice).
+        Panic = 1 => PANIC,
+        /// A required pointer argument was NULL.
+        NullArgument = 2 => NULL_ARGUMENT,
+        /// An argument had an invalid value (bad flag, zero size, unknown code).
+        InvalidArgument = 3 => INVALID_ARGUMENT,
+        /// A handle was stale, forged, of the wrong type, or already destroyed.
+        InvalidHandle = 4 => INVALID_HANDLE,
+        /// An offset or length fell outside a buffer, or arithmetic overflowed.
+        OutOfRange = 5 => OUT_OF_RANGE,
+        /// The operation is not supported by this backend.
+        Unsupported = 6 => UNSUPPORTED,
+        /// No usable CUDA driver was found.
+        NoDriver = 7 => NO_DRIVER,
+        /// The requested device does not exist.
+        NoDevice = 8 => NO_DEVICE,
+        /// The CUDA driver returned an error; see `sluice_error_driver_code`.
+        Driver = 9 => DRIVER,
+        /// An allocation failed.
+        OutOfMemory = 10 => OUT_OF_MEMORY,
+        /// The operation may not run while its stream captures a graph.
+        CaptureUnsupported = 11 => CAPTURE_UNSUPPORTED,
+        /// A graph capture failed or was invalidated.
+        CaptureFailed = 12 => CAPTURE_FAILED,
+        /// Work on the stream failed asynchronously (a device fault).
+        DeviceFault = 13 => DEVICE_FAULT,
+        /// A host callback reported a failure or panicked.
+        CallbackFailed = 14 => CALLBACK_FAILED,
+        /// Loading a module failed; the message holds the JIT log.
+        ModuleLoad = 15 => MODULE_LOAD,
+        /// A named item (for example a kernel) was not found.
+        NotFound = 16 => NOT_FOUND,
+        /// Objects of different devices were mixed in one call.
+        WrongDevice = 17 => WRONG_DEVICE,
+        /// The object is in a state that does not allow this call.
+        InvalidState = 18 => INVALID_STATE,
+    }
 }
 
 impl ErrorCode {
-    /// All codes, for validation and for name tables.
-    pub const ALL: [ErrorCode; 18] = [
-        ErrorCode::Panic,
-        ErrorCode::NullArgument,
-        ErrorCode::InvalidArgument,
-        ErrorCode::InvalidHandle,
-        ErrorCode::OutOfRange,
-        ErrorCode::Unsupported,
-        ErrorCode::NoDriver,
-        ErrorCode::NoDevice,
-        ErrorCode::Driver,
-        ErrorCode::OutOfMemory,
-        ErrorCode::CaptureUnsupported,
-        ErrorCode::CaptureFailed,
-        ErrorCode::DeviceFault,
-        ErrorCode::CallbackFailed,
-        ErrorCode::ModuleLoad,
-        ErrorCode::NotFound,
-        ErrorCode::WrongDevice,
-        ErrorCode::InvalidState,
-    ];
-
-    /// Converts a raw code coming from C; unknown values give `None`.
-    pub fn from_u32(v: u32) -> Option<ErrorCode> {
-        ErrorCode::ALL.iter().copied().find(|c| *c as u32 == v)
-    }
-
     /// The NUL-terminated constant name, for example `SLUICE_ERROR_INVALID_HANDLE`.
     pub fn name_cstr(self) -> &'static std::ffi::CStr {
-        match self {
-            ErrorCode::Panic => c"SLUICE_ERROR_PANIC",
-            ErrorCode::NullArgument => c"SLUICE_ERROR_NULL_ARGUMENT",
-            ErrorCode::InvalidArgument => c"SLUICE_ERROR_INVALID_ARGUMENT",
-            ErrorCode::InvalidHandle => c"SLUICE_ERROR_INVALID_HANDLE",
-            ErrorCode::OutOfRange => c"SLUICE_ERROR_OUT_OF_RANGE",
-            ErrorCode::Unsupported => c"SLUICE_ERROR_UNSUPPORTED",
-            ErrorCode::NoDriver => c"SLUICE_ERROR_NO_DRIVER",
-            ErrorCode::NoDevice => c"SLUICE_ERROR_NO_DEVICE",
-            ErrorCode::Driver => c"SLUICE_ERROR_DRIVER",
-            ErrorCode::OutOfMemory => c"SLUICE_ERROR_OUT_OF_MEMORY",
-            ErrorCode::CaptureUnsupported => c"SLUICE_ERROR_CAPTURE_UNSUPPORTED",
-            ErrorCode::CaptureFailed => c"SLUICE_ERROR_CAPTURE_FAILED",
-            ErrorCode::DeviceFault => c"SLUICE_ERROR_DEVICE_FAULT",
-            ErrorCode::CallbackFailed => c"SLUICE_ERROR_CALLBACK_FAILED",
-            ErrorCode::ModuleLoad => c"SLUICE_ERROR_MODULE_LOAD",
-            ErrorCode::NotFound => c"SLUICE_ERROR_NOT_FOUND",
-            ErrorCode::WrongDevice => c"SLUICE_ERROR_WRONG_DEVICE",
-            ErrorCode::InvalidState => c"SLUICE_ERROR_INVALID_STATE",
-        }
+        self.c_name()
     }
 }
 

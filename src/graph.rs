@@ -3,6 +3,7 @@
 //! in [`crate::capture`]; the per-key cache of captured regions in
 //! [`crate::graph_cache`].
 
+use crate::c_enum::c_enum;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
@@ -36,6 +37,17 @@ pub(crate) struct ExecState {
     pub(crate) writes: Vec<Arc<SyncObject>>,
     pub(crate) keep: KeepAlive,
     pub(crate) callbacks: bool,
+}
+
+c_enum! {
+    /// How `sluice_graph_exec_update` applied a graph, seen by C as
+    /// `SLUICE_GRAPH_UPDATE_*`.
+    pub enum GraphUpdate: "SLUICE_GRAPH_UPDATE_" {
+        /// `sluice_graph_exec_update` updated the executable graph in place.
+        InPlace = 0 => IN_PLACE,
+        /// `sluice_graph_exec_update` re-instantiated because the update was refused.
+        Reinstantiated = 1 => REINSTANTIATED,
+    }
 }
 
 /// How `GraphExec::update` applied a new graph.

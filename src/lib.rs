@@ -5,6 +5,8 @@
 //! (the C ABI only). Nothing here keeps a current stream or a thread-local error.
 
 pub mod backend;
+#[doc(hidden)]
+pub mod c_enum;
 pub mod capture;
 pub mod device;
 pub mod engine;

@@ -322,7 +322,7 @@ fn a_context_switched_away_between_calls_is_bound_again() {
     }
     let d = sluice::backend::cuda::driver().unwrap();
     let mut dev = sluice_device_t { bits: 0 };
-    assert!(sluice_device_open(SLUICE_BACKEND_CUDA, 0, &mut dev).is_null());
+    assert!(sluice_device_open(sluice::BackendKind::Cuda as u32, 0, &mut dev).is_null());
     let mut s = sluice_stream_t { bits: 0 };
     assert!(sluice_stream_create(dev, 0, 0, &mut s).is_null());
     let mut buf = sluice_buffer_t { bits: 0 };

@@ -11,15 +11,18 @@
 pub mod cuda;
 pub mod host;
 
+use crate::c_enum::c_enum;
 use crate::error::Result;
 use std::ffi::c_void;
 
-/// Which backend a device runs on. Values are part of the C ABI.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum BackendKind {
-    Host = 1,
-    Cuda = 2,
+c_enum! {
+    /// Which backend a device runs on, seen by C as `SLUICE_BACKEND_*`.
+    pub enum BackendKind: "SLUICE_BACKEND_" {
+        /// The host backend: CPU worker threads with CUDA stream semantics.
+        Host = 1 => HOST,
+        /// The CUDA backend (driver API).
+        Cuda = 2 => CUDA,
+    }
 }
 
 impl BackendKind {
@@ -48,12 +51,17 @@ pub struct LaunchDims {
     pub shared_mem_bytes: u32,
 }
 
-/// Graph capture mode (values match `CUstreamCaptureMode` order used by the C ABI).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CaptureMode {
-    Global,
-    ThreadLocal,
-    Relaxed,
+c_enum! {
+    /// Graph capture mode, seen by C as `SLUICE_CAPTURE_*`.
+    pub enum CaptureMode: "SLUICE_CAPTURE_" {
+        /// Capture mode: relaxed (the default). Safe when goroutines or other threads move
+        /// between OS threads, since it ties nothing to the capturing thread.
+        Relaxed = 0 => RELAXED,
+        /// Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+        ThreadLocal = 1 => THREAD_LOCAL,
+        /// Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
+        Global = 2 => GLOBAL,
+    }
 }
 
 /// A host function run in stream order. It must not call back into CUDA. It is `Fn`

@@ -7,11 +7,6 @@ use crate::error::{Error, Result};
 use crate::memory::PinnedStats;
 use std::ffi::c_char;
 
-/// The host backend: CPU worker threads with CUDA stream semantics.
-pub const SLUICE_BACKEND_HOST: u32 = 1;
-/// The CUDA backend (driver API).
-pub const SLUICE_BACKEND_CUDA: u32 = 2;
-
 /// A device handle. Thread safety: may be used from any thread at once.
 /// Under the hood: `Arc<Device>`; streams and buffers keep their device alive.
 #[repr(C)]
@@ -56,13 +51,11 @@ pub struct sluice_pinned_stats_t {
 }
 
 pub(crate) fn backend_kind(v: u32) -> Result<BackendKind> {
-    match v {
-        SLUICE_BACKEND_HOST => Ok(BackendKind::Host),
-        SLUICE_BACKEND_CUDA => Ok(BackendKind::Cuda),
-        _ => Err(Error::invalid_argument(format!(
+    BackendKind::from_u32(v).ok_or_else(|| {
+        Error::invalid_argument(format!(
             "unknown backend {v} (expected SLUICE_BACKEND_HOST or SLUICE_BACKEND_CUDA)"
-        ))),
-    }
+        ))
+    })
 }
 
 /// Writes the number of devices of `backend` to `count_out`. For cuda with no

@@ -3,43 +3,6 @@
 use crate::error::{Error, ErrorCode};
 use std::ffi::{c_char, CString};
 
-/// A Rust panic was caught at the ABI boundary (a bug in sluice).
-pub const SLUICE_ERROR_PANIC: u32 = 1;
-/// A required pointer argument was NULL.
-pub const SLUICE_ERROR_NULL_ARGUMENT: u32 = 2;
-/// An argument had an invalid value (bad flag, zero size, unknown code).
-pub const SLUICE_ERROR_INVALID_ARGUMENT: u32 = 3;
-/// A handle was stale, forged, of the wrong type, or already destroyed.
-pub const SLUICE_ERROR_INVALID_HANDLE: u32 = 4;
-/// An offset or length fell outside a buffer, or arithmetic overflowed.
-pub const SLUICE_ERROR_OUT_OF_RANGE: u32 = 5;
-/// The operation is not supported by this backend.
-pub const SLUICE_ERROR_UNSUPPORTED: u32 = 6;
-/// No usable CUDA driver was found.
-pub const SLUICE_ERROR_NO_DRIVER: u32 = 7;
-/// The requested device does not exist.
-pub const SLUICE_ERROR_NO_DEVICE: u32 = 8;
-/// The CUDA driver returned an error; see `sluice_error_driver_code`.
-pub const SLUICE_ERROR_DRIVER: u32 = 9;
-/// An allocation failed.
-pub const SLUICE_ERROR_OUT_OF_MEMORY: u32 = 10;
-/// The operation may not run while its stream captures a graph.
-pub const SLUICE_ERROR_CAPTURE_UNSUPPORTED: u32 = 11;
-/// A graph capture failed or was invalidated.
-pub const SLUICE_ERROR_CAPTURE_FAILED: u32 = 12;
-/// Work on the stream failed asynchronously (a device fault).
-pub const SLUICE_ERROR_DEVICE_FAULT: u32 = 13;
-/// A host callback reported a failure or panicked.
-pub const SLUICE_ERROR_CALLBACK_FAILED: u32 = 14;
-/// Loading a module failed; the message holds the JIT log.
-pub const SLUICE_ERROR_MODULE_LOAD: u32 = 15;
-/// A named item (for example a kernel) was not found.
-pub const SLUICE_ERROR_NOT_FOUND: u32 = 16;
-/// Objects of different devices were mixed in one call.
-pub const SLUICE_ERROR_WRONG_DEVICE: u32 = 17;
-/// The object is in a state that does not allow this call.
-pub const SLUICE_ERROR_INVALID_STATE: u32 = 18;
-
 /// An error: a stable code, a message naming the operation and the handle, and the
 /// driver's `CUresult` where the driver failed. Free it with `sluice_error_free`.
 /// Thread safety: immutable; may be read from any thread.

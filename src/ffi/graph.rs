@@ -3,22 +3,10 @@
 use super::*;
 use crate::capture;
 use crate::error::{Error, ErrorCode};
+use crate::graph::GraphUpdate;
 use crate::graph::UpdateOutcome;
 use crate::graph_cache::{self, GraphCache};
 use std::ffi::{c_char, c_void, CStr};
-
-/// Capture mode: relaxed (the default). Safe when goroutines or other threads move
-/// between OS threads, since it ties nothing to the capturing thread.
-pub const SLUICE_CAPTURE_RELAXED: u32 = 0;
-/// Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
-pub const SLUICE_CAPTURE_THREAD_LOCAL: u32 = 1;
-/// Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
-pub const SLUICE_CAPTURE_GLOBAL: u32 = 2;
-
-/// `sluice_graph_exec_update` updated the executable graph in place.
-pub const SLUICE_GRAPH_UPDATE_IN_PLACE: u32 = 0;
-/// `sluice_graph_exec_update` re-instantiated because the update was refused.
-pub const SLUICE_GRAPH_UPDATE_REINSTANTIATED: u32 = 1;
 
 /// A captured graph. It does not keep the buffers it uses alive.
 #[repr(C)]
@@ -203,9 +191,9 @@ pub extern "C" fn sluice_graph_exec_update(
         if !info_out.is_null() {
             let mut reason = [0 as c_char; 256];
             let (result, why) = match &outcome {
-                UpdateOutcome::InPlace => (SLUICE_GRAPH_UPDATE_IN_PLACE, ""),
+                UpdateOutcome::InPlace => (GraphUpdate::InPlace as u32, ""),
                 UpdateOutcome::Reinstantiated(r) => {
-                    (SLUICE_GRAPH_UPDATE_REINSTANTIATED, r.as_str())
+                    (GraphUpdate::Reinstantiated as u32, r.as_str())
                 }
             };
             for (d, s) in reason.iter_mut().zip(why.bytes().take(255)) {

@@ -4,13 +4,6 @@ use super::*;
 use crate::memory::Buffer;
 use std::ffi::c_void;
 
-/// Buffer kind: device memory from the driver's stream-ordered pool.
-pub const SLUICE_BUFFER_DEVICE: u32 = 1;
-/// Buffer kind: pinned host memory from the device's caching pool.
-pub const SLUICE_BUFFER_PINNED: u32 = 2;
-/// Buffer kind: caller-owned host memory registered with the device.
-pub const SLUICE_BUFFER_REGISTERED: u32 = 3;
-
 /// A buffer: device, pinned or registered host memory, with its own sync object.
 /// Thread safety: may be used from any thread at once.
 /// Under the hood: `Arc<Buffer>`; freeing it while streams still use it is safe.

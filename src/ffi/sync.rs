@@ -8,11 +8,6 @@ use crate::handle::Stale;
 use crate::sync::{Access, AccessSet, ObjRef, SyncObject};
 use std::sync::Arc;
 
-/// Engine mode: ops only enqueue work (the default).
-pub const SLUICE_ENGINE_ASYNC: u32 = 0;
-/// Engine mode: the host synchronises the stream after every tracked op (debugging).
-pub const SLUICE_ENGINE_SYNC: u32 = 1;
-
 /// A sync object: the dependency record of one buffer or of foreign memory. It
 /// holds at most one writer event and one reader event per stream.
 /// Thread safety: may be used from any thread at once; see `sluice_op_begin`.
@@ -189,15 +184,8 @@ pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
 #[no_mangle]
 pub extern "C" fn sluice_engine_set_mode(mode: u32) -> *mut sluice_error_t {
     boundary("sluice_engine_set_mode", || {
-        let m = match mode {
-            SLUICE_ENGINE_ASYNC => EngineMode::Async,
-            SLUICE_ENGINE_SYNC => EngineMode::Sync,
-            _ => {
-                return Err(Error::invalid_argument(format!(
-                    "unknown engine mode {mode}"
-                )))
-            }
-        };
+        let m = EngineMode::from_u32(mode)
+            .ok_or_else(|| Error::invalid_argument(format!("unknown engine mode {mode}")))?;
         engine::set_engine_mode(m);
         Ok(())
     })

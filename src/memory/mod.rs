@@ -8,6 +8,7 @@ mod pinned;
 
 pub use pinned::{PinnedPool, PinnedStats, DEFAULT_PINNED_CACHE_LIMIT, PINNED_GRANULARITY};
 
+use crate::c_enum::c_enum;
 use crate::device::Device;
 use crate::engine;
 use crate::error::{Error, ErrorCode, Result};
@@ -15,13 +16,16 @@ use crate::stream::Stream;
 use crate::sync::{Access, ObjRef, SyncObject};
 use std::sync::Arc;
 
-/// Where a buffer's memory lives. Values are part of the C ABI.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum BufferKind {
-    Device = 1,
-    Pinned = 2,
-    Registered = 3,
+c_enum! {
+    /// Where a buffer's memory lives, seen by C as `SLUICE_BUFFER_*`.
+    pub enum BufferKind: "SLUICE_BUFFER_" {
+        /// Buffer kind: device memory from the driver's stream-ordered pool.
+        Device = 1 => DEVICE,
+        /// Buffer kind: pinned host memory from the device's caching pool.
+        Pinned = 2 => PINNED,
+        /// Buffer kind: caller-owned host memory registered with the device.
+        Registered = 3 => REGISTERED,
+    }
 }
 
 /// A range of memory the device can reach, with its own sync object. Its fields are
