@@ -328,7 +328,8 @@ typedef struct sluice_event_t {
 } sluice_event_t;
 
 /**
- * A captured graph. It does not keep the buffers it uses alive.
+ * A captured graph. It keeps the memory of the buffers it uses alive (also after
+ * they are freed) until it and every executable graph made from it are destroyed.
  */
 typedef struct sluice_graph_t {
   /**
@@ -565,8 +566,8 @@ uint64_t sluice_live_handles(void);
 struct sluice_error_t *sluice_device_count(uint32_t backend, uint32_t *count_out);
 
 /**
- * Opens device `ordinal` of `backend`. Each call gives a new handle to the same
- * device; close each with `sluice_device_close`.
+ * Opens device `ordinal` of `backend`. Ownership: each call gives the caller a new
+ * handle to the same device; close each with `sluice_device_close`.
  */
 struct sluice_error_t *sluice_device_open(uint32_t backend,
                                           uint32_t ordinal,
@@ -574,12 +575,14 @@ struct sluice_error_t *sluice_device_open(uint32_t backend,
 
 /**
  * Opens the default device: `SLUICE_BACKEND=auto|cuda|host` (default auto: cuda
- * device 0 when a usable driver and GPU exist, else host device 0).
+ * device 0 when a usable driver and GPU exist, else host device 0). Ownership: the
+ * caller owns the new handle and closes it with `sluice_device_close`.
  */
 struct sluice_error_t *sluice_device_open_default(struct sluice_device_t *device_out);
 
 /**
- * Closes a device handle. Objects created on the device stay valid.
+ * Closes a device handle. Ownership: objects created on the device keep it open
+ * and stay valid.
  */
 struct sluice_error_t *sluice_device_close(struct sluice_device_t device);
 
@@ -636,7 +639,8 @@ uint32_t sluice_error_driver_code(const struct sluice_error_t *err);
 const char *sluice_error_message(const struct sluice_error_t *err);
 
 /**
- * Frees an error. NULL is ignored. Must not be called twice on one error.
+ * Frees an error. Ownership: every error returned by sluice belongs to the caller
+ * and is freed exactly once with this. NULL is ignored.
  */
 void sluice_error_free(struct sluice_error_t *err);
 
@@ -659,7 +663,8 @@ uint32_t sluice_abi_version(void);
 
 /**
  * Records an event at the current end of `stream`. `flags` is 0 or
- * `SLUICE_EVENT_TIMING`. Destroy the handle with `sluice_event_destroy`.
+ * `SLUICE_EVENT_TIMING`. Ownership: the caller owns the new handle and destroys it
+ * with `sluice_event_destroy`.
  */
 struct sluice_error_t *sluice_event_record(struct sluice_stream_t stream,
                                            uint32_t flags,
@@ -696,7 +701,8 @@ struct sluice_error_t *sluice_event_sequence(struct sluice_event_t event,
                                              uint64_t *seq_out);
 
 /**
- * Destroys an event handle; the pooled event is recycled once unreferenced.
+ * Destroys an event handle. Ownership: only the handle ends; the pooled event is
+ * recycled once nothing (a sync object, a pending wait) refers to it.
  */
 struct sluice_error_t *sluice_event_destroy(struct sluice_event_t event);
 
@@ -712,8 +718,10 @@ struct sluice_error_t *sluice_graph_capture_begin(struct sluice_stream_t stream,
 
 /**
  * Ends the capture begun on `stream` and writes the graph. On failure (an unjoined
- * fork, a rejected operation, a driver error) the capture is still ended, the sync
- * objects are rolled back, and the streams are usable again.
+ * fork, a rejected operation, a driver error) the capture is still ended and the
+ * streams are usable again (the sync objects' state was never changed by it).
+ * Ownership: the caller owns the new graph handle and destroys it with
+ * `sluice_graph_destroy`.
  */
 struct sluice_error_t *sluice_graph_capture_end(struct sluice_stream_t stream,
                                                 struct sluice_graph_t *graph_out);
@@ -737,13 +745,15 @@ struct sluice_error_t *sluice_graph_debug_dot(struct sluice_graph_t graph,
                                               bool verbose);
 
 /**
- * Destroys a graph handle. Executable graphs made from it stay valid.
+ * Destroys a graph handle. Ownership: executable graphs made from it stay valid
+ * and keep what they need.
  */
 struct sluice_error_t *sluice_graph_destroy(struct sluice_graph_t graph);
 
 /**
  * Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
- * `<dir>/graph-<device>-<id>.dot`.
+ * `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
+ * graph and destroys it with `sluice_graph_exec_destroy`.
  */
 struct sluice_error_t *sluice_graph_instantiate(struct sluice_graph_t graph,
                                                 struct sluice_graph_exec_t *exec_out);
@@ -771,18 +781,21 @@ struct sluice_error_t *sluice_graph_exec_update(struct sluice_graph_exec_t exec,
                                                 struct sluice_graph_update_info_t *info_out);
 
 /**
- * Destroys an executable graph handle; launches already enqueued complete.
+ * Destroys an executable graph handle. Ownership: the handle ends now; launches
+ * already enqueued complete, and the memory they use stays alive until then.
  */
 struct sluice_error_t *sluice_graph_exec_destroy(struct sluice_graph_exec_t exec);
 
 /**
- * Creates a graph cache for `device`.
+ * Creates a graph cache for `device`. Ownership: the caller owns the new handle
+ * and destroys it with `sluice_graph_cache_destroy`.
  */
 struct sluice_error_t *sluice_graph_cache_create(struct sluice_device_t device,
                                                  struct sluice_graph_cache_t *cache_out);
 
 /**
- * Destroys a graph cache and its executable graphs.
+ * Destroys a graph cache. Ownership: its executable graphs go with it, after the
+ * launches already enqueued.
  */
 struct sluice_error_t *sluice_graph_cache_destroy(struct sluice_graph_cache_t cache);
 
@@ -907,6 +920,7 @@ struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream
 /**
  * Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
  * The buffer's free is ordered on the same stream, after every use on any stream.
+ * Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
  */
 struct sluice_error_t *sluice_buffer_alloc(struct sluice_stream_t stream,
                                            size_t size,
@@ -914,6 +928,7 @@ struct sluice_error_t *sluice_buffer_alloc(struct sluice_stream_t stream,
 
 /**
  * Takes `size` bytes of pinned host memory from the device's bounded caching pool.
+ * Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
  * Before writing it from the host after a copy read it, call
  * `sluice_sync_wait_write` on its sync object.
  */
@@ -923,8 +938,9 @@ struct sluice_error_t *sluice_buffer_alloc_pinned(struct sluice_device_t device,
 
 /**
  * Registers caller-owned host memory `[ptr, ptr+len)` so copies to and from it are
- * asynchronous. Keep it alive until `sluice_buffer_free`, which waits for copies
- * that still use it.
+ * asynchronous. Ownership: the caller keeps owning the memory and must keep it
+ * alive until `sluice_buffer_free` of the new handle, which waits for copies that
+ * still use it.
  */
 struct sluice_error_t *sluice_buffer_register_host(struct sluice_device_t device,
                                                    void *ptr,
@@ -932,8 +948,9 @@ struct sluice_error_t *sluice_buffer_register_host(struct sluice_device_t device
                                                    struct sluice_buffer_t *buffer_out);
 
 /**
- * Frees a buffer handle. Device memory is released in stream order after every
- * outstanding use; pinned memory returns to the pool.
+ * Frees a buffer handle. Ownership: the handle ends now; the memory is released
+ * in stream order after every outstanding use (pinned memory returns to the pool),
+ * or when the last graph that captured it is destroyed.
  */
 struct sluice_error_t *sluice_buffer_free(struct sluice_buffer_t buffer);
 
@@ -945,7 +962,8 @@ struct sluice_error_t *sluice_buffer_info(struct sluice_buffer_t buffer,
 
 /**
  * Writes a new handle to the buffer's sync object, for `sluice_op_begin` and the
- * host waits. Destroy it with `sluice_sync_destroy`; the buffer is unaffected.
+ * host waits. Ownership: each call gives a new handle that the caller destroys
+ * with `sluice_sync_destroy`; the buffer is unaffected.
  */
 struct sluice_error_t *sluice_buffer_sync(struct sluice_buffer_t buffer,
                                           struct sluice_sync_t *sync_out);
@@ -996,7 +1014,8 @@ struct sluice_error_t *sluice_stream_memset(struct sluice_stream_t stream,
 /**
  * Loads a module from PTX text, a cubin or a fatbin. A failed JIT compile gives
  * `SLUICE_ERROR_MODULE_LOAD` with the JIT log in the message. On host:
- * `SLUICE_ERROR_UNSUPPORTED`.
+ * `SLUICE_ERROR_UNSUPPORTED`. Ownership: the image is only read during the call;
+ * the caller owns the new handle and releases it with `sluice_module_unload`.
  */
 struct sluice_error_t *sluice_module_load(struct sluice_device_t device,
                                           const void *image,
@@ -1004,19 +1023,22 @@ struct sluice_error_t *sluice_module_load(struct sluice_device_t device,
                                           struct sluice_module_t *module_out);
 
 /**
- * Releases a module handle; it unloads once its functions are destroyed too.
+ * Releases a module handle. Ownership: the module unloads once its functions'
+ * handles are destroyed too.
  */
 struct sluice_error_t *sluice_module_unload(struct sluice_module_t module);
 
 /**
  * Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
+ * Ownership: the caller owns the new function handle (which keeps its module
+ * loaded) and destroys it with `sluice_function_destroy`.
  */
 struct sluice_error_t *sluice_module_get_function(struct sluice_module_t module,
                                                   const char *name,
                                                   struct sluice_function_t *function_out);
 
 /**
- * Releases a function handle.
+ * Releases a function handle. Ownership: launches already enqueued are unaffected.
  */
 struct sluice_error_t *sluice_function_destroy(struct sluice_function_t function);
 
@@ -1037,7 +1059,8 @@ struct sluice_error_t *sluice_stream_launch(struct sluice_stream_t stream,
 
 /**
  * Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;
- * `priority` is clamped into `sluice_device_priority_range`.
+ * `priority` is clamped into `sluice_device_priority_range`. Ownership: the caller
+ * owns the new handle and destroys it with `sluice_stream_destroy`.
  */
 struct sluice_error_t *sluice_stream_create(struct sluice_device_t device,
                                             uint32_t flags,
@@ -1045,8 +1068,9 @@ struct sluice_error_t *sluice_stream_create(struct sluice_device_t device,
                                             struct sluice_stream_t *stream_out);
 
 /**
- * Adopts a foreign `CUstream` (for example libtorch's) without owning it:
- * destroying the sluice handle leaves the foreign stream alone. The legacy and
+ * Adopts a foreign `CUstream` (for example libtorch's). Ownership: the caller owns
+ * the new handle, and the foreign stream stays its owner's: destroying the sluice
+ * handle leaves it alone. The legacy and
  * per-thread default streams are refused. On host, `raw` must come from
  * `sluice_stream_raw` of a live host stream.
  */
@@ -1061,8 +1085,8 @@ struct sluice_error_t *sluice_stream_wrap_external(struct sluice_device_t device
 struct sluice_error_t *sluice_stream_raw(struct sluice_stream_t stream, void **raw_out);
 
 /**
- * Destroys a stream handle. Work already enqueued completes; memory it uses stays
- * valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
+ * Destroys a stream handle. Ownership: the handle ends now; work already enqueued
+ * completes, and memory it uses stays valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
  */
 struct sluice_error_t *sluice_stream_destroy(struct sluice_stream_t stream);
 
@@ -1117,12 +1141,14 @@ struct sluice_error_t *sluice_stream_set_block_cache_limit(struct sluice_stream_
 
 /**
  * Creates a standalone sync object, for memory sluice does not own (a libtorch
- * tensor, a caller's cudaMalloc). Destroy it with `sluice_sync_destroy`.
+ * tensor, a caller's cudaMalloc). Ownership: the caller owns the new handle and
+ * destroys it with `sluice_sync_destroy`; ops that use the object keep it alive.
  */
 struct sluice_error_t *sluice_sync_create(struct sluice_sync_t *sync_out);
 
 /**
- * Destroys a sync handle. Work already enqueued is unaffected.
+ * Destroys a sync handle. Ownership: only the handle ends; the object lives on
+ * while a buffer, another handle or enqueued work still holds it.
  */
 struct sluice_error_t *sluice_sync_destroy(struct sluice_sync_t sync);
 
@@ -1149,6 +1175,7 @@ struct sluice_error_t *sluice_sync_info(struct sluice_sync_t sync,
  * in both counts as a write). `stream` is made to wait, on the device, for every
  * conflicting earlier op on other streams; the host never blocks. Enqueue the
  * foreign work on `sluice_stream_raw(stream)`, then call `sluice_op_end`.
+ * Ownership: the caller owns the new op handle until `sluice_op_end` consumes it.
  *
  * Thread safety: ops from many threads may run at once. A conflicting op that
  * another thread begins while this one is open is not ordered against it; order
@@ -1166,7 +1193,8 @@ struct sluice_error_t *sluice_op_begin(struct sluice_stream_t stream,
 
 /**
  * Ends a foreign op: records one event on its stream and publishes it to every
- * object of the op. The op handle is consumed, also when an error is returned.
+ * object of the op. Ownership: the op handle is consumed, also when an error is
+ * returned.
  */
 struct sluice_error_t *sluice_op_end(struct sluice_op_t op);
 

@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 /// Memory a graph uses, kept alive as long as the graph (or an exec of it) lives.
 pub(crate) type KeepAlive = Vec<Arc<dyn std::any::Any + Send + Sync>>;
 
-/// A captured graph. It does not keep the buffers it uses alive: keep them alive
-/// while any graph or executable graph that uses them exists.
+/// A captured graph. It keeps the memory of the buffers it uses alive (also after
+/// they are freed) as long as it or an executable graph made from it exists.
 pub struct Graph {
     pub(crate) device: Arc<Device>,
     pub(crate) raw: u64,

@@ -69,8 +69,8 @@ pub extern "C" fn sluice_device_count(backend: u32, count_out: *mut u32) -> *mut
     })
 }
 
-/// Opens device `ordinal` of `backend`. Each call gives a new handle to the same
-/// device; close each with `sluice_device_close`.
+/// Opens device `ordinal` of `backend`. Ownership: each call gives the caller a new
+/// handle to the same device; close each with `sluice_device_close`.
 #[no_mangle]
 pub extern "C" fn sluice_device_open(
     backend: u32,
@@ -86,7 +86,8 @@ pub extern "C" fn sluice_device_open(
 }
 
 /// Opens the default device: `SLUICE_BACKEND=auto|cuda|host` (default auto: cuda
-/// device 0 when a usable driver and GPU exist, else host device 0).
+/// device 0 when a usable driver and GPU exist, else host device 0). Ownership: the
+/// caller owns the new handle and closes it with `sluice_device_close`.
 #[no_mangle]
 pub extern "C" fn sluice_device_open_default(
     device_out: *mut sluice_device_t,
@@ -99,7 +100,8 @@ pub extern "C" fn sluice_device_open_default(
     })
 }
 
-/// Closes a device handle. Objects created on the device stay valid.
+/// Closes a device handle. Ownership: objects created on the device keep it open
+/// and stay valid.
 #[no_mangle]
 pub extern "C" fn sluice_device_close(device: sluice_device_t) -> *mut sluice_error_t {
     boundary("sluice_device_close", || remove(device).map(drop))

@@ -45,7 +45,8 @@ pub extern "C" fn sluice_error_message(err: *const sluice_error_t) -> *const c_c
     }
 }
 
-/// Frees an error. NULL is ignored. Must not be called twice on one error.
+/// Frees an error. Ownership: every error returned by sluice belongs to the caller
+/// and is freed exactly once with this. NULL is ignored.
 #[no_mangle]
 pub extern "C" fn sluice_error_free(err: *mut sluice_error_t) {
     if !err.is_null() {

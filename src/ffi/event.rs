@@ -18,7 +18,8 @@ pub struct sluice_event_t {
 }
 
 /// Records an event at the current end of `stream`. `flags` is 0 or
-/// `SLUICE_EVENT_TIMING`. Destroy the handle with `sluice_event_destroy`.
+/// `SLUICE_EVENT_TIMING`. Ownership: the caller owns the new handle and destroys it
+/// with `sluice_event_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_event_record(
     stream: sluice_stream_t,
@@ -101,7 +102,8 @@ pub extern "C" fn sluice_event_sequence(
     })
 }
 
-/// Destroys an event handle; the pooled event is recycled once unreferenced.
+/// Destroys an event handle. Ownership: only the handle ends; the pooled event is
+/// recycled once nothing (a sync object, a pending wait) refers to it.
 #[no_mangle]
 pub extern "C" fn sluice_event_destroy(event: sluice_event_t) -> *mut sluice_error_t {
     boundary("sluice_event_destroy", || remove(event).map(drop))

@@ -8,7 +8,8 @@ use crate::graph::UpdateOutcome;
 use crate::graph_cache::{self, GraphCache};
 use std::ffi::{c_char, c_void, CStr};
 
-/// A captured graph. It does not keep the buffers it uses alive.
+/// A captured graph. It keeps the memory of the buffers it uses alive (also after
+/// they are freed) until it and every executable graph made from it are destroyed.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct sluice_graph_t {
@@ -76,8 +77,10 @@ pub extern "C" fn sluice_graph_capture_begin(
 }
 
 /// Ends the capture begun on `stream` and writes the graph. On failure (an unjoined
-/// fork, a rejected operation, a driver error) the capture is still ended, the sync
-/// objects are rolled back, and the streams are usable again.
+/// fork, a rejected operation, a driver error) the capture is still ended and the
+/// streams are usable again (the sync objects' state was never changed by it).
+/// Ownership: the caller owns the new graph handle and destroys it with
+/// `sluice_graph_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_graph_capture_end(
     stream: sluice_stream_t,
@@ -133,14 +136,16 @@ pub extern "C" fn sluice_graph_debug_dot(
     })
 }
 
-/// Destroys a graph handle. Executable graphs made from it stay valid.
+/// Destroys a graph handle. Ownership: executable graphs made from it stay valid
+/// and keep what they need.
 #[no_mangle]
 pub extern "C" fn sluice_graph_destroy(graph: sluice_graph_t) -> *mut sluice_error_t {
     boundary("sluice_graph_destroy", || remove(graph).map(drop))
 }
 
 /// Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
-/// `<dir>/graph-<device>-<id>.dot`.
+/// `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
+/// graph and destroys it with `sluice_graph_exec_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_graph_instantiate(
     graph: sluice_graph_t,
@@ -205,13 +210,15 @@ pub extern "C" fn sluice_graph_exec_update(
     })
 }
 
-/// Destroys an executable graph handle; launches already enqueued complete.
+/// Destroys an executable graph handle. Ownership: the handle ends now; launches
+/// already enqueued complete, and the memory they use stays alive until then.
 #[no_mangle]
 pub extern "C" fn sluice_graph_exec_destroy(exec: sluice_graph_exec_t) -> *mut sluice_error_t {
     boundary("sluice_graph_exec_destroy", || remove(exec).map(drop))
 }
 
-/// Creates a graph cache for `device`.
+/// Creates a graph cache for `device`. Ownership: the caller owns the new handle
+/// and destroys it with `sluice_graph_cache_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_create(
     device: sluice_device_t,
@@ -225,7 +232,8 @@ pub extern "C" fn sluice_graph_cache_create(
     })
 }
 
-/// Destroys a graph cache and its executable graphs.
+/// Destroys a graph cache. Ownership: its executable graphs go with it, after the
+/// launches already enqueued.
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_destroy(cache: sluice_graph_cache_t) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_destroy", || remove(cache).map(drop))

@@ -29,6 +29,7 @@ pub struct sluice_buffer_info_t {
 
 /// Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
 /// The buffer's free is ordered on the same stream, after every use on any stream.
+/// Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
 #[no_mangle]
 pub extern "C" fn sluice_buffer_alloc(
     stream: sluice_stream_t,
@@ -43,6 +44,7 @@ pub extern "C" fn sluice_buffer_alloc(
 }
 
 /// Takes `size` bytes of pinned host memory from the device's bounded caching pool.
+/// Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
 /// Before writing it from the host after a copy read it, call
 /// `sluice_sync_wait_write` on its sync object.
 #[no_mangle]
@@ -59,8 +61,9 @@ pub extern "C" fn sluice_buffer_alloc_pinned(
 }
 
 /// Registers caller-owned host memory `[ptr, ptr+len)` so copies to and from it are
-/// asynchronous. Keep it alive until `sluice_buffer_free`, which waits for copies
-/// that still use it.
+/// asynchronous. Ownership: the caller keeps owning the memory and must keep it
+/// alive until `sluice_buffer_free` of the new handle, which waits for copies that
+/// still use it.
 #[no_mangle]
 pub extern "C" fn sluice_buffer_register_host(
     device: sluice_device_t,
@@ -77,8 +80,9 @@ pub extern "C" fn sluice_buffer_register_host(
     })
 }
 
-/// Frees a buffer handle. Device memory is released in stream order after every
-/// outstanding use; pinned memory returns to the pool.
+/// Frees a buffer handle. Ownership: the handle ends now; the memory is released
+/// in stream order after every outstanding use (pinned memory returns to the pool),
+/// or when the last graph that captured it is destroyed.
 #[no_mangle]
 pub extern "C" fn sluice_buffer_free(buffer: sluice_buffer_t) -> *mut sluice_error_t {
     boundary("sluice_buffer_free", || remove(buffer).map(drop))
@@ -109,7 +113,8 @@ pub extern "C" fn sluice_buffer_info(
 }
 
 /// Writes a new handle to the buffer's sync object, for `sluice_op_begin` and the
-/// host waits. Destroy it with `sluice_sync_destroy`; the buffer is unaffected.
+/// host waits. Ownership: each call gives a new handle that the caller destroys
+/// with `sluice_sync_destroy`; the buffer is unaffected.
 #[no_mangle]
 pub extern "C" fn sluice_buffer_sync(
     buffer: sluice_buffer_t,

@@ -4,7 +4,9 @@
 //! Conventions: a fallible function returns `sluice_error_t*` (NULL on success);
 //! outputs go through trailing `*_out` pointers, written only on success; every
 //! handle is a typed `{ uint64_t bits; }` value; a stale or forged handle gives
-//! `SLUICE_ERROR_INVALID_HANDLE`. There is no thread-local state.
+//! `SLUICE_ERROR_INVALID_HANDLE`. Nothing is kept per thread between calls: no
+//! current stream and no last error (the only thread-local is a cache that lives
+//! for one call, see `crate::tls`).
 #![allow(non_camel_case_types)]
 // C callers cannot mark calls `unsafe`; every pointer is checked before use instead.
 #![allow(clippy::not_unsafe_ptr_arg_deref, clippy::too_many_arguments)]

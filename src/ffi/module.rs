@@ -36,7 +36,8 @@ pub struct sluice_launch_dims_t {
 
 /// Loads a module from PTX text, a cubin or a fatbin. A failed JIT compile gives
 /// `SLUICE_ERROR_MODULE_LOAD` with the JIT log in the message. On host:
-/// `SLUICE_ERROR_UNSUPPORTED`.
+/// `SLUICE_ERROR_UNSUPPORTED`. Ownership: the image is only read during the call;
+/// the caller owns the new handle and releases it with `sluice_module_unload`.
 #[no_mangle]
 pub extern "C" fn sluice_module_load(
     device: sluice_device_t,
@@ -53,13 +54,16 @@ pub extern "C" fn sluice_module_load(
     })
 }
 
-/// Releases a module handle; it unloads once its functions are destroyed too.
+/// Releases a module handle. Ownership: the module unloads once its functions'
+/// handles are destroyed too.
 #[no_mangle]
 pub extern "C" fn sluice_module_unload(module: sluice_module_t) -> *mut sluice_error_t {
     boundary("sluice_module_unload", || remove(module).map(drop))
 }
 
 /// Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
+/// Ownership: the caller owns the new function handle (which keeps its module
+/// loaded) and destroys it with `sluice_function_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_module_get_function(
     module: sluice_module_t,
@@ -79,7 +83,7 @@ pub extern "C" fn sluice_module_get_function(
     })
 }
 
-/// Releases a function handle.
+/// Releases a function handle. Ownership: launches already enqueued are unaffected.
 #[no_mangle]
 pub extern "C" fn sluice_function_destroy(function: sluice_function_t) -> *mut sluice_error_t {
     boundary("sluice_function_destroy", || remove(function).map(drop))

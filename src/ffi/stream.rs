@@ -40,7 +40,8 @@ pub struct sluice_stream_stats_t {
 pub type sluice_host_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) -> i32>;
 
 /// Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;
-/// `priority` is clamped into `sluice_device_priority_range`.
+/// `priority` is clamped into `sluice_device_priority_range`. Ownership: the caller
+/// owns the new handle and destroys it with `sluice_stream_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_stream_create(
     device: sluice_device_t,
@@ -56,8 +57,9 @@ pub extern "C" fn sluice_stream_create(
     })
 }
 
-/// Adopts a foreign `CUstream` (for example libtorch's) without owning it:
-/// destroying the sluice handle leaves the foreign stream alone. The legacy and
+/// Adopts a foreign `CUstream` (for example libtorch's). Ownership: the caller owns
+/// the new handle, and the foreign stream stays its owner's: destroying the sluice
+/// handle leaves it alone. The legacy and
 /// per-thread default streams are refused. On host, `raw` must come from
 /// `sluice_stream_raw` of a live host stream.
 #[no_mangle]
@@ -88,8 +90,8 @@ pub extern "C" fn sluice_stream_raw(
     })
 }
 
-/// Destroys a stream handle. Work already enqueued completes; memory it uses stays
-/// valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
+/// Destroys a stream handle. Ownership: the handle ends now; work already enqueued
+/// completes, and memory it uses stays valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
 #[no_mangle]
 pub extern "C" fn sluice_stream_destroy(stream: sluice_stream_t) -> *mut sluice_error_t {
     boundary("sluice_stream_destroy", || remove(stream).map(drop))

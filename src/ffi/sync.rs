@@ -83,7 +83,8 @@ fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
 }
 
 /// Creates a standalone sync object, for memory sluice does not own (a libtorch
-/// tensor, a caller's cudaMalloc). Destroy it with `sluice_sync_destroy`.
+/// tensor, a caller's cudaMalloc). Ownership: the caller owns the new handle and
+/// destroys it with `sluice_sync_destroy`; ops that use the object keep it alive.
 #[no_mangle]
 pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_create", || {
@@ -93,7 +94,8 @@ pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluic
     })
 }
 
-/// Destroys a sync handle. Work already enqueued is unaffected.
+/// Destroys a sync handle. Ownership: only the handle ends; the object lives on
+/// while a buffer, another handle or enqueued work still holds it.
 #[no_mangle]
 pub extern "C" fn sluice_sync_destroy(sync: sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_destroy", || remove(sync).map(drop))
@@ -138,6 +140,7 @@ pub extern "C" fn sluice_sync_info(
 /// in both counts as a write). `stream` is made to wait, on the device, for every
 /// conflicting earlier op on other streams; the host never blocks. Enqueue the
 /// foreign work on `sluice_stream_raw(stream)`, then call `sluice_op_end`.
+/// Ownership: the caller owns the new op handle until `sluice_op_end` consumes it.
 ///
 /// Thread safety: ops from many threads may run at once. A conflicting op that
 /// another thread begins while this one is open is not ordered against it; order
@@ -170,7 +173,8 @@ pub extern "C" fn sluice_op_begin(
 }
 
 /// Ends a foreign op: records one event on its stream and publishes it to every
-/// object of the op. The op handle is consumed, also when an error is returned.
+/// object of the op. Ownership: the op handle is consumed, also when an error is
+/// returned.
 #[no_mangle]
 pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
     boundary("sluice_op_end", || {
