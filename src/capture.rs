@@ -174,18 +174,7 @@ impl Capture {
         let (idx, need) = self.prepare(&mut t, stream, set);
         let me = stream.id;
         engine::push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
-            for (a, &i) in set.iter().zip(&idx) {
-                let x = &mut t[i];
-                x.written |= a.write();
-                // SAFETY: one of the references `push_op` counted per object.
-                engine::publish_into(
-                    &mut x.shadow,
-                    me,
-                    a.write(),
-                    unsafe { rec.dup_counted() },
-                    publish,
-                );
-            }
+            publish_shadows(&mut t, set, &idx, me, rec, publish)
         })
     }
 
@@ -213,20 +202,7 @@ impl Capture {
             set.len(),
             false,
             || Ok(()),
-            |rec, publish| {
-                for (a, &i) in set.iter().zip(&idx) {
-                    let x = &mut t[i];
-                    x.written |= a.write();
-                    // SAFETY: one of the references `push_op` counted per object.
-                    engine::publish_into(
-                        &mut x.shadow,
-                        me,
-                        a.write(),
-                        unsafe { rec.dup_counted() },
-                        publish,
-                    );
-                }
-            },
+            |rec, publish| publish_shadows(&mut t, set, &idx, me, rec, publish),
         )?;
         Ok(())
     }
@@ -285,6 +261,30 @@ impl Capture {
 pub fn capture_mode(v: u32) -> Result<CaptureMode> {
     CaptureMode::from_u32(v)
         .ok_or_else(|| Error::invalid_argument(format!("unknown capture mode {v}")))
+}
+
+/// Publishes `rec`, recorded on stream `me` with one reference per object, into the
+/// capture's copies of the accessed objects' states (`idx`: their entries).
+fn publish_shadows(
+    t: &mut [Touched],
+    set: &[Access<'_>],
+    idx: &[usize],
+    me: u64,
+    rec: &RecRef,
+    publish: &mut crate::event::Publish<'_>,
+) {
+    for (a, &i) in set.iter().zip(idx) {
+        let x = &mut t[i];
+        x.written |= a.write();
+        // SAFETY: one of the references counted per object.
+        engine::publish_into(
+            &mut x.shadow,
+            me,
+            a.write(),
+            unsafe { rec.dup_counted() },
+            publish,
+        );
+    }
 }
 
 /// Begins capturing `stream`. Ops issued on it (and on streams that fork from it by

@@ -125,6 +125,24 @@ impl<'s, 'a> Locked<'s, 'a> {
     }
 }
 
+impl Locked<'_, '_> {
+    /// Publishes `rec`, recorded on stream `me` with one reference per object, into
+    /// every locked object.
+    #[inline(always)]
+    fn publish(&self, me: u64, rec: &RecRef, publish: &mut Publish<'_>) {
+        for a in self.set {
+            // SAFETY: locked; the reference is one of those counted per object.
+            publish_into(
+                unsafe { a.state() },
+                me,
+                a.write(),
+                unsafe { rec.dup_counted() },
+                publish,
+            );
+        }
+    }
+}
+
 impl Drop for Locked<'_, '_> {
     #[inline(always)]
     fn drop(&mut self) {
@@ -329,16 +347,7 @@ fn run_op_inner(
         let mut need = Waits::new();
         collect_waits(stream, &locked, &mut need)?;
         push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
-            for a in locked.set {
-                // SAFETY: locked; the reference is one of the `objects` counted.
-                publish_into(
-                    unsafe { a.state() },
-                    me,
-                    a.write(),
-                    unsafe { rec.dup_counted() },
-                    publish,
-                );
-            }
+            locked.publish(me, rec, publish)
         })?
     };
     after_op(stream)?;
@@ -409,18 +418,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[u64]) -> Resul
             set.len(),
             false,
             || Ok(()),
-            |rec, publish| {
-                for a in locked.set {
-                    // SAFETY: locked; the reference is one of the `objects` counted.
-                    publish_into(
-                        unsafe { a.state() },
-                        me,
-                        a.write(),
-                        unsafe { rec.dup_counted() },
-                        publish,
-                    );
-                }
-            },
+            |rec, publish| locked.publish(me, rec, publish),
         )?;
     }
     after_op(stream)

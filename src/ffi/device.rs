@@ -63,9 +63,9 @@ pub(crate) fn backend_kind(v: u32) -> Result<BackendKind> {
 #[no_mangle]
 pub extern "C" fn sluice_device_count(backend: u32, count_out: *mut u32) -> *mut sluice_error_t {
     boundary("sluice_device_count", || {
-        let out = out_ptr(count_out, "count_out")?;
-        write_out(out, Device::count(backend_kind(backend)?)?);
-        Ok(())
+        out_value(count_out, "count_out", || {
+            Device::count(backend_kind(backend)?)
+        })
     })
 }
 
@@ -78,10 +78,9 @@ pub extern "C" fn sluice_device_open(
     device_out: *mut sluice_device_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_device_open", || {
-        let out = out_ptr(device_out, "device_out")?;
-        let d = Device::open(backend_kind(backend)?, ordinal)?;
-        write_new(out, d);
-        Ok(())
+        out_new(device_out, "device_out", || {
+            Device::open(backend_kind(backend)?, ordinal)
+        })
     })
 }
 
@@ -93,10 +92,7 @@ pub extern "C" fn sluice_device_open_default(
     device_out: *mut sluice_device_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_device_open_default", || {
-        let out = out_ptr(device_out, "device_out")?;
-        let d = Device::open_default()?;
-        write_new(out, d);
-        Ok(())
+        out_new(device_out, "device_out", Device::open_default)
     })
 }
 

@@ -57,9 +57,7 @@ pub extern "C" fn sluice_event_query(
     done_out: *mut bool,
 ) -> *mut sluice_error_t {
     boundary("sluice_event_query", || {
-        let out = out_ptr(done_out, "done_out")?;
-        write_out(out, get(event)?.query()?);
-        Ok(())
+        out_value(done_out, "done_out", || get(event)?.query())
     })
 }
 
@@ -77,9 +75,7 @@ pub extern "C" fn sluice_event_elapsed_ms(
     ms_out: *mut f32,
 ) -> *mut sluice_error_t {
     boundary("sluice_event_elapsed_ms", || {
-        let out = out_ptr(ms_out, "ms_out")?;
-        write_out(out, get(start)?.elapsed_ms(&*get(end)?)?);
-        Ok(())
+        out_value(ms_out, "ms_out", || get(start)?.elapsed_ms(&*get(end)?))
     })
 }
 

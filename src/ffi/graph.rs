@@ -87,10 +87,9 @@ pub extern "C" fn sluice_graph_capture_end(
     graph_out: *mut sluice_graph_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_capture_end", || {
-        let out = out_ptr(graph_out, "graph_out")?;
-        let gr = capture::capture_end(&get(stream)?)?;
-        write_new(out, gr);
-        Ok(())
+        out_new(graph_out, "graph_out", || {
+            capture::capture_end(&get(stream)?)
+        })
     })
 }
 
@@ -101,9 +100,9 @@ pub extern "C" fn sluice_stream_is_capturing(
     capturing_out: *mut bool,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_is_capturing", || {
-        let out = out_ptr(capturing_out, "capturing_out")?;
-        write_out(out, get(stream)?.is_capturing());
-        Ok(())
+        out_value(capturing_out, "capturing_out", || {
+            Ok(get(stream)?.is_capturing())
+        })
     })
 }
 
@@ -114,9 +113,7 @@ pub extern "C" fn sluice_graph_node_count(
     count_out: *mut usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_node_count", || {
-        let out = out_ptr(count_out, "count_out")?;
-        write_out(out, get(graph)?.node_count()?);
-        Ok(())
+        out_value(count_out, "count_out", || get(graph)?.node_count())
     })
 }
 
@@ -152,10 +149,7 @@ pub extern "C" fn sluice_graph_instantiate(
     exec_out: *mut sluice_graph_exec_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_instantiate", || {
-        let out = out_ptr(exec_out, "exec_out")?;
-        let e = get(graph)?.instantiate()?;
-        write_new(out, e);
-        Ok(())
+        out_new(exec_out, "exec_out", || get(graph)?.instantiate())
     })
 }
 
@@ -225,10 +219,9 @@ pub extern "C" fn sluice_graph_cache_create(
     cache_out: *mut sluice_graph_cache_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_create", || {
-        let out = out_ptr(cache_out, "cache_out")?;
-        let c = GraphCache::new(&get(device)?);
-        write_new(out, c);
-        Ok(())
+        out_new(cache_out, "cache_out", || {
+            Ok(GraphCache::new(&get(device)?))
+        })
     })
 }
 

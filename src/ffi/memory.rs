@@ -37,9 +37,9 @@ pub extern "C" fn sluice_buffer_alloc(
     buffer_out: *mut sluice_buffer_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_alloc", || {
-        let out = out_ptr(buffer_out, "buffer_out")?;
-        write_new(out, Buffer::alloc(&get(stream)?, size)?);
-        Ok(())
+        out_new(buffer_out, "buffer_out", || {
+            Buffer::alloc(&get(stream)?, size)
+        })
     })
 }
 
@@ -54,9 +54,9 @@ pub extern "C" fn sluice_buffer_alloc_pinned(
     buffer_out: *mut sluice_buffer_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_alloc_pinned", || {
-        let out = out_ptr(buffer_out, "buffer_out")?;
-        write_new(out, Buffer::alloc_pinned(&get(device)?, size)?);
-        Ok(())
+        out_new(buffer_out, "buffer_out", || {
+            Buffer::alloc_pinned(&get(device)?, size)
+        })
     })
 }
 
@@ -72,11 +72,11 @@ pub extern "C" fn sluice_buffer_register_host(
     buffer_out: *mut sluice_buffer_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_register_host", || {
-        let out = out_ptr(buffer_out, "buffer_out")?;
-        let d = get(device)?;
-        // SAFETY: the caller promises the range stays valid for the buffer's life.
-        write_new(out, unsafe { Buffer::register(&d, ptr as *mut u8, len)? });
-        Ok(())
+        out_new(buffer_out, "buffer_out", || {
+            let d = get(device)?;
+            // SAFETY: the caller promises the range stays valid for the buffer's life.
+            unsafe { Buffer::register(&d, ptr as *mut u8, len) }
+        })
     })
 }
 
@@ -121,10 +121,7 @@ pub extern "C" fn sluice_buffer_sync(
     sync_out: *mut sluice_sync_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_buffer_sync", || {
-        let out = out_ptr(sync_out, "sync_out")?;
-        let b = get(buffer)?;
-        write_new(out, b.sync.clone());
-        Ok(())
+        out_new(sync_out, "sync_out", || Ok(get(buffer)?.sync.clone()))
     })
 }
 

@@ -87,6 +87,25 @@ pub(crate) fn out_ptr<T>(p: *mut T, name: &str) -> Result<*mut T> {
     }
 }
 
+/// Checks `out`, then runs `make` and writes the new handle of what it made (the
+/// output is checked before any work is done).
+pub(crate) fn out_new<H: Castable>(
+    out: *mut H,
+    name: &str,
+    make: impl FnOnce() -> Result<H::Target>,
+) -> Result<()> {
+    let out = out_ptr(out, name)?;
+    write_new(out, make()?);
+    Ok(())
+}
+
+/// Checks `out`, then runs `get` and writes the value it gives.
+pub(crate) fn out_value<T>(out: *mut T, name: &str, get: impl FnOnce() -> Result<T>) -> Result<()> {
+    let out = out_ptr(out, name)?;
+    write_out(out, get()?);
+    Ok(())
+}
+
 /// Writes an output checked with `out_ptr`.
 pub(crate) fn write_out<T>(p: *mut T, v: T) {
     // SAFETY: p was checked non-NULL; the caller promises it points to writable T.

@@ -50,10 +50,9 @@ pub extern "C" fn sluice_stream_create(
     stream_out: *mut sluice_stream_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_create", || {
-        let out = out_ptr(stream_out, "stream_out")?;
-        let s = Stream::create(&get(device)?, flags, priority)?;
-        write_new(out, s);
-        Ok(())
+        out_new(stream_out, "stream_out", || {
+            Stream::create(&get(device)?, flags, priority)
+        })
     })
 }
 
@@ -69,10 +68,9 @@ pub extern "C" fn sluice_stream_wrap_external(
     stream_out: *mut sluice_stream_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_wrap_external", || {
-        let out = out_ptr(stream_out, "stream_out")?;
-        let s = Stream::wrap_external(&get(device)?, raw as u64)?;
-        write_new(out, s);
-        Ok(())
+        out_new(stream_out, "stream_out", || {
+            Stream::wrap_external(&get(device)?, raw as u64)
+        })
     })
 }
 
@@ -84,9 +82,7 @@ pub extern "C" fn sluice_stream_raw(
     raw_out: *mut *mut c_void,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_raw", || {
-        let out = out_ptr(raw_out, "raw_out")?;
-        write_out(out, get(stream)?.raw() as *mut c_void);
-        Ok(())
+        out_value(raw_out, "raw_out", || Ok(get(stream)?.raw() as *mut c_void))
     })
 }
 
@@ -104,9 +100,7 @@ pub extern "C" fn sluice_stream_query(
     idle_out: *mut bool,
 ) -> *mut sluice_error_t {
     boundary("sluice_stream_query", || {
-        let out = out_ptr(idle_out, "idle_out")?;
-        write_out(out, get(stream)?.query()?);
-        Ok(())
+        out_value(idle_out, "idle_out", || get(stream)?.query())
     })
 }
 

@@ -88,9 +88,7 @@ fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
 #[no_mangle]
 pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_create", || {
-        let out = out_ptr(sync_out, "sync_out")?;
-        write_new(out, SyncObject::new());
-        Ok(())
+        out_new(sync_out, "sync_out", || Ok(SyncObject::new()))
     })
 }
 
