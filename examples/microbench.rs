@@ -55,7 +55,9 @@ fn main() {
         black_box(sluice_abi_version());
     });
     per_call("sluice_engine_set_mode (boundary only)", n, || {
-        ok(sluice_engine_set_mode(sluice::engine::EngineMode::Async as u32))
+        ok(sluice_engine_set_mode(
+            sluice::engine::EngineMode::Async as u32,
+        ))
     });
     let mut d = sluice_device_t { bits: 0 };
     ok(sluice_device_open_default(&mut d));

@@ -5,7 +5,7 @@
 //! driver calls return at once, so the difference is sluice's bookkeeping on this
 //! CPU, and `perf` can profile it without a GPU. With `OPCOST_REAL_DRIVER=1` on a
 //! GPU it loads `kernels/test_kernels.ptx` and runs real kernels; the numbers that
-//! count come from `benches/overhead.rs`. An argument filters the rows by name.
+//! count come from `benches/overhead/`. An argument filters the rows by name.
 
 use sluice::ffi::*;
 use std::ffi::c_void;

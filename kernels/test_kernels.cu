@@ -1,6 +1,6 @@
 // sluice test kernels: the source of truth for kernels/test_kernels.ptx.
 //
-// Shared by the benchmarks (benches/overhead.rs) and the GPU tests. Every kernel is
+// Shared by the benchmarks (benches/overhead/) and the GPU tests. Every kernel is
 // `extern "C"` (unmangled names), works on 32-bit unsigned words, and walks its data
 // with a grid-stride loop, so any 1-D grid covers any `n`.
 //
