@@ -46,7 +46,7 @@ type Memory interface {
 
 // memory is the part all buffer kinds share (sluice_buffer_t).
 type memory struct {
-	h    handle
+	h    handle[C.sluice_buffer_t]
 	info BufferInfo
 	dev  *Device
 	// stream is the stream the free of a device buffer is ordered on.
@@ -58,65 +58,49 @@ type memory struct {
 	sync   atomic.Pointer[SyncObject]
 }
 
-type bufferCleanup struct {
-	bits  uint64
-	owned unsafe.Pointer
-}
-
-func destroyBuffer(c bufferCleanup) {
-	err := takeError(C.sluice_buffer_free(C.sluice_buffer_t{bits: C.uint64_t(c.bits)}))
-	if err == nil && c.owned != nil {
-		C.free(c.owned)
-	}
-}
-
-// init fills m from a new C buffer and registers the cleanup on outer, the
-// wrapper that embeds m.
-func initMemory[T any](outer *T, m *memory, b C.sluice_buffer_t, dev *Device, stream *Stream, owned unsafe.Pointer) error {
+// newMemory makes the wrapper W (Buffer, PinnedBuffer or HostBuffer) of a new
+// C buffer: it owns the buffer and the C memory owned (nil for none).
+func newMemory[W any, P interface {
+	*W
+	mem() *memory
+}](b C.sluice_buffer_t, dev *Device, stream *Stream, owned unsafe.Pointer) (*W, error) {
+	out := new(W)
+	m := P(out).mem()
 	m.dev, m.stream, m.owned = dev, stream, owned
-	m.h.bits.Store(uint64(b.bits))
-	m.h.cleanup = runtime.AddCleanup(outer, destroyBuffer, bufferCleanup{uint64(b.bits), owned})
+	openHandleWithMemory(out, &m.h, b, owned)
 	info, err := m.Info()
 	if err != nil {
 		m.owned = nil // the caller frees it
 		m.Close()
-		return err
+		return nil, err
 	}
 	m.info = info
-	return nil
+	return out, nil
 }
 
 func (m *memory) mem() *memory { return m }
 
-func (m *memory) raw(op string) (C.sluice_buffer_t, error) {
-	b, err := m.h.get(op)
-	return C.sluice_buffer_t{bits: C.uint64_t(b)}, err
-}
-
-// Close frees the buffer handle and its sync object. Device memory is
-// released in stream order after every outstanding use, on any stream;
-// pinned memory returns to the pool, and is reused only after the copies
-// that use it have completed; registered memory is unregistered once the
-// copies that use it have completed. Close is idempotent.
+// Close frees what the buffer owns: its handle, its sync object and, from
+// AllocHost, its C memory. Device memory is released in stream order after
+// every outstanding use, on any stream; pinned memory returns to the pool, and
+// is reused only after the copies that use it have completed; registered
+// memory is unregistered once the copies that use it have completed. Close is
+// idempotent.
 //
 // After Close, slices from Bytes must no longer be used.
 func (m *memory) Close() error {
-	b := m.h.take()
-	if b == 0 {
+	b, ok := m.h.take()
+	if !ok {
 		return nil
 	}
 	m.syncMu.Lock()
 	so := m.sync.Load()
 	m.syncMu.Unlock()
 	if so != nil {
-		so.close()
+		so.h.close()
 	}
-	err := takeError(C.sluice_buffer_free(C.sluice_buffer_t{bits: C.uint64_t(b)}))
-	if err == nil && m.owned != nil {
-		// sluice_buffer_free waited for the copies that used the memory.
-		C.free(m.owned)
-	}
-	return err
+	// sluice_buffer_free waits for the copies that use the memory.
+	return takeError(release(b, m.owned))
 }
 
 // Size returns the size of the buffer in bytes.
@@ -127,7 +111,7 @@ func (m *memory) Device() *Device { return m.dev }
 
 // Info asks the library what the buffer is and where it lives.
 func (m *memory) Info() (BufferInfo, error) {
-	h, err := m.raw("Buffer.Info")
+	h, err := m.h.raw("Buffer.Info")
 	if err != nil {
 		return BufferInfo{}, err
 	}
@@ -156,7 +140,7 @@ func (m *memory) Sync() (*SyncObject, error) {
 	if so := m.sync.Load(); so != nil {
 		return so, nil
 	}
-	h, err := m.raw("Buffer.Sync")
+	h, err := m.h.raw("Buffer.Sync")
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +206,8 @@ type HostBuffer struct{ memory }
 
 // Alloc allocates size bytes of device memory, ordered on the stream. The
 // buffer's free is ordered on the same stream, after every use on any stream.
+// The *Buffer owns the handle: Close frees it, or a runtime cleanup does if
+// the Buffer becomes unreachable first.
 func (s *Stream) Alloc(size int) (*Buffer, error) {
 	h, err := s.raw("Stream.Alloc")
 	if err != nil {
@@ -236,11 +222,7 @@ func (s *Stream) Alloc(size int) (*Buffer, error) {
 	if err := check(e, s.hs()); err != nil {
 		return nil, err
 	}
-	out := &Buffer{}
-	if err := initMemory(out, &out.memory, b, s.dev, s, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return newMemory[Buffer](b, s.dev, s, nil)
 }
 
 // Stream returns the stream the buffer was allocated on.
@@ -270,9 +252,10 @@ func (b *Buffer) HostBytes() ([]byte, error) {
 
 // AllocPinned takes size bytes of pinned host memory from the device's
 // bounded caching pool. Before writing it from the host after a copy read it,
-// call WaitWrite.
+// call WaitWrite. The *PinnedBuffer owns the handle: Close frees it, or a
+// runtime cleanup does if the PinnedBuffer becomes unreachable first.
 func (d *Device) AllocPinned(size int) (*PinnedBuffer, error) {
-	h, err := d.raw("Device.AllocPinned")
+	h, err := d.h.raw("Device.AllocPinned")
 	if err != nil {
 		return nil, err
 	}
@@ -285,11 +268,7 @@ func (d *Device) AllocPinned(size int) (*PinnedBuffer, error) {
 	if err := check(e, &d.h); err != nil {
 		return nil, err
 	}
-	out := &PinnedBuffer{}
-	if err := initMemory(out, &out.memory, b, d, nil, nil); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return newMemory[PinnedBuffer](b, d, nil, nil)
 }
 
 // Bytes returns the pinned memory as a []byte (C memory; nil after Close).
@@ -301,9 +280,11 @@ func (p *PinnedBuffer) Bytes() []byte { return p.hostBytes() }
 const hostAlign = 4096
 
 // AllocHost allocates size bytes of page-aligned C memory and registers it
-// with the device. Close unregisters and frees it.
+// with the device. The *HostBuffer owns the handle and the memory: Close
+// unregisters and frees both, or a runtime cleanup does if the HostBuffer
+// becomes unreachable first.
 func (d *Device) AllocHost(size int) (*HostBuffer, error) {
-	if _, err := d.raw("Device.AllocHost"); err != nil {
+	if _, err := d.h.raw("Device.AllocHost"); err != nil {
 		return nil, err
 	}
 	if size <= 0 {
@@ -327,7 +308,8 @@ func (d *Device) AllocHost(size int) (*HostBuffer, error) {
 //
 // The memory must not be Go memory (the cgo rules forbid C keeping Go
 // pointers): use C memory or memory mapped with syscall.Mmap. It must stay
-// valid until Close, which waits for the copies that still use it.
+// valid until Close, which waits for the copies that still use it. The
+// *HostBuffer owns the handle, freed as with AllocHost, but not the memory.
 func (d *Device) RegisterHost(ptr unsafe.Pointer, size int) (*HostBuffer, error) {
 	if size < 0 {
 		return nil, argError(CodeInvalidArgument, "Device.RegisterHost", "negative size %d", size)
@@ -336,7 +318,7 @@ func (d *Device) RegisterHost(ptr unsafe.Pointer, size int) (*HostBuffer, error)
 }
 
 func (d *Device) register(op string, ptr unsafe.Pointer, size int, owned unsafe.Pointer) (*HostBuffer, error) {
-	h, err := d.raw(op)
+	h, err := d.h.raw(op)
 	if err != nil {
 		return nil, err
 	}
@@ -346,11 +328,7 @@ func (d *Device) register(op string, ptr unsafe.Pointer, size int, owned unsafe.
 	if err := check(e, &d.h); err != nil {
 		return nil, err
 	}
-	out := &HostBuffer{}
-	if err := initMemory(out, &out.memory, b, d, nil, owned); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return newMemory[HostBuffer](b, d, nil, owned)
 }
 
 // Bytes returns the registered memory as a []byte (nil after Close), under

@@ -34,7 +34,7 @@ func cBenchOp(s *Stream, obj Syncable, n int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	oh, err := so.raw("cBenchOp")
+	oh, err := so.h.raw("cBenchOp")
 	if err != nil {
 		return 0, err
 	}

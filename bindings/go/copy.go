@@ -24,7 +24,7 @@ func streamAndBuffer(op string, s *Stream, buf Memory, off, n int) (C.sluice_str
 		return sh, nil, bh, argError(CodeNullArgument, op, "nil buffer")
 	}
 	m := buf.mem()
-	if bh, err = m.raw(op); err != nil {
+	if bh, err = m.h.raw(op); err != nil {
 		return sh, nil, bh, err
 	}
 	if off < 0 || n < 0 {
@@ -48,11 +48,11 @@ func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) erro
 		return argError(CodeNullArgument, op, "nil buffer")
 	}
 	dm, sm := dst.mem(), src.mem()
-	dh, err := dm.raw(op + "(dst)")
+	dh, err := dm.h.raw(op + "(dst)")
 	if err != nil {
 		return err
 	}
-	srh, err := sm.raw(op + "(src)")
+	srh, err := sm.h.raw(op + "(src)")
 	if err != nil {
 		return err
 	}
@@ -66,7 +66,7 @@ func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) erro
 	if err := check(e, s.hs(), &dm.h, &sm.h); err != nil {
 		return err
 	}
-	s.captureKeepMem(dm, sm)
+	s.captureKeep([]Syncable{dm, sm})
 	return nil
 }
 
@@ -111,7 +111,7 @@ func Memset(s *Stream, dst Memory, off int, value byte, n int) error {
 	if err := check(e, s.hs(), &dm.h); err != nil {
 		return err
 	}
-	s.captureKeepMem(dm)
+	s.captureKeep([]Syncable{dm})
 	return nil
 }
 

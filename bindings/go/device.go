@@ -37,7 +37,7 @@ func (b Backend) String() string {
 // device keep it alive, on the C side and here; Close releases this handle
 // only. A Device may be used from many goroutines at once.
 type Device struct {
-	h       handle
+	h       handle[C.sluice_device_t]
 	backend atomic.Uint32 // cached Props().Backend; 0 until known
 }
 
@@ -73,7 +73,8 @@ func DeviceCount(backend Backend) (int, error) {
 }
 
 // OpenDevice opens device ordinal of backend. Each call gives a new handle to
-// the same device.
+// the same device. The *Device owns the handle: Close releases it, or a
+// runtime cleanup does if the Device becomes unreachable first.
 func OpenDevice(backend Backend, ordinal int) (*Device, error) {
 	if ordinal < 0 {
 		return nil, argError(CodeNoDevice, "OpenDevice", "negative ordinal %d", ordinal)
@@ -87,6 +88,7 @@ func OpenDevice(backend Backend, ordinal int) (*Device, error) {
 
 // OpenDefaultDevice opens the default device: SLUICE_BACKEND=auto|cuda|host
 // (auto: cuda device 0 when a usable driver and GPU exist, else host device 0).
+// The *Device owns the handle, as with OpenDevice.
 func OpenDefaultDevice() (*Device, error) {
 	var d C.sluice_device_t
 	if err := takeError(C.sluice_device_open_default(&d)); err != nil {
@@ -97,30 +99,19 @@ func OpenDefaultDevice() (*Device, error) {
 
 func newDevice(d C.sluice_device_t) *Device {
 	dev := &Device{}
-	dev.h.bits.Store(uint64(d.bits))
-	dev.h.cleanup = runtime.AddCleanup(dev, destroyDevice, uint64(d.bits))
+	openHandle(dev, &dev.h, d)
 	dev.backendKind() // cache it while the handle is surely open
 	return dev
 }
 
-func (d *Device) raw(op string) (C.sluice_device_t, error) {
-	b, err := d.h.get(op)
-	return C.sluice_device_t{bits: C.uint64_t(b)}, err
-}
-
-// Close releases the device handle. Objects created on the device stay
-// valid. Close is idempotent; only the first call can return an error.
-func (d *Device) Close() error {
-	b := d.h.take()
-	if b == 0 {
-		return nil
-	}
-	return takeError(C.sluice_device_close(C.sluice_device_t{bits: C.uint64_t(b)}))
-}
+// Close releases the device handle that the Device owns. Objects created on
+// the device stay valid. Close is idempotent; only the first call can return
+// an error.
+func (d *Device) Close() error { return d.h.close() }
 
 // Props returns the device's properties.
 func (d *Device) Props() (DeviceProps, error) {
-	h, err := d.raw("Device.Props")
+	h, err := d.h.raw("Device.Props")
 	if err != nil {
 		return DeviceProps{}, err
 	}
@@ -159,7 +150,7 @@ func (d *Device) backendKind() (Backend, error) {
 // PriorityRange returns the stream priority range: least (lowest priority)
 // and greatest (highest; numerically lowest on CUDA).
 func (d *Device) PriorityRange() (least, greatest int, err error) {
-	h, err := d.raw("Device.PriorityRange")
+	h, err := d.h.raw("Device.PriorityRange")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -175,7 +166,7 @@ func (d *Device) PriorityRange() (least, greatest int, err error) {
 // WaitAll blocks until all work on every stream of the device has completed,
 // then reports the first deferred error, if any.
 func (d *Device) WaitAll() error {
-	h, err := d.raw("Device.WaitAll")
+	h, err := d.h.raw("Device.WaitAll")
 	if err != nil {
 		return err
 	}
@@ -186,7 +177,7 @@ func (d *Device) WaitAll() error {
 
 // PinnedStats returns the statistics of the device's pinned pool.
 func (d *Device) PinnedStats() (PinnedStats, error) {
-	h, err := d.raw("Device.PinnedStats")
+	h, err := d.h.raw("Device.PinnedStats")
 	if err != nil {
 		return PinnedStats{}, err
 	}
@@ -208,7 +199,7 @@ func (d *Device) PinnedStats() (PinnedStats, error) {
 // TrimPinned releases every cached pinned block (waiting for copies that
 // still use them).
 func (d *Device) TrimPinned() error {
-	h, err := d.raw("Device.TrimPinned")
+	h, err := d.h.raw("Device.TrimPinned")
 	if err != nil {
 		return err
 	}
@@ -220,7 +211,7 @@ func (d *Device) TrimPinned() error {
 // SetPinnedLimit sets the bound on cached pinned bytes (default 256 MiB) and
 // trims down to it.
 func (d *Device) SetPinnedLimit(bytes uint64) error {
-	h, err := d.raw("Device.SetPinnedLimit")
+	h, err := d.h.raw("Device.SetPinnedLimit")
 	if err != nil {
 		return err
 	}

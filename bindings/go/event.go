@@ -20,7 +20,7 @@ const EventTiming EventFlags = C.SLUICE_EVENT_TIMING
 // stream, with a per-stream sequence number that only increases. An Event
 // keeps its Stream alive.
 type Event struct {
-	h      handle
+	h      handle[C.sluice_event_t]
 	stream *Stream
 	// capture is the capture the event was recorded in, if any: a stream
 	// that waits on the event joins it.
@@ -28,8 +28,9 @@ type Event struct {
 }
 
 // Record records an event at the current end of the stream. flags is 0 or
-// EventTiming. Close the event when done; the pooled event is recycled once
-// nothing references the recording.
+// EventTiming. The *Event owns the handle: Close destroys it, or a runtime
+// cleanup does if the Event becomes unreachable first; the pooled event is
+// recycled once nothing references the recording.
 func (s *Stream) Record(flags EventFlags) (*Event, error) {
 	h, err := s.raw("Stream.Record")
 	if err != nil {
@@ -42,8 +43,7 @@ func (s *Stream) Record(flags EventFlags) (*Event, error) {
 		return nil, err
 	}
 	out := &Event{stream: s, capture: s.root().capture.Load()}
-	out.h.bits.Store(uint64(ev.bits))
-	out.h.cleanup = runtime.AddCleanup(out, destroyEvent, uint64(ev.bits))
+	openHandle(out, &out.h, ev)
 	return out, nil
 }
 
@@ -54,7 +54,7 @@ func (s *Stream) WaitEvent(ev *Event) error {
 	if err != nil {
 		return err
 	}
-	eh, err := ev.raw("Stream.WaitEvent(event)")
+	eh, err := ev.h.raw("Stream.WaitEvent(event)")
 	if err != nil {
 		return err
 	}
@@ -71,26 +71,15 @@ func (s *Stream) WaitEvent(ev *Event) error {
 	return nil
 }
 
-func (ev *Event) raw(op string) (C.sluice_event_t, error) {
-	b, err := ev.h.get(op)
-	return C.sluice_event_t{bits: C.uint64_t(b)}, err
-}
-
-// Close destroys the event handle. Close is idempotent.
-func (ev *Event) Close() error {
-	b := ev.h.take()
-	if b == 0 {
-		return nil
-	}
-	return takeError(C.sluice_event_destroy(C.sluice_event_t{bits: C.uint64_t(b)}))
-}
+// Close destroys the event handle that the Event owns. Close is idempotent.
+func (ev *Event) Close() error { return ev.h.close() }
 
 // Stream returns the stream the event was recorded on.
 func (ev *Event) Stream() *Stream { return ev.stream }
 
 // Query reports whether the work before the event has completed.
 func (ev *Event) Query() (done bool, err error) {
-	h, err := ev.raw("Event.Query")
+	h, err := ev.h.raw("Event.Query")
 	if err != nil {
 		return false, err
 	}
@@ -105,7 +94,7 @@ func (ev *Event) Query() (done bool, err error) {
 
 // Synchronize blocks until the work before the event has completed.
 func (ev *Event) Synchronize() error {
-	h, err := ev.raw("Event.Synchronize")
+	h, err := ev.h.raw("Event.Synchronize")
 	if err != nil {
 		return err
 	}
@@ -117,7 +106,7 @@ func (ev *Event) Synchronize() error {
 // Sequence returns the id of the event's stream and the event's sequence
 // number within that stream.
 func (ev *Event) Sequence() (streamID, seq uint64, err error) {
-	h, err := ev.raw("Event.Sequence")
+	h, err := ev.h.raw("Event.Sequence")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -133,11 +122,11 @@ func (ev *Event) Sequence() (streamID, seq uint64, err error) {
 // ElapsedTime returns the time between two completed timing events (both
 // recorded with EventTiming).
 func ElapsedTime(start, end *Event) (time.Duration, error) {
-	sh, err := start.raw("ElapsedTime(start)")
+	sh, err := start.h.raw("ElapsedTime(start)")
 	if err != nil {
 		return 0, err
 	}
-	eh, err := end.raw("ElapsedTime(end)")
+	eh, err := end.h.raw("ElapsedTime(end)")
 	if err != nil {
 		return 0, err
 	}

@@ -76,8 +76,8 @@ func (cs *captureState) end() []any {
 	return keep
 }
 
-// captureKeep notes the objects of sync sets used by an op on s, if s is
-// capturing.
+// captureKeep notes the objects (sync objects, buffers) of the sets used by
+// an op on s, if s is capturing.
 func (s *Stream) captureKeep(sets ...[]Syncable) {
 	cs := s.root().capture.Load()
 	if cs == nil {
@@ -92,22 +92,6 @@ func (s *Stream) captureKeep(sets ...[]Syncable) {
 		for _, x := range set {
 			cs.add(x)
 		}
-	}
-}
-
-// captureKeepMem notes buffers used by an op on s, if s is capturing.
-func (s *Stream) captureKeepMem(ms ...*memory) {
-	cs := s.root().capture.Load()
-	if cs == nil {
-		return
-	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	if cs.ended {
-		return
-	}
-	for _, m := range ms {
-		cs.add(m)
 	}
 }
 
@@ -151,7 +135,9 @@ func (s *Stream) BeginCapture(mode CaptureMode) error {
 // rejected during the capture: ErrCaptureFailed; a driver error) the capture
 // is still ended, the dependency state of the buffers is rolled back, and
 // the streams are usable again. Calling it on a stream that only joined a
-// capture, or that is not capturing, gives ErrInvalidState.
+// capture, or that is not capturing, gives ErrInvalidState. The *Graph owns
+// the handle: Close destroys it, or a runtime cleanup does if the Graph
+// becomes unreachable first.
 func (s *Stream) EndCapture() (*Graph, error) {
 	h, err := s.raw("Stream.EndCapture")
 	if err != nil {
@@ -173,9 +159,7 @@ func (s *Stream) EndCapture() (*Graph, error) {
 		return nil, err
 	}
 	out := &Graph{dev: s.dev}
-	out.keep.set(keep)
-	out.h.bits.Store(uint64(g.bits))
-	out.h.cleanup = runtime.AddCleanup(out, destroyGraph, uint64(g.bits))
+	openGraphHandle(out, &out.h, g, keep)
 	return out, nil
 }
 
@@ -199,55 +183,22 @@ func (s *Stream) IsCapturing() (bool, error) {
 // Graph keeps its Device alive, and the Go wrappers of the buffers its ops
 // use reachable (see BeginCapture).
 type Graph struct {
-	h    handle
-	dev  *Device
-	keep keptWrappers
+	h   graphHandle[C.sluice_graph_t]
+	dev *Device
 }
 
-// keptWrappers holds the Go wrappers a graph or executable graph keeps
-// reachable; nil once closed.
-type keptWrappers struct {
-	mu   sync.Mutex
-	list []any
-}
-
-func (k *keptWrappers) get() []any {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.list
-}
-
-func (k *keptWrappers) set(list []any) {
-	k.mu.Lock()
-	k.list = list
-	k.mu.Unlock()
-}
-
-func (g *Graph) raw(op string) (C.sluice_graph_t, error) {
-	b, err := g.h.get(op)
-	return C.sluice_graph_t{bits: C.uint64_t(b)}, err
-}
-
-// Close destroys the graph handle. GraphExecs made from it stay valid. On
-// the host backend, the Go host callbacks captured into the graph are
-// released once the Graph and every GraphExec holding them are closed. Close
-// is idempotent.
-func (g *Graph) Close() error {
-	b := g.h.take()
-	if b == 0 {
-		return nil
-	}
-	err := takeError(C.sluice_graph_destroy(C.sluice_graph_t{bits: C.uint64_t(b)}))
-	g.keep.set(nil)
-	return err
-}
+// Close destroys the graph handle that the Graph owns. GraphExecs made from
+// it stay valid. On the host backend, the Go host callbacks captured into the
+// graph are released once the Graph and every GraphExec holding them are
+// closed. Close is idempotent.
+func (g *Graph) Close() error { return g.h.close() }
 
 // Device returns the device of the graph.
 func (g *Graph) Device() *Device { return g.dev }
 
 // NodeCount returns the number of operation nodes in the graph.
 func (g *Graph) NodeCount() (int, error) {
-	h, err := g.raw("Graph.NodeCount")
+	h, err := g.h.raw("Graph.NodeCount")
 	if err != nil {
 		return 0, err
 	}
@@ -263,7 +214,7 @@ func (g *Graph) NodeCount() (int, error) {
 // DebugDot writes a Graphviz DOT description of the graph to the file path;
 // verbose adds details to the node labels.
 func (g *Graph) DebugDot(path string, verbose bool) error {
-	h, err := g.raw("Graph.DebugDot")
+	h, err := g.h.raw("Graph.DebugDot")
 	if err != nil {
 		return err
 	}
@@ -276,9 +227,11 @@ func (g *Graph) DebugDot(path string, verbose bool) error {
 
 // Instantiate makes an executable graph of the graph. With
 // SLUICE_GRAPH_DOT_DIR set, the library also writes
-// <dir>/graph-<device>-<id>.dot.
+// <dir>/graph-<device>-<id>.dot. The *GraphExec owns the handle: Close
+// destroys it, or a runtime cleanup does if the GraphExec becomes unreachable
+// first.
 func (g *Graph) Instantiate() (*GraphExec, error) {
-	h, err := g.raw("Graph.Instantiate")
+	h, err := g.h.raw("Graph.Instantiate")
 	if err != nil {
 		return nil, err
 	}
@@ -289,9 +242,7 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 		return nil, err
 	}
 	out := &GraphExec{dev: g.dev}
-	out.keep.set(g.keep.get())
-	out.h.bits.Store(uint64(x.bits))
-	out.h.cleanup = runtime.AddCleanup(out, destroyGraphExec, uint64(x.bits))
+	openGraphHandle(out, &out.h, x, g.h.keptWrappers())
 	return out, nil
 }
 
@@ -299,9 +250,8 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 // stream of its device. It keeps its Device alive, and the Go wrappers of
 // the buffers its graph uses reachable.
 type GraphExec struct {
-	h    handle
-	dev  *Device
-	keep keptWrappers
+	h   graphHandle[C.sluice_graph_exec_t]
+	dev *Device
 }
 
 // UpdateResult says how GraphExec.Update applied a graph.
@@ -315,56 +265,38 @@ type UpdateResult struct {
 	Reason         string
 }
 
-func (x *GraphExec) raw(op string) (C.sluice_graph_exec_t, error) {
-	b, err := x.h.get(op)
-	return C.sluice_graph_exec_t{bits: C.uint64_t(b)}, err
-}
-
-// Close destroys the executable graph handle; launches already enqueued
-// complete. Close is idempotent.
-func (x *GraphExec) Close() error {
-	b := x.h.take()
-	if b == 0 {
-		return nil
-	}
-	err := takeError(C.sluice_graph_exec_destroy(C.sluice_graph_exec_t{bits: C.uint64_t(b)}))
-	x.keep.set(nil)
-	return err
-}
+// Close destroys the executable graph handle that the GraphExec owns;
+// launches already enqueued complete. Close is idempotent.
+func (x *GraphExec) Close() error { return x.h.close() }
 
 // Device returns the device of the executable graph.
 func (x *GraphExec) Device() *Device { return x.dev }
 
 // Upload uploads the executable graph's resources ahead of its first launch,
 // ordered on the stream.
-func (x *GraphExec) Upload(s *Stream) error {
-	h, err := x.raw("GraphExec.Upload")
-	if err != nil {
-		return err
-	}
-	sh, err := s.raw("GraphExec.Upload(stream)")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_graph_exec_upload(h, sh)
-	runtime.KeepAlive(x)
-	runtime.KeepAlive(s)
-	return check(e, &x.h, s.hs())
-}
+func (x *GraphExec) Upload(s *Stream) error { return x.onStream("GraphExec.Upload", s, false) }
 
 // Launch launches the executable graph on the stream as one tracked op: it
 // waits for the earlier users of every buffer the graph touches, on any
 // stream, and records one event after.
-func (x *GraphExec) Launch(s *Stream) error {
-	h, err := x.raw("GraphExec.Launch")
+func (x *GraphExec) Launch(s *Stream) error { return x.onStream("GraphExec.Launch", s, true) }
+
+// onStream is Launch, or Upload when launch is false.
+func (x *GraphExec) onStream(op string, s *Stream, launch bool) error {
+	h, err := x.h.raw(op)
 	if err != nil {
 		return err
 	}
-	sh, err := s.raw("GraphExec.Launch(stream)")
+	sh, err := s.raw(op + "(stream)")
 	if err != nil {
 		return err
 	}
-	e := C.sluice_graph_exec_launch(h, sh)
+	var e *C.sluice_error_t
+	if launch {
+		e = C.sluice_graph_exec_launch(h, sh)
+	} else {
+		e = C.sluice_graph_exec_upload(h, sh)
+	}
 	runtime.KeepAlive(x)
 	runtime.KeepAlive(s)
 	return check(e, &x.h, s.hs())
@@ -375,11 +307,11 @@ func (x *GraphExec) Launch(s *Stream) error {
 // pointers or parameters; otherwise it instantiates g anew. The result says
 // which happened. Either way the executable graph runs g's ops from now on.
 func (x *GraphExec) Update(g *Graph) (UpdateResult, error) {
-	h, err := x.raw("GraphExec.Update")
+	h, err := x.h.raw("GraphExec.Update")
 	if err != nil {
 		return UpdateResult{}, err
 	}
-	gh, err := g.raw("GraphExec.Update(graph)")
+	gh, err := g.h.raw("GraphExec.Update(graph)")
 	if err != nil {
 		return UpdateResult{}, err
 	}
@@ -390,7 +322,7 @@ func (x *GraphExec) Update(g *Graph) (UpdateResult, error) {
 	if err := check(e, &x.h, &g.h); err != nil {
 		return UpdateResult{}, err
 	}
-	x.keep.set(g.keep.get())
+	x.h.keep(g.h.keptWrappers())
 	if info.result == C.SLUICE_GRAPH_UPDATE_IN_PLACE {
 		return UpdateResult{InPlace: true}, nil
 	}

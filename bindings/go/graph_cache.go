@@ -18,7 +18,7 @@ import (
 // replay that graph without calling the body. A GraphCache keeps its Device
 // alive, and the Go wrappers of the buffers its graphs use reachable.
 type GraphCache struct {
-	h   handle
+	h   handle[C.sluice_graph_cache_t]
 	dev *Device
 
 	mu   sync.Mutex
@@ -38,9 +38,11 @@ type GraphCacheStats struct {
 	Entries uint64
 }
 
-// NewGraphCache creates a graph cache for the device.
+// NewGraphCache creates a graph cache for the device. The *GraphCache owns
+// the handle: Close destroys it, or a runtime cleanup does if the GraphCache
+// becomes unreachable first.
 func NewGraphCache(d *Device) (*GraphCache, error) {
-	h, err := d.raw("NewGraphCache")
+	h, err := d.h.raw("NewGraphCache")
 	if err != nil {
 		return nil, err
 	}
@@ -51,24 +53,15 @@ func NewGraphCache(d *Device) (*GraphCache, error) {
 		return nil, err
 	}
 	out := &GraphCache{dev: d, keep: make(map[uint64][]any)}
-	out.h.bits.Store(uint64(c.bits))
-	out.h.cleanup = runtime.AddCleanup(out, destroyGraphCache, uint64(c.bits))
+	openHandle(out, &out.h, c)
 	return out, nil
 }
 
-func (c *GraphCache) raw(op string) (C.sluice_graph_cache_t, error) {
-	b, err := c.h.get(op)
-	return C.sluice_graph_cache_t{bits: C.uint64_t(b)}, err
-}
-
-// Close destroys the cache and its executable graphs; launches already
-// enqueued complete. Close is idempotent.
+// Close destroys the cache handle that the GraphCache owns, and with it the
+// cache's executable graphs; launches already enqueued complete. Close is
+// idempotent.
 func (c *GraphCache) Close() error {
-	b := c.h.take()
-	if b == 0 {
-		return nil
-	}
-	err := takeError(C.sluice_graph_cache_destroy(C.sluice_graph_cache_t{bits: C.uint64_t(b)}))
+	err := c.h.close()
 	c.mu.Lock()
 	c.keep = nil
 	c.mu.Unlock()
@@ -96,7 +89,7 @@ func (c *GraphCache) Device() *Device { return c.dev }
 // *CallbackPanicError, so errors.Is also finds body's error.
 func (c *GraphCache) Run(key uint64, s *Stream, body func(*Stream) error) error {
 	const op = "GraphCache.Run"
-	ch, err := c.raw(op)
+	ch, err := c.h.raw(op)
 	if err != nil {
 		return err
 	}
@@ -130,7 +123,7 @@ func (c *GraphCache) Run(key uint64, s *Stream, body func(*Stream) error) error 
 
 // Stats returns the cache's counters.
 func (c *GraphCache) Stats() (GraphCacheStats, error) {
-	h, err := c.raw("GraphCache.Stats")
+	h, err := c.h.raw("GraphCache.Stats")
 	if err != nil {
 		return GraphCacheStats{}, err
 	}

@@ -39,17 +39,13 @@ func captureGraph(t *testing.T, s *Stream, record func()) *Graph {
 	must(t, s.BeginCapture(CaptureRelaxed))
 	record()
 	g, err := s.EndCapture()
-	must(t, err)
-	t.Cleanup(func() { g.Close() })
-	return g
+	return closeAtEnd(t, g, err)
 }
 
 func instantiate(t *testing.T, g *Graph) *GraphExec {
 	t.Helper()
 	x, err := g.Instantiate()
-	must(t, err)
-	t.Cleanup(func() { x.Close() })
-	return x
+	return closeAtEnd(t, x, err)
 }
 
 // A graph of a memset and a Go host callback, launched several times: the

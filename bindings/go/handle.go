@@ -1,100 +1,215 @@
 package sluice
 
 /*
+#include <stdlib.h>
 #include "sluice.h"
 */
 import "C"
 
 import (
 	"runtime"
+	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
-// handle is the state every wrapper shares: the handle bits of the C object
-// (0 once closed) and the cleanup that destroys the C handle if the wrapper
-// is collected without Close.
+// cHandle is a handle type of sluice.h: a struct of one uint64_t
+// (sluice_device_t, sluice_stream_t, ...).
+type cHandle interface {
+	~struct{ bits C.uint64_t }
+}
+
+// destroy calls the C function that destroys (closes, frees, ends) a handle
+// of type T. It is the one table of destroy functions: a new handle type adds
+// a case here, and needs no destroy code of its own.
+func destroy[T cHandle](c T) *C.sluice_error_t {
+	switch c := any(c).(type) {
+	case C.sluice_device_t:
+		return C.sluice_device_close(c)
+	case C.sluice_stream_t:
+		return C.sluice_stream_destroy(c)
+	case C.sluice_event_t:
+		return C.sluice_event_destroy(c)
+	case C.sluice_buffer_t:
+		return C.sluice_buffer_free(c)
+	case C.sluice_sync_t:
+		return C.sluice_sync_destroy(c)
+	case C.sluice_op_t:
+		return C.sluice_op_end(c)
+	case C.sluice_module_t:
+		return C.sluice_module_unload(c)
+	case C.sluice_function_t:
+		return C.sluice_function_destroy(c)
+	case C.sluice_graph_t:
+		return C.sluice_graph_destroy(c)
+	case C.sluice_graph_exec_t:
+		return C.sluice_graph_exec_destroy(c)
+	case C.sluice_graph_cache_t:
+		return C.sluice_graph_cache_destroy(c)
+	}
+	panic("sluice: destroy has no case for this handle type")
+}
+
+// release destroys c, then frees mem (C memory that c owns; nil for none)
+// if that succeeded.
+func release[T cHandle](c T, mem unsafe.Pointer) *C.sluice_error_t {
+	e := destroy(c)
+	if e == nil && mem != nil {
+		C.free(mem)
+	}
+	return e
+}
+
+// handle is the state every wrapper shares: its C handle (bits 0 once
+// closed) and the cleanup that destroys the handle if the wrapper is
+// collected without Close.
 //
 // The C API makes a stale handle an error, never undefined behaviour, so the
-// only job here is bookkeeping: Close swaps the bits to 0 exactly once, and a
+// only job here is bookkeeping: close swaps the bits to 0 exactly once, and a
 // call racing with Close either sees the object or reports ErrClosed.
-type handle struct {
+type handle[T cHandle] struct {
 	bits    atomic.Uint64
 	cleanup runtime.Cleanup
 }
 
+// releaseOnCleanup is the cleanup of every wrapper. It is a plain function
+// because runtime.AddCleanup allocates a closure for a generic one; the C
+// type of the handle travels in the argument as a zero-size handleType[T].
+func releaseOnCleanup(o ownedHandle) { C.sluice_error_free(o.typ.release(o.bits, o.mem)) }
+
+// ownedHandle is what a cleanup releases: a handle and its C memory, as plain
+// values, never the wrapper, so that the wrapper can become unreachable.
+type ownedHandle struct {
+	typ  releaser
+	bits uint64
+	mem  unsafe.Pointer
+}
+
+// releaser releases a handle of the C type it stands for.
+type releaser interface {
+	release(bits uint64, mem unsafe.Pointer) *C.sluice_error_t
+}
+
+// handleType[T] is the releaser of C handle type T. It has no size, so it
+// goes into an interface without allocating.
+type handleType[T cHandle] struct{}
+
+func (handleType[T]) release(bits uint64, mem unsafe.Pointer) *C.sluice_error_t {
+	return release(T{bits: C.uint64_t(bits)}, mem)
+}
+
+// openHandle makes c the handle of owner, the wrapper that holds h: owner
+// owns c, and a cleanup destroys c if owner becomes unreachable while open.
+func openHandle[O any, T cHandle](owner *O, h *handle[T], c T) {
+	openHandleWithMemory(owner, h, c, nil)
+}
+
+// openHandleWithMemory is openHandle for a handle that also owns the C
+// memory mem, freed after the handle is destroyed.
+func openHandleWithMemory[O any, T cHandle](owner *O, h *handle[T], c T, mem unsafe.Pointer) {
+	b := uint64(struct{ bits C.uint64_t }(c).bits)
+	h.bits.Store(b)
+	h.cleanup = runtime.AddCleanup(owner, releaseOnCleanup, ownedHandle{handleType[T]{}, b, mem})
+}
+
 // load returns the current bits (0 once closed). In sluice_debug builds it
 // forces a GC first.
-func (h *handle) load() uint64 {
+func (h *handle[T]) load() uint64 {
 	maybeGC()
 	return h.bits.Load()
 }
 
-// get returns the bits, or ErrClosed (naming op) once the handle is closed.
-func (h *handle) get(op string) (uint64, error) {
+// raw returns the C handle, or ErrClosed (naming op) once it is closed.
+func (h *handle[T]) raw(op string) (T, error) {
 	b := h.load()
 	if b == 0 {
-		return 0, closedError(op)
+		return T{}, closedError(op)
 	}
-	return b, nil
+	return T{bits: C.uint64_t(b)}, nil
 }
 
-// take marks the handle closed and returns its bits; only the first call gets
-// non-zero bits, so only it destroys the C object. It also stops the cleanup,
-// so the destroying call that follows needs no runtime.KeepAlive.
-func (h *handle) take() uint64 {
+// isClosed reports whether the handle is closed (with no GC, unlike load).
+func (h *handle[T]) isClosed() bool { return h.bits.Load() == 0 }
+
+// take marks the handle closed and returns it; only the first call gets ok,
+// so only it destroys the C object. It also stops the cleanup, so the
+// destroying call that follows needs no runtime.KeepAlive.
+func (h *handle[T]) take() (c T, ok bool) {
 	b := h.bits.Swap(0)
-	if b != 0 {
-		h.cleanup.Stop()
+	if b == 0 {
+		return c, false
 	}
-	return b
+	h.cleanup.Stop()
+	return T{bits: C.uint64_t(b)}, true
 }
+
+// close destroys the handle the first time; later calls return nil.
+func (h *handle[T]) close() error {
+	c, ok := h.take()
+	if !ok {
+		return nil
+	}
+	return takeError(destroy(c))
+}
+
+// graphHandle is the handle of a Graph or GraphExec, which also keeps the Go
+// wrappers of the buffers the graph uses reachable while it is open: the C
+// graph does not own them, and the cleanup of an unreachable buffer wrapper
+// would free memory the graph still uses.
+type graphHandle[T cHandle] struct {
+	handle[T]
+	mu   sync.Mutex
+	kept []any
+}
+
+// openGraphHandle is openHandle for a graph handle that keeps kept reachable.
+func openGraphHandle[O any, T cHandle](owner *O, g *graphHandle[T], c T, kept []any) {
+	openHandle(owner, &g.handle, c)
+	g.kept = kept
+}
+
+// keptWrappers returns the wrappers g keeps reachable (nil once closed).
+func (g *graphHandle[T]) keptWrappers() []any {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.kept
+}
+
+// keep replaces the wrappers g keeps reachable, unless g is closed.
+func (g *graphHandle[T]) keep(kept []any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.isClosed() {
+		g.kept = kept
+	}
+}
+
+// close destroys the handle the first time and drops the kept wrappers.
+func (g *graphHandle[T]) close() error {
+	err := g.handle.close()
+	g.mu.Lock()
+	g.kept = nil
+	g.mu.Unlock()
+	return err
+}
+
+// anyHandle is a *handle[T] of any T (or a type that embeds one), for check.
+type anyHandle interface{ isClosed() bool }
 
 // check converts a C error of a call that used the handles hs. An
 // INVALID_HANDLE error caused by a concurrent Close of one of them is
 // reported as ErrClosed.
-func check(e *C.sluice_error_t, hs ...*handle) error {
+func check(e *C.sluice_error_t, hs ...anyHandle) error {
 	err := takeError(e)
 	if err == nil {
 		return nil
 	}
 	if se, ok := err.(*Error); ok && se.Code == CodeInvalidHandle {
 		for _, h := range hs {
-			if h != nil && h.bits.Load() == 0 {
+			if h.isClosed() {
 				se.closed = true
 			}
 		}
 	}
 	return err
-}
-
-// Destructors run by cleanups. They take plain values, never the wrapper, so
-// that the wrapper can become unreachable.
-
-func destroyDevice(b uint64) {
-	C.sluice_error_free(C.sluice_device_close(C.sluice_device_t{bits: C.uint64_t(b)}))
-}
-func destroyStream(b uint64) {
-	C.sluice_error_free(C.sluice_stream_destroy(C.sluice_stream_t{bits: C.uint64_t(b)}))
-}
-func destroyEvent(b uint64) {
-	C.sluice_error_free(C.sluice_event_destroy(C.sluice_event_t{bits: C.uint64_t(b)}))
-}
-func destroySync(b uint64) {
-	C.sluice_error_free(C.sluice_sync_destroy(C.sluice_sync_t{bits: C.uint64_t(b)}))
-}
-func endOp(b uint64) { C.sluice_error_free(C.sluice_op_end(C.sluice_op_t{bits: C.uint64_t(b)})) }
-func destroyModule(b uint64) {
-	C.sluice_error_free(C.sluice_module_unload(C.sluice_module_t{bits: C.uint64_t(b)}))
-}
-func destroyFunction(b uint64) {
-	C.sluice_error_free(C.sluice_function_destroy(C.sluice_function_t{bits: C.uint64_t(b)}))
-}
-func destroyGraph(b uint64) {
-	C.sluice_error_free(C.sluice_graph_destroy(C.sluice_graph_t{bits: C.uint64_t(b)}))
-}
-func destroyGraphExec(b uint64) {
-	C.sluice_error_free(C.sluice_graph_exec_destroy(C.sluice_graph_exec_t{bits: C.uint64_t(b)}))
-}
-func destroyGraphCache(b uint64) {
-	C.sluice_error_free(C.sluice_graph_cache_destroy(C.sluice_graph_cache_t{bits: C.uint64_t(b)}))
 }

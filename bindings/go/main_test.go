@@ -28,36 +28,36 @@ func must(t testing.TB, err error) {
 	}
 }
 
+// closeAtEnd fails t on err, and closes x when the test ends.
+func closeAtEnd[T interface{ Close() error }](t testing.TB, x T, err error) T {
+	t.Helper()
+	must(t, err)
+	t.Cleanup(func() { x.Close() })
+	return x
+}
+
 func openDev(t testing.TB) *Device {
 	t.Helper()
 	d, err := OpenDefaultDevice()
-	must(t, err)
-	t.Cleanup(func() { d.Close() })
-	return d
+	return closeAtEnd(t, d, err)
 }
 
 func testStream(t testing.TB, d *Device) *Stream {
 	t.Helper()
 	s, err := d.NewStream(StreamNonBlocking, 0)
-	must(t, err)
-	t.Cleanup(func() { s.Close() })
-	return s
+	return closeAtEnd(t, s, err)
 }
 
 func alloc(t testing.TB, s *Stream, n int) *Buffer {
 	t.Helper()
 	b, err := s.Alloc(n)
-	must(t, err)
-	t.Cleanup(func() { b.Close() })
-	return b
+	return closeAtEnd(t, b, err)
 }
 
 func allocPinned(t testing.TB, d *Device, n int) *PinnedBuffer {
 	t.Helper()
 	p, err := d.AllocPinned(n)
-	must(t, err)
-	t.Cleanup(func() { p.Close() })
-	return p
+	return closeAtEnd(t, p, err)
 }
 
 func backendOf(t testing.TB, d *Device) Backend {

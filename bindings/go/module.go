@@ -17,23 +17,24 @@ import (
 // Functions keep it loaded, and it keeps its Device alive. Modules exist on
 // the cuda backend only: on host, LoadModule fails with ErrUnsupported.
 type Module struct {
-	h   handle
+	h   handle[C.sluice_module_t]
 	dev *Device
 }
 
 // Function is a kernel of a Module (sluice_function_t).
 type Function struct {
-	h    handle
+	h    handle[C.sluice_function_t]
 	mod  *Module
 	name string
 }
 
 // LoadModule loads a module from PTX text, a cubin or a fatbin. A failed JIT
 // compile gives ErrModuleLoad with the JIT log in the message. The image is
-// not retained.
+// not retained. The *Module owns the handle: Close releases it, or a runtime
+// cleanup does if the Module becomes unreachable first.
 func (d *Device) LoadModule(image []byte) (*Module, error) {
 	const op = "Device.LoadModule"
-	h, err := d.raw(op)
+	h, err := d.h.raw(op)
 	if err != nil {
 		return nil, err
 	}
@@ -45,33 +46,23 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 		return nil, err
 	}
 	out := &Module{dev: d}
-	out.h.bits.Store(uint64(m.bits))
-	out.h.cleanup = runtime.AddCleanup(out, destroyModule, uint64(m.bits))
+	openHandle(out, &out.h, m)
 	return out, nil
 }
 
-func (m *Module) raw(op string) (C.sluice_module_t, error) {
-	b, err := m.h.get(op)
-	return C.sluice_module_t{bits: C.uint64_t(b)}, err
-}
-
-// Close releases the module handle; the module unloads once its functions
-// are closed too. Close is idempotent.
-func (m *Module) Close() error {
-	b := m.h.take()
-	if b == 0 {
-		return nil
-	}
-	return takeError(C.sluice_module_unload(C.sluice_module_t{bits: C.uint64_t(b)}))
-}
+// Close releases the module handle that the Module owns; the module unloads
+// once its functions are closed too. Close is idempotent.
+func (m *Module) Close() error { return m.h.close() }
 
 // Device returns the module's device.
 func (m *Module) Device() *Device { return m.dev }
 
-// Function looks up kernel name. A missing name gives ErrNotFound.
+// Function looks up kernel name. A missing name gives ErrNotFound. The
+// *Function owns its handle (Close releases it, or a runtime cleanup does if
+// the Function becomes unreachable first), which keeps the module loaded.
 func (m *Module) Function(name string) (*Function, error) {
 	const op = "Module.Function"
-	h, err := m.raw(op)
+	h, err := m.h.raw(op)
 	if err != nil {
 		return nil, err
 	}
@@ -84,19 +75,13 @@ func (m *Module) Function(name string) (*Function, error) {
 		return nil, err
 	}
 	out := &Function{mod: m, name: name}
-	out.h.bits.Store(uint64(f.bits))
-	out.h.cleanup = runtime.AddCleanup(out, destroyFunction, uint64(f.bits))
+	openHandle(out, &out.h, f)
 	return out, nil
 }
 
-// Close releases the function handle. Close is idempotent.
-func (f *Function) Close() error {
-	b := f.h.take()
-	if b == 0 {
-		return nil
-	}
-	return takeError(C.sluice_function_destroy(C.sluice_function_t{bits: C.uint64_t(b)}))
-}
+// Close releases the function handle that the Function owns. Close is
+// idempotent.
+func (f *Function) Close() error { return f.h.close() }
 
 // Name returns the kernel's name.
 func (f *Function) Name() string { return f.name }
@@ -136,7 +121,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 	if err != nil {
 		return err
 	}
-	fh, err := f.h.get(op)
+	fh, err := f.h.raw(op)
 	if err != nil {
 		return err
 	}
@@ -171,7 +156,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		}
 		argv = &ptrs[0]
 	}
-	e := C.sluice_stream_launch(sh, C.sluice_function_t{bits: C.uint64_t(fh)}, &dims, argv, C.size_t(n),
+	e := C.sluice_stream_launch(sh, fh, &dims, argv, C.size_t(n),
 		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(f)
@@ -179,7 +164,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 	runtime.KeepAlive(writes)
 	runtime.KeepAlive(args)
 	if err := checkSets(e, op, s, reads, writes); err != nil {
-		if se, ok := err.(*Error); ok && f.h.bits.Load() == 0 && se.Code == CodeInvalidHandle {
+		if se, ok := err.(*Error); ok && f.h.isClosed() && se.Code == CodeInvalidHandle {
 			se.closed = true
 		}
 		return err
@@ -188,7 +173,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		s.captureKeep(reads, writes)
 		for _, a := range args {
 			if b, ok := a.(*Buffer); ok {
-				s.captureKeepMem(&b.memory)
+				s.captureKeep([]Syncable{b})
 			}
 		}
 	}

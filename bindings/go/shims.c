@@ -13,8 +13,8 @@ sluice_error_t *sluice_go_host_callback(sluice_stream_t stream, uintptr_t handle
                                         const sluice_sync_t *reads, size_t num_reads,
                                         const sluice_sync_t *writes, size_t num_writes) {
 	return sluice_stream_launch_host_func(stream, sluice_go_trampoline, (void *)handle,
-	                                   sluice_go_free_handle, reads, num_reads, writes,
-	                                   num_writes);
+	                                      sluice_go_free_handle, reads, num_reads, writes,
+	                                      num_writes);
 }
 
 static int32_t sluice_go_body_trampoline(void *user_data, sluice_stream_t stream) {

@@ -1,6 +1,10 @@
 package sluice
 
+// The names that sluice.h deprecates (SLUICE_DEPRECATED, the 0.1.0 names)
+// fail the build of this package, shims.c included.
+
 /*
+#cgo CFLAGS: -Werror=deprecated-declarations
 #include "sluice.h"
 */
 import "C"

@@ -28,7 +28,7 @@ const StreamNonBlocking StreamFlags = C.SLUICE_STREAM_NON_BLOCKING
 // A Stream keeps its Device alive. Closing it lets the work already enqueued
 // complete.
 type Stream struct {
-	h        handle
+	h        handle[C.sluice_stream_t]
 	dev      *Device
 	id       uint64
 	external bool
@@ -59,9 +59,10 @@ type StreamStats struct {
 }
 
 // NewStream creates a stream on the device. priority is clamped into
-// PriorityRange.
+// PriorityRange. The *Stream owns the handle: Close destroys it, or a runtime
+// cleanup does if the Stream becomes unreachable first.
 func (d *Device) NewStream(flags StreamFlags, priority int) (*Stream, error) {
-	h, err := d.raw("Device.NewStream")
+	h, err := d.h.raw("Device.NewStream")
 	if err != nil {
 		return nil, err
 	}
@@ -78,9 +79,10 @@ func (d *Device) NewStream(flags StreamFlags, priority int) (*Stream, error) {
 // WrapStream adopts a foreign CUstream (for example libtorch's) without
 // owning it: closing the Stream leaves the foreign stream alone. The legacy
 // and per-thread default streams are refused. On the host backend, raw must
-// come from Raw of a live host stream.
+// come from Raw of a live host stream. The *Stream owns the sluice handle
+// (as with NewStream) but not the foreign stream.
 func (d *Device) WrapStream(raw unsafe.Pointer) (*Stream, error) {
-	h, err := d.raw("Device.WrapStream")
+	h, err := d.h.raw("Device.WrapStream")
 	if err != nil {
 		return nil, err
 	}
@@ -95,8 +97,7 @@ func (d *Device) WrapStream(raw unsafe.Pointer) (*Stream, error) {
 
 func newStream(d *Device, s C.sluice_stream_t, external bool) (*Stream, error) {
 	st := &Stream{dev: d, external: external}
-	st.h.bits.Store(uint64(s.bits))
-	st.h.cleanup = runtime.AddCleanup(st, destroyStream, uint64(s.bits))
+	openHandle(st, &st.h, s)
 	stats, err := st.Stats()
 	if err == nil {
 		e := C.sluice_stream_raw(s, &st.native)
@@ -120,12 +121,10 @@ func (s *Stream) root() *Stream {
 
 // hs returns the handle state of the stream, which a view shares with its
 // parent (so that closing the parent closes its views too).
-func (s *Stream) hs() *handle { return &s.root().h }
+func (s *Stream) hs() *handle[C.sluice_stream_t] { return &s.root().h }
 
-func (s *Stream) raw(op string) (C.sluice_stream_t, error) {
-	b, err := s.hs().get(op)
-	return C.sluice_stream_t{bits: C.uint64_t(b)}, err
-}
+// raw returns the C handle (a view's parent's), or ErrClosed naming op.
+func (s *Stream) raw(op string) (C.sluice_stream_t, error) { return s.hs().raw(op) }
 
 // view returns a non-owning view of the stream: the same C handle, whose
 // Close does nothing. It keeps the stream wrapper alive.
@@ -139,18 +138,14 @@ func (s *Stream) view() *Stream {
 // its Close does nothing.
 func (s *Stream) IsView() bool { return s.parent != nil }
 
-// Close destroys the stream handle. Work already enqueued completes, and the
-// memory it uses stays valid until then. Close is idempotent. Close of a view
-// (IsView) does nothing: the stream belongs to its owner.
+// Close destroys the stream handle that the Stream owns; a view (IsView)
+// owns none, and its Close does nothing. Work already enqueued completes, and
+// the memory it uses stays valid until then. Close is idempotent.
 func (s *Stream) Close() error {
 	if s.parent != nil {
 		return nil
 	}
-	b := s.h.take()
-	if b == 0 {
-		return nil
-	}
-	return takeError(C.sluice_stream_destroy(C.sluice_stream_t{bits: C.uint64_t(b)}))
+	return s.h.close()
 }
 
 // Device returns the device the stream was created on.

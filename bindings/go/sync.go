@@ -21,7 +21,7 @@ type Syncable interface {
 // buffer or of foreign memory (a libtorch tensor, a caller's cudaMalloc). It
 // holds at most one writer event and one reader event per stream.
 type SyncObject struct {
-	h handle
+	h handle[C.sluice_sync_t]
 	// owned: the object belongs to a buffer, whose Close closes it.
 	owned bool
 }
@@ -37,7 +37,8 @@ type SyncInfo struct {
 }
 
 // NewSyncObject creates a standalone sync object, for memory sluice does not
-// own. Close it when done.
+// own. The *SyncObject owns the handle: Close destroys it, or a runtime
+// cleanup does if the SyncObject becomes unreachable first.
 func NewSyncObject() (*SyncObject, error) {
 	var s C.sluice_sync_t
 	if err := takeError(C.sluice_sync_create(&s)); err != nil {
@@ -48,34 +49,21 @@ func NewSyncObject() (*SyncObject, error) {
 
 func newSyncObject(s C.sluice_sync_t, owned bool) *SyncObject {
 	o := &SyncObject{owned: owned}
-	o.h.bits.Store(uint64(s.bits))
-	o.h.cleanup = runtime.AddCleanup(o, destroySync, uint64(s.bits))
+	openHandle(o, &o.h, s)
 	return o
 }
 
 func (o *SyncObject) syncObject(op string) (*SyncObject, error) { return o, nil }
 
-func (o *SyncObject) raw(op string) (C.sluice_sync_t, error) {
-	b, err := o.h.get(op)
-	return C.sluice_sync_t{bits: C.uint64_t(b)}, err
-}
-
-// Close destroys the sync handle; work already enqueued is unaffected. Close
-// is idempotent. The sync object of a buffer (from its Sync method) belongs
-// to the buffer: its Close does nothing, the buffer's Close closes it.
+// Close destroys the sync handle that the SyncObject owns; work already
+// enqueued is unaffected. Close is idempotent. The sync object of a buffer
+// (from its Sync method) belongs to the buffer: its Close does nothing, the
+// buffer's Close closes it.
 func (o *SyncObject) Close() error {
 	if o.owned {
 		return nil
 	}
-	return o.close()
-}
-
-func (o *SyncObject) close() error {
-	b := o.h.take()
-	if b == 0 {
-		return nil
-	}
-	return takeError(C.sluice_sync_destroy(C.sluice_sync_t{bits: C.uint64_t(b)}))
+	return o.h.close()
 }
 
 // WaitRead blocks until the last writer's work has completed (not merely been
@@ -92,7 +80,7 @@ func (o *SyncObject) WaitWrite() error {
 
 // wait is WaitRead, or WaitWrite when write is set.
 func (o *SyncObject) wait(op string, write bool) error {
-	h, err := o.raw(op)
+	h, err := o.h.raw(op)
 	if err != nil {
 		return err
 	}
@@ -108,7 +96,7 @@ func (o *SyncObject) wait(op string, write bool) error {
 
 // Info returns the object's dependency state.
 func (o *SyncObject) Info() (SyncInfo, error) {
-	h, err := o.raw("SyncObject.Info")
+	h, err := o.h.raw("SyncObject.Info")
 	if err != nil {
 		return SyncInfo{}, err
 	}
@@ -143,7 +131,7 @@ func syncArray(op string, list []Syncable, dst []C.sluice_sync_t) ([]C.sluice_sy
 		if err != nil {
 			return nil, err
 		}
-		h, err := o.raw(op)
+		h, err := o.h.raw(op)
 		if err != nil {
 			return nil, err
 		}
@@ -166,7 +154,7 @@ func checkSets(e *C.sluice_error_t, op string, s *Stream, sets ...[]Syncable) er
 	if se, ok := err.(*Error); ok && se.Code == CodeInvalidHandle && !se.closed {
 		for _, set := range sets {
 			for _, x := range set {
-				if o, oerr := x.syncObject(op); oerr != nil || o.h.bits.Load() == 0 {
+				if o, oerr := x.syncObject(op); oerr != nil || o.h.isClosed() {
 					se.closed = true
 				}
 			}
@@ -177,7 +165,7 @@ func checkSets(e *C.sluice_error_t, op string, s *Stream, sets ...[]Syncable) er
 
 // Op is an open foreign op (sluice_op_t), between Stream.BeginOp and End.
 type Op struct {
-	h      handle
+	h      handle[C.sluice_op_t]
 	stream *Stream
 }
 
@@ -189,14 +177,16 @@ type Op struct {
 // Ops from many goroutines may run at once, but a conflicting op that another
 // goroutine begins while this one is open is not ordered against it; order
 // such ops yourself.
+//
+// The *Op owns the open op: End or Close ends it, or a runtime cleanup does
+// if the Op becomes unreachable first.
 func (s *Stream) BeginOp(reads, writes []Syncable) (*Op, error) {
 	o, err := s.beginOp("Stream.BeginOp", reads, writes)
 	if err != nil {
 		return nil, err
 	}
 	out := &Op{stream: s}
-	out.h.bits.Store(uint64(o.bits))
-	out.h.cleanup = runtime.AddCleanup(out, endOp, uint64(o.bits))
+	openHandle(out, &out.h, o)
 	return out, nil
 }
 
@@ -231,23 +221,17 @@ func (o *Op) Stream() *Stream { return o.stream }
 // object of the op. The op is consumed, also when an error is returned; a
 // second End returns ErrClosed.
 func (o *Op) End() error {
-	b := o.h.take()
-	if b == 0 {
+	c, ok := o.h.take()
+	if !ok {
 		maybeGC()
 		return closedError("Op.End")
 	}
-	return takeError(C.sluice_op_end(C.sluice_op_t{bits: C.uint64_t(b)}))
+	return takeError(C.sluice_op_end(c))
 }
 
-// Close ends the op if it is still open (see End) and does nothing
-// otherwise, so `defer op.Close()` is safe next to an explicit End.
-func (o *Op) Close() error {
-	b := o.h.take()
-	if b == 0 {
-		return nil
-	}
-	return takeError(C.sluice_op_end(C.sluice_op_t{bits: C.uint64_t(b)}))
-}
+// Close ends the op that the Op owns if it is still open (see End) and does
+// nothing otherwise, so `defer op.Close()` is safe next to an explicit End.
+func (o *Op) Close() error { return o.h.close() }
 
 // RunOp runs fn inside a foreign op on the stream: BeginOp(reads, writes),
 // fn(raw) with the stream's raw CUstream to enqueue foreign work on, then
