@@ -2,14 +2,17 @@
 # The GPU suite. Two halves:
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
-# Parts can be chosen with SLUICE_GPU_PARTS="rust c go cpp bench sanitize torch" (the
-# default), plus "opcost" (sluice's own cost per call on the real driver). Build and
-# run with the same parts: SLUICE_GPU_PARTS=bench carries only the benchmark (2 MB).
-# SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone after the benchmark.
+# Parts can be chosen with SLUICE_GPU_PARTS="rust c go cpp bench sanitize torch stress
+# repro probe" (the default), plus "opcost" (sluice's own cost per call on the real
+# driver). Build and run with the same parts: SLUICE_GPU_PARTS=bench carries only the
+# benchmark (2 MB). SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone
+# after the benchmark. SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit
+# and runs it before and after the current one (A/B in the same run).
+# SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-parts=${SLUICE_GPU_PARTS:-"rust c go cpp bench sanitize torch"}
+parts=${SLUICE_GPU_PARTS:-"rust c go cpp bench sanitize torch stress repro probe"}
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 build() {
@@ -32,6 +35,23 @@ for l in sys.stdin:
     cargo build --release --bench overhead 2>/dev/null || true
     bench=$(ls -t target/release/deps/overhead-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
     [ -n "$bench" ] && cp "$bench" .gpu/overhead
+  fi
+  if has bench && [ -n "${SLUICE_GPU_BASE:-}" ]; then
+    wt=$(mktemp -d)
+    git worktree add -q --detach "$wt" "$SLUICE_GPU_BASE"
+    (cd "$wt" && CARGO_TARGET_DIR="$wt/target" cargo build --release --bench overhead 2>/dev/null)
+    mkdir -p .gpu/base
+    cp "$(ls -t "$wt"/target/release/deps/overhead-* | grep -v '\.d$' | head -1)" .gpu/base/overhead
+    git -C "$wt" log --oneline -1 > .gpu/base/commit
+    git worktree remove --force "$wt"
+  fi
+  if has stress; then bash tests/stress/build.sh .gpu/stress/stress; fi
+  if has repro && [ -d ../shared/repro/graph-launch-race ]; then
+    mkdir -p .gpu/repro
+    for p in op_end_stale_reader p5_many_graphs; do
+      cc -O2 -std=gnu11 -I include -o ".gpu/repro/$p" "../shared/repro/graph-launch-race/$p.c" \
+        -L target/release -lsluice -lpthread -Wl,-rpath,'$ORIGIN/..' -Wno-deprecated-declarations
+    done
   fi
   if has opcost; then
     cargo build --release --example opcost
@@ -81,6 +101,13 @@ run() {
   if has bench && [ -x .gpu/overhead ]; then
     timeout 300 .gpu/overhead > "$out/bench.md" 2>&1
     note "bench: rc=$? $(grep -cE '\| PASS' "$out/bench.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench.md") FAIL rows"
+    if [ -x .gpu/base/overhead ]; then
+      # A/B: the base commit's benchmark, then the current one again.
+      timeout 300 .gpu/base/overhead > "$out/bench-base.md" 2>&1
+      note "bench base $(cat .gpu/base/commit | cut -c1-7): rc=$? $(grep -cE '\| PASS' "$out/bench-base.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench-base.md") FAIL rows"
+      timeout 300 .gpu/overhead > "$out/bench-2.md" 2>&1
+      note "bench again: rc=$? $(grep -cE '\| PASS' "$out/bench-2.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench-2.md") FAIL rows"
+    fi
     # SLUICE_GPU_PP_REPEAT=N: N more runs of the ping-pong table alone, right after.
     for i in $(seq 1 "${SLUICE_GPU_PP_REPEAT:-0}"); do
       SLUICE_BENCH_ONLY=ping-pong timeout 120 .gpu/overhead > "$out/ping-pong-$i.md" 2>&1
@@ -120,6 +147,39 @@ run() {
         note "compute-sanitizer $tool $n: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$n.log" | tail -1)"
       done
     done
+  fi
+  if has stress && [ -x .gpu/stress/stress ]; then
+    # Every feature across threads against a serial model (tests/stress/stress.c).
+    total=${SLUICE_GPU_STRESS_RUNS:-200}
+    per=$(( (total + 9) / 10 ))
+    for i in $(seq 0 9); do
+      SLUICE_BACKEND=cuda timeout 120 .gpu/stress/stress seed=$((1000 + i * per)) runs=$per \
+        >> "$out/stress.log" 2>&1
+    done
+    note "stress: $(grep -c '^RESULT' "$out/stress.log") runs, $(grep '^RESULT' "$out/stress.log" | grep -vc ' failures=0') with failures or errors"
+  fi
+  if has repro && [ -d .gpu/repro ]; then
+    # The reproducers of the race issue (../shared/repro), on this build.
+    for args in "seed=1 secs=20" "gthreads=8 ethreads=8 seed=1 secs=20"; do
+      SLUICE_BACKEND=cuda REPRO_PTX=kernels/test_kernels.ptx timeout 60 .gpu/repro/p5_many_graphs $args \
+        > "$out/p5.log" 2>&1
+      note "p5_many_graphs $args: $(grep '^RESULT' "$out/p5.log" | grep -oE 'rounds=[0-9]+ failing_rounds=[0-9]+')"
+    done
+    SLUICE_BACKEND=cuda RANDSUM_PTX=kernels/test_kernels.ptx timeout 60 .gpu/repro/op_end_stale_reader 20000 20000 \
+      > "$out/op_end.log" 2>&1
+    note "op_end_stale_reader: $(tail -1 "$out/op_end.log")"
+  fi
+  if has probe && command -v nvcc >/dev/null; then
+    # Does the driver keep stream order when a graph launch races other enqueues?
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+    if nvcc -O2 -std=c++17 -arch="sm_$cc" -o /tmp/graph_launch_order \
+         tools/driver-probes/graph_launch_order.cu > "$out/probe-build.log" 2>&1; then
+      for args in "graphs=1 lock=0" "graphs=1 lock=1" "graphs=0 lock=0"; do
+        note "probe $(timeout 30 /tmp/graph_launch_order $args secs=5 | tail -1)"
+      done
+    else
+      note "probe: nvcc failed (probe-build.log)"
+    fi
   fi
   if has torch && [ -d .gpu/sluice ]; then
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1

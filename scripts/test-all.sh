@@ -31,6 +31,15 @@ cargo run --release --quiet --example pipeline 16 4
 step "c: tests under AddressSanitizer + UBSan"
 bash tests/c/run.sh
 
+step "stress: every feature across threads, checked against a serial model"
+bash tests/stress/build.sh target/stress/stress
+SLUICE_BACKEND=host target/stress/stress ops=2000 runs=3
+# The negative control (eager kernels declare no reads) must be caught.
+if SLUICE_BACKEND=host target/stress/stress ops=2000 break=1 seed=3 > /dev/null; then
+  echo "stress break=1 passed: the model check cannot see a missing read set" >&2
+  exit 1
+fi
+
 if [ -x bindings/cpp/test.sh ]; then
   step "c++: GoogleTest, install, find_package and pkg-config consumers, python ctypes"
   bash bindings/cpp/test.sh
