@@ -102,11 +102,9 @@ run() {
     timeout 300 .gpu/overhead > "$out/bench.md" 2>&1
     note "bench: rc=$? $(grep -cE '\| PASS' "$out/bench.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench.md") FAIL rows"
     if [ -x .gpu/base/overhead ]; then
-      # A/B: the base commit's benchmark, then the current one again.
+      # A/B: the base commit's benchmark right after the current one.
       timeout 300 .gpu/base/overhead > "$out/bench-base.md" 2>&1
-      note "bench base $(cat .gpu/base/commit | cut -c1-7): rc=$? $(grep -cE '\| PASS' "$out/bench-base.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench-base.md") FAIL rows"
-      timeout 300 .gpu/overhead > "$out/bench-2.md" 2>&1
-      note "bench again: rc=$? $(grep -cE '\| PASS' "$out/bench-2.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench-2.md") FAIL rows"
+      note "bench base $(cut -c1-7 .gpu/base/commit): rc=$? $(grep -cE '\| PASS' "$out/bench-base.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench-base.md") FAIL rows"
     fi
     # SLUICE_GPU_PP_REPEAT=N: N more runs of the ping-pong table alone, right after.
     for i in $(seq 1 "${SLUICE_GPU_PP_REPEAT:-0}"); do
