@@ -19,8 +19,8 @@ use crate::inline::Small;
 use crate::stream::Stream;
 use crate::sync::{Access, SyncObject, SyncState};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
 
 c_enum! {
     /// Engine modes, seen by C as `SLUICE_ENGINE_*`.
@@ -431,8 +431,9 @@ pub struct ForeignOp {
     stream: Arc<Stream>,
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
-    /// The state versions seen at begin; taken by `end`.
-    seen: Mutex<Option<Seen>>,
+    /// The state versions seen at begin.
+    seen: Seen,
+    ended: AtomicBool,
 }
 
 impl ForeignOp {
@@ -448,7 +449,8 @@ impl ForeignOp {
             stream: stream.clone(),
             reads,
             writes,
-            seen: Mutex::new(Some(seen)),
+            seen,
+            ended: AtomicBool::new(false),
         })
     }
 
@@ -459,25 +461,23 @@ impl ForeignOp {
 
     /// Records one event on the stream and publishes it to every object.
     pub fn end(&self) -> Result<()> {
-        let seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .ok_or_else(|| {
-                Error::new(ErrorCode::InvalidState, "the foreign op has already ended")
-            })?;
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                "the foreign op has already ended",
+            ));
+        }
         op_end(
             &self.stream,
             &crate::sync::access_set(&self.reads, &self.writes),
-            &seen,
+            &self.seen,
         )
     }
 }
 
 impl Drop for ForeignOp {
     fn drop(&mut self) {
-        if self.seen.get_mut().is_ok_and(|s| s.is_some()) {
+        if !*self.ended.get_mut() {
             let _ = self.end();
         }
     }
