@@ -19,8 +19,8 @@ use crate::inline::Small;
 use crate::stream::Stream;
 use crate::sync::{Access, SyncObject, SyncState};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 
 c_enum! {
     /// Engine modes, seen by C as `SLUICE_ENGINE_*`.
@@ -431,9 +431,8 @@ pub struct ForeignOp {
     stream: Arc<Stream>,
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
-    /// The state versions seen at begin.
-    seen: Seen,
-    ended: AtomicBool,
+    /// The state versions seen at begin; taken by `end`.
+    seen: Mutex<Option<Seen>>,
 }
 
 impl ForeignOp {
@@ -449,8 +448,7 @@ impl ForeignOp {
             stream: stream.clone(),
             reads,
             writes,
-            seen,
-            ended: AtomicBool::new(false),
+            seen: Mutex::new(Some(seen)),
         })
     }
 
@@ -461,23 +459,25 @@ impl ForeignOp {
 
     /// Records one event on the stream and publishes it to every object.
     pub fn end(&self) -> Result<()> {
-        if self.ended.swap(true, Ordering::AcqRel) {
-            return Err(Error::new(
-                ErrorCode::InvalidState,
-                "the foreign op has already ended",
-            ));
-        }
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| {
+                Error::new(ErrorCode::InvalidState, "the foreign op has already ended")
+            })?;
         op_end(
             &self.stream,
             &crate::sync::access_set(&self.reads, &self.writes),
-            &self.seen,
+            &seen,
         )
     }
 }
 
 impl Drop for ForeignOp {
     fn drop(&mut self) {
-        if !*self.ended.get_mut() {
+        if self.seen.get_mut().is_ok_and(|s| s.is_some()) {
             let _ = self.end();
         }
     }

@@ -195,10 +195,8 @@ impl Stream {
     /// Makes this stream wait on a recording, with no host block.
     #[inline(always)]
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
-        let mut push = self.push_lock();
-        self.wait_pushed(rec)?;
-        // Counted under the push lock: no atomic of its own.
-        push.op_waits += 1;
+        self.push(|| self.wait_pushed(rec))?;
+        self.stats.waits.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
