@@ -19,8 +19,8 @@ use crate::inline::Small;
 use crate::stream::Stream;
 use crate::sync::{Access, SyncObject, SyncState};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
 
 c_enum! {
     /// Engine modes, seen by C as `SLUICE_ENGINE_*`.
@@ -354,13 +354,47 @@ fn run_op_inner(
     Ok(rec)
 }
 
-/// What a foreign op saw at begin: the version of each object's state, in the
-/// order of its access set.
-type Seen = Small<u64, 4>;
+/// What a foreign op saw of each object at begin, in the order of its access set.
+#[derive(Clone, Copy)]
+pub(crate) struct SeenState {
+    version: u64,
+    /// The writer's (stream, sequence), (0, 0) for none.
+    writer: (u64, u64),
+}
+
+type Seen = Small<SeenState, 4>;
+
+impl SeenState {
+    fn of(st: &SyncState) -> SeenState {
+        SeenState {
+            version: st.version,
+            writer: st
+                .writer
+                .as_ref()
+                .map_or((0, 0), |w| (w.stream_id(), w.seq)),
+        }
+    }
+
+    /// True when publishing a recording `seq` of stream `me` into `st` keeps the
+    /// engine's bookkeeping true although it was recorded without the object's
+    /// lock: for a read, the writer is the one the op waited for at begin and `me`
+    /// has published nothing newer; for a write, nothing was published since begin.
+    fn still_current(&self, st: &SyncState, me: u64, seq: u64, write: bool) -> bool {
+        if write {
+            return st.version == self.version;
+        }
+        SeenState::of(st).writer == self.writer
+            && st
+                .readers
+                .iter()
+                .find(|r| r.stream_id() == me)
+                .is_none_or(|r| r.seq < seq)
+    }
+}
 
 /// Begins a foreign op: issues the waits for its accesses (with the objects
-/// locked, so the waits are ordered against library ops on them). Returns the
-/// objects' state versions, for [`op_end`].
+/// locked, so the waits are ordered against library ops on them). Returns what it
+/// saw of each object, for [`op_end`].
 #[inline(always)]
 pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<Seen> {
     if stream.is_capturing() {
@@ -375,7 +409,7 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<Seen> {
     let mut seen = Seen::with_capacity(set.len());
     for a in locked.set {
         // SAFETY: locked.
-        seen.push(unsafe { a.state() }.version);
+        seen.push(SeenState::of(unsafe { a.state() }));
     }
     let waits = {
         let _push = stream.push_lock();
@@ -385,13 +419,15 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<Seen> {
     Ok(seen)
 }
 
-/// Ends a foreign op: records one event and publishes it, with the objects locked
-/// from before the record until after the publication, as library ops do. An object
-/// whose state changed since begin (another thread published a conflicting op while
-/// this one was open) is waited on again first, so that the recording comes after
-/// everything it replaces and the engine's bookkeeping stays true.
+/// Ends a foreign op: records one event, then locks the objects and publishes it
+/// when every object is still as the op saw it at begin (see
+/// [`SeenState::still_current`]), so that no lock of an object is held across the
+/// driver call. Otherwise (another op published a newer recording of this stream, or
+/// a conflicting op of another thread ran while this one was open) the first
+/// recording is dropped and the op waits for what changed, records again and
+/// publishes with the objects locked throughout, as library ops do.
 #[inline(always)]
-pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[u64]) -> Result<()> {
+pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) -> Result<()> {
     if set.is_empty() {
         return after_op(stream);
     }
@@ -402,24 +438,41 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[u64]) -> Resul
         }
     }
     let me = stream.id;
+    let rec = {
+        let mut push = stream.push_lock();
+        stream.record_in(&mut push, false, set.len(), 0)?
+    };
     {
         let locked = Locked::new(set);
-        let mut need = Waits::new();
-        for (a, &version) in locked.set.iter().zip(seen) {
-            // SAFETY: locked.
-            let st = unsafe { a.state() };
-            if st.version != version {
-                waits_for(st, me, a.write(), &mut need);
+        let current = seen.len() == set.len()
+            && locked.set.iter().zip(seen).all(|(a, s)| {
+                // SAFETY: locked.
+                s.still_current(unsafe { a.state() }, me, rec.seq, a.write())
+            });
+        if current {
+            locked.publish(me, &rec, &mut Publish::unlocked());
+            // Its `set.len()` references went to the objects.
+            std::mem::forget(rec);
+        } else {
+            for _ in 0..set.len() {
+                // SAFETY: each of the references the recording was made with.
+                drop(unsafe { rec.dup_counted() });
             }
+            std::mem::forget(rec);
+            let mut need = Waits::new();
+            for a in locked.set {
+                // SAFETY: locked.
+                waits_for(unsafe { a.state() }, me, a.write(), &mut need);
+            }
+            push_op(
+                stream,
+                &need,
+                set.len(),
+                false,
+                || Ok(()),
+                |rec, publish| locked.publish(me, rec, publish),
+            )?;
         }
-        push_op(
-            stream,
-            &need,
-            set.len(),
-            false,
-            || Ok(()),
-            |rec, publish| locked.publish(me, rec, publish),
-        )?;
     }
     after_op(stream)
 }
@@ -431,8 +484,9 @@ pub struct ForeignOp {
     stream: Arc<Stream>,
     reads: Vec<Arc<SyncObject>>,
     writes: Vec<Arc<SyncObject>>,
-    /// The state versions seen at begin; taken by `end`.
-    seen: Mutex<Option<Seen>>,
+    /// What the op saw at begin.
+    seen: Seen,
+    ended: AtomicBool,
 }
 
 impl ForeignOp {
@@ -448,7 +502,8 @@ impl ForeignOp {
             stream: stream.clone(),
             reads,
             writes,
-            seen: Mutex::new(Some(seen)),
+            seen,
+            ended: AtomicBool::new(false),
         })
     }
 
@@ -459,25 +514,23 @@ impl ForeignOp {
 
     /// Records one event on the stream and publishes it to every object.
     pub fn end(&self) -> Result<()> {
-        let seen = self
-            .seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-            .ok_or_else(|| {
-                Error::new(ErrorCode::InvalidState, "the foreign op has already ended")
-            })?;
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                "the foreign op has already ended",
+            ));
+        }
         op_end(
             &self.stream,
             &crate::sync::access_set(&self.reads, &self.writes),
-            &seen,
+            &self.seen,
         )
     }
 }
 
 impl Drop for ForeignOp {
     fn drop(&mut self) {
-        if self.seen.get_mut().is_ok_and(|s| s.is_some()) {
+        if !*self.ended.get_mut() {
             let _ = self.end();
         }
     }

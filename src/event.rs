@@ -359,11 +359,11 @@ impl Drop for RecRef {
 /// Publication of an op's recording while the recording stream's pool lock is
 /// still held: recordings that die there go straight back to that pool's free list;
 /// nodes of other pools are recycled after the lock is released.
-#[allow(clippy::vec_box)] // the boxed nodes go back to free lists as they are
 pub(crate) struct Publish<'a> {
     pool: *const EventPool,
     inner: Option<ObjGuard<'a, PoolInner>>,
-    others: Vec<Box<RecNode>>,
+    /// Inline for a few nodes: publishing allocates nothing.
+    others: smallvec::SmallVec<[Box<RecNode>; 4]>,
 }
 
 impl<'a> Publish<'a> {
@@ -372,7 +372,17 @@ impl<'a> Publish<'a> {
         Publish {
             pool: Arc::as_ptr(&stream.pool),
             inner: Some(inner),
-            others: Vec::new(),
+            others: smallvec::SmallVec::new(),
+        }
+    }
+
+    /// Publication without the push lock: dead nodes are recycled at the end.
+    #[inline(always)]
+    pub(crate) fn unlocked() -> Self {
+        Publish {
+            pool: std::ptr::null(),
+            inner: None,
+            others: smallvec::SmallVec::new(),
         }
     }
 
