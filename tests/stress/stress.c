@@ -443,6 +443,21 @@ static int other_buf(uint64_t *r, int b, int lo, int n) {
     return x >= b ? x + 1 : x;
 }
 
+/* One sub-op's critical section: its buffers' locks, its stream slot, its ticket. */
+static void enter_sub(lockset_t *l, lg_t *o, int s) {
+    o->stream = (uint8_t)s;
+    memset(l, 0, sizeof *l);
+    ls_sub(l, o);
+    ls_lock(l);
+    hold(s);
+    ticket(o);
+}
+
+static void leave_sub(lockset_t *l, int s) {
+    release(s);
+    ls_unlock(l);
+}
+
 /* A tracked kernel, copy or memset. */
 static void op_eager(int t, uint64_t *r, int kind) {
     lg_t o = {.kind = (uint8_t)kind, .origin = O_EAGER, .tid = (uint8_t)t};
@@ -451,15 +466,10 @@ static void op_eager(int t, uint64_t *r, int kind) {
     o.src = (uint16_t)other_buf(r, o.dst, 0, nb);
     rand_params(r, &o);
     int s = (int)rndn(r, (uint32_t)C.streams);
-    o.stream = (uint8_t)s;
-    lockset_t l = {0};
-    ls_sub(&l, &o);
-    ls_lock(&l);
-    hold(s);
-    ticket(&o);
+    lockset_t l;
+    enter_sub(&l, &o, s);
     issue(S[s], &o, C.brk ? T_NOREADS : T_FULL);
-    release(s);
-    ls_unlock(&l);
+    leave_sub(&l, s);
 }
 
 /* A foreign op: op_begin, the kernel enqueued untracked on the same stream, op_end.
@@ -472,19 +482,14 @@ static void op_foreign(int t, uint64_t *r) {
     o.src = (uint16_t)other_buf(r, o.dst, lo, nb);
     rand_params(r, &o);
     int s = (int)rndn(r, (uint32_t)C.streams);
-    o.stream = (uint8_t)s;
-    lockset_t l = {0};
-    ls_sub(&l, &o);
-    ls_lock(&l);
-    hold(s);
-    ticket(&o);
+    lockset_t l;
+    enter_sub(&l, &o, s);
     bool rd = reads_src(o.kind);
     sluice_op_t op;
     CK(sluice_op_begin(S[s], rd ? &B[o.src].sync : NULL, rd, &B[o.dst].sync, 1, &op));
     kernel(S[s], &o, T_NONE);
     CK(sluice_op_end(op));
-    release(s);
-    ls_unlock(&l);
+    leave_sub(&l, s);
     count(C_FOREIGN);
 }
 
