@@ -129,10 +129,42 @@ impl Kit {
 
     fn binary(&self, s: &Stream, dst: &Buffer, src: &Buffer, spin_ns: u64, add: bool) {
         let n = words(dst).min(words(src));
+        self.binary_at(s, (dst, 0), (src, 0), n, spin_ns, add)
+    }
+
+    /// dst[dst_word] = src[src_word] (one word), after spinning; tracked like `copy`.
+    pub fn copy_word(
+        &self,
+        s: &Stream,
+        dst: &Buffer,
+        dst_word: usize,
+        src: &Buffer,
+        src_word: usize,
+        spin_ns: u64,
+    ) {
+        assert!(dst_word < words(dst) as usize && src_word < words(src) as usize);
+        self.binary_at(s, (dst, dst_word), (src, src_word), 1, spin_ns, false)
+    }
+
+    /// `n` words from `src` at a word offset into `dst` at a word offset (`+=` when
+    /// `add`, else `=`), after spinning; a tracked op reading src, writing dst.
+    fn binary_at(
+        &self,
+        s: &Stream,
+        (dst, dst_word): (&Buffer, usize),
+        (src, src_word): (&Buffer, usize),
+        n: u64,
+        spin_ns: u64,
+        add: bool,
+    ) {
         let (r, w) = ([src.sync.clone()], [dst.sync.clone()]);
+        let (da, sa) = (
+            dst.addr + 4 * dst_word as u64,
+            src.addr + 4 * src_word as u64,
+        );
         match &self.funcs {
             Some(f) => {
-                let (mut d, mut sp, mut n2, mut t) = (dst.addr, src.addr, n, spin_ns);
+                let (mut d, mut sp, mut n2, mut t) = (da, sa, n, spin_ns);
                 let mut args = [
                     &mut d as *mut u64 as *mut c_void,
                     &mut sp as *mut u64 as *mut c_void,
@@ -144,7 +176,7 @@ impl Kit {
                 unsafe { ops::launch(s, k, dims(n), args.as_mut_ptr(), &r, &w) }.expect("launch");
             }
             None => {
-                let (da, sa) = (Addr(dst.addr), Addr(src.addr));
+                let (da, sa) = (Addr(da), Addr(sa));
                 ops::host_callback(
                     s,
                     move || {
@@ -165,58 +197,6 @@ impl Kit {
                     &w,
                 )
                 .expect("host binary op");
-            }
-        }
-    }
-
-    /// dst[dst_word] = src[src_word] (one word), after spinning; tracked like `copy`.
-    pub fn copy_word(
-        &self,
-        s: &Stream,
-        dst: &Buffer,
-        dst_word: usize,
-        src: &Buffer,
-        src_word: usize,
-        spin_ns: u64,
-    ) {
-        assert!(dst_word < words(dst) as usize && src_word < words(src) as usize);
-        let (r, w) = ([src.sync.clone()], [dst.sync.clone()]);
-        let (d, sr) = (
-            dst.addr + 4 * dst_word as u64,
-            src.addr + 4 * src_word as u64,
-        );
-        match &self.funcs {
-            Some(f) => {
-                let (mut d, mut sp, mut n, mut t) = (d, sr, 1u64, spin_ns);
-                let mut args = [
-                    &mut d as *mut u64 as *mut c_void,
-                    &mut sp as *mut u64 as *mut c_void,
-                    &mut n as *mut u64 as *mut c_void,
-                    &mut t as *mut u64 as *mut c_void,
-                ];
-                let one = LaunchDims {
-                    grid: [1, 1, 1],
-                    block: [32, 1, 1],
-                    shared_mem_bytes: 0,
-                };
-                // SAFETY: args match sluice_spin_copy's parameters.
-                unsafe { ops::launch(s, &f.spin_copy, one, args.as_mut_ptr(), &r, &w) }
-                    .expect("launch spin_copy");
-            }
-            None => {
-                let (da, sa) = (Addr(d), Addr(sr));
-                ops::host_callback(
-                    s,
-                    move || {
-                        spin(spin_ns);
-                        // SAFETY: the engine orders these accesses; buffers outlive them.
-                        unsafe { *(da.get() as *mut u32) = *(sa.get() as *const u32) };
-                        0
-                    },
-                    &r,
-                    &w,
-                )
-                .expect("host copy_word");
             }
         }
     }
