@@ -1,4 +1,4 @@
-//! Prints the `#define`s of the enums C sees, for `scripts/gen-header.sh`.
+//! Prints `src/ffi/c_constants.rs` for `scripts/gen-header.sh`.
 fn main() {
-    print!("{}", sluice::c_enum::header_constants());
+    print!("{}", sluice::c_enum::constants_source());
 }

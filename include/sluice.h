@@ -42,6 +42,32 @@
 #endif
 
 
+
+/**
+ * Version of the C ABI. Bumped on any incompatible change.
+ */
+#define SLUICE_ABI_VERSION 1
+
+/**
+ * Major version of the library.
+ */
+#define SLUICE_VERSION_MAJOR 0
+
+/**
+ * Minor version of the library.
+ */
+#define SLUICE_VERSION_MINOR 1
+
+/**
+ * Patch version of the library.
+ */
+#define SLUICE_VERSION_PATCH 1
+
+/**
+ * Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
+ */
+#define SLUICE_EVENT_TIMING 1
+
 /**
  * The host backend: CPU worker threads with CUDA stream semantics.
  */
@@ -192,32 +218,6 @@
  * `sluice_graph_exec_update` re-instantiated because the update was refused.
  */
 #define SLUICE_GRAPH_UPDATE_REINSTANTIATED 1
-
-
-/**
- * Version of the C ABI. Bumped on any incompatible change.
- */
-#define SLUICE_ABI_VERSION 1
-
-/**
- * Major version of the library.
- */
-#define SLUICE_VERSION_MAJOR 0
-
-/**
- * Minor version of the library.
- */
-#define SLUICE_VERSION_MINOR 1
-
-/**
- * Patch version of the library.
- */
-#define SLUICE_VERSION_PATCH 1
-
-/**
- * Event flag: record a timing event usable with `sluice_event_elapsed_ms`.
- */
-#define SLUICE_EVENT_TIMING 1
 
 /**
  * Stream flag: do not synchronise with the legacy default stream.

@@ -1,25 +1,15 @@
 #!/usr/bin/env bash
 # Regenerates include/sluice.h with the pinned cbindgen; --verify fails on drift, and
 # on any #define or typedef whose name lacks the SLUICE_/sluice_ prefix.
-# cbindgen writes everything but the constants of the C-visible enums, which come
-# from their one list in Rust (src/c_enum.rs) through examples/c_constants.rs.
+# First it writes src/ffi/c_constants.rs, the constants of the C-visible enums, from
+# their one list in Rust (src/c_enum.rs, through examples/c_constants.rs): cbindgen
+# cannot see through a macro, but it reads that file like any other.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 want=0.29.4
 if ! command -v cbindgen >/dev/null || [ "$(cbindgen --version | awk '{print $2}')" != "$want" ]; then
   cargo install cbindgen --version "$want" --locked --quiet
 fi
-
-generate() {
-  local raw enums
-  raw=$(mktemp)
-  enums=$(mktemp)
-  cbindgen --quiet --config cbindgen.toml --crate sluice --output "$raw"
-  cargo run --quiet --example c_constants > "$enums"
-  awk -v f="$enums" '/@SLUICE_C_ENUMS@/ { while ((getline l < f) > 0) print l; next } { print }' \
-    "$raw" > "$1"
-  rm -f "$raw" "$enums"
-}
 
 # Names defined by #define or typedef without the library's prefix.
 unprefixed() {
@@ -32,14 +22,21 @@ unprefixed() {
 }
 
 if [ "${1:-}" = "--verify" ]; then
+  consts=$(mktemp)
+  cargo run --quiet --example c_constants > "$consts"
+  if ! cmp -s "$consts" src/ffi/c_constants.rs; then
+    diff -u src/ffi/c_constants.rs "$consts" | head -30
+    echo "src/ffi/c_constants.rs is stale: run scripts/gen-header.sh and commit it" >&2
+    exit 1
+  fi
   tmp=$(mktemp)
-  generate "$tmp"
+  cbindgen --quiet --config cbindgen.toml --crate sluice --output "$tmp"
   if ! cmp -s "$tmp" include/sluice.h; then
     diff -u include/sluice.h "$tmp" | head -50
     echo "include/sluice.h is stale: run scripts/gen-header.sh and commit it" >&2
     exit 1
   fi
-  rm -f "$tmp"
+  rm -f "$tmp" "$consts"
   bad=$(unprefixed include/sluice.h)
   if [ -n "$bad" ]; then
     echo "include/sluice.h defines names without the SLUICE_/sluice_ prefix:" $bad >&2
@@ -47,5 +44,9 @@ if [ "${1:-}" = "--verify" ]; then
   fi
   echo "header up to date; every define and typedef is prefixed"
 else
-  generate include/sluice.h
+  consts=$(mktemp)
+  cargo run --quiet --example c_constants > "$consts"
+  cat "$consts" > src/ffi/c_constants.rs
+  rm -f "$consts"
+  cbindgen --quiet --config cbindgen.toml --crate sluice --output include/sluice.h
 fi

@@ -1,7 +1,7 @@
 //! Enums that C sees as integer constants, each declared once: [`c_enum!`] makes the
 //! Rust enum, its C names, `from_u32` and `ALL` from one list, and
-//! [`header_constants`] prints the `#define`s that `scripts/gen-header.sh` puts into
-//! `include/sluice.h` (cbindgen cannot see through a macro).
+//! [`constants_source`] writes them as plain constants into `src/ffi/c_constants.rs`
+//! (cbindgen cannot see through a macro), from which cbindgen writes the header.
 
 /// Declares a `repr(u32)` enum whose variants C sees as `#define PREFIX_NAME value`.
 macro_rules! c_enum {
@@ -54,9 +54,10 @@ macro_rules! c_enum {
 }
 pub(crate) use c_enum;
 
-/// The C constants of every C-visible enum, in the header's doc style.
+/// `src/ffi/c_constants.rs`: the C constants of every C-visible enum as Rust
+/// constants, so that cbindgen writes them into the header.
 #[doc(hidden)]
-pub fn header_constants() -> String {
+pub fn constants_source() -> String {
     let lists: [&[(&str, u32, &str)]; 6] = [
         crate::backend::BackendKind::C_CONSTANTS,
         crate::backend::CaptureMode::C_CONSTANTS,
@@ -65,13 +66,16 @@ pub fn header_constants() -> String {
         crate::engine::EngineMode::C_CONSTANTS,
         crate::graph::GraphUpdate::C_CONSTANTS,
     ];
-    let mut out = String::new();
+    let mut out = String::from(
+        "//! The constants of the enums C sees. Generated from their `c_enum!` lists by\n\
+         //! `scripts/gen-header.sh` (examples/c_constants.rs); do not edit.\n",
+    );
     for (name, value, doc) in lists.into_iter().flatten() {
-        out.push_str("\n/**\n");
+        out.push('\n');
         for line in doc.lines() {
-            out.push_str(&format!(" *{}\n", line.trim_end()));
+            out.push_str(&format!("///{}\n", line.trim_end()));
         }
-        out.push_str(&format!(" */\n#define {name} {value}\n"));
+        out.push_str(&format!("pub const {name}: u32 = {value};\n"));
     }
     out
 }

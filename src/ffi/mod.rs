@@ -17,6 +17,8 @@ mod error;
 mod event;
 mod graph;
 pub use graph::*;
+mod c_constants;
+pub use c_constants::*;
 mod deprecated;
 mod handles;
 pub(crate) use handles::{get, pinned, remove, stale, with, write_new, Castable};
