@@ -161,7 +161,7 @@ impl Stream {
     /// Launches a kernel on this stream (the op path's driver call).
     ///
     /// # Safety
-    /// As for [`crate::backend::Backend::launch_kernel`].
+    /// As for [`crate::backend::ModuleApi::launch_kernel`].
     #[inline(always)]
     pub(crate) unsafe fn drv_launch_kernel(
         &self,

@@ -8,7 +8,10 @@
 //! - "Device" memory is host memory, so copies are `memcpy` run by the worker.
 //! - While a stream captures, jobs are recorded instead of run (see `capture_*`).
 
-use super::{Backend, BackendKind, CaptureMode, DeviceProps, HostFn, LaunchDims};
+use super::{
+    BackendKind, CaptureMode, DeviceApi, DeviceProps, EventApi, GraphApi, HostFn, LaunchDims,
+    MemoryApi, ModuleApi, StreamApi,
+};
 use crate::error::{Error, ErrorCode, Result};
 use std::collections::{HashSet, VecDeque};
 use std::ffi::{c_void, CStr};
@@ -203,7 +206,7 @@ fn aligned_alloc(size: usize, align: usize) -> Result<*mut u8> {
     Ok(p as *mut u8)
 }
 
-impl Backend for HostDevice {
+impl DeviceApi for HostDevice {
     fn kind(&self) -> BackendKind {
         BackendKind::Host
     }
@@ -230,7 +233,9 @@ impl Backend for HostDevice {
     fn priority_range(&self) -> Result<(i32, i32)> {
         Ok((0, 0))
     }
+}
 
+impl StreamApi for HostDevice {
     fn stream_create(&self, _non_blocking: bool, _priority: i32) -> Result<u64> {
         let worker = Arc::new(Worker {
             users: std::sync::atomic::AtomicUsize::new(1),
@@ -356,7 +361,9 @@ impl Backend for HostDevice {
         self.enqueue(stream, Arc::from(f));
         Ok(())
     }
+}
 
+impl EventApi for HostDevice {
     fn event_create(&self, timing: bool) -> Result<u64> {
         Ok(Box::into_raw(Box::new(HostEvent {
             timing,
@@ -438,7 +445,9 @@ impl Backend for HostDevice {
         };
         Ok(ms as f32)
     }
+}
 
+impl MemoryApi for HostDevice {
     fn mem_alloc_async(&self, size: usize, _stream: u64) -> Result<u64> {
         Ok(aligned_alloc(size, 256)? as u64)
     }
@@ -500,7 +509,9 @@ impl Backend for HostDevice {
         );
         Ok(())
     }
+}
 
+impl ModuleApi for HostDevice {
     fn module_load(&self, _image: &[u8]) -> Result<u64> {
         Err(Error::unsupported(
             "module_load (loading a CUDA module)",
@@ -523,7 +534,9 @@ impl Backend for HostDevice {
     ) -> Result<()> {
         Err(Error::unsupported("launch (a CUDA kernel launch)", "host"))
     }
+}
 
+impl GraphApi for HostDevice {
     fn capture_begin(&self, stream: u64, _mode: CaptureMode) -> Result<()> {
         let s = stream_ref(stream);
         let mut st = lock(&s.worker.state);

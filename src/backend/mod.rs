@@ -68,47 +68,60 @@ c_enum! {
 /// so that a captured graph can run it on every replay.
 pub type HostFn = Box<dyn Fn() + Send + Sync + 'static>;
 
-/// Declares the [`Backend`] trait from one list of methods, and gives
-/// [`DeviceBackend`] the same methods, each forwarding to its variant's own.
+/// Declares the backend traits (one per area: device, streams, events, memory,
+/// modules, graphs) from one list of methods, `Backend` as all of them together,
+/// and gives [`DeviceBackend`] the same methods, each forwarding to its variant's
+/// own. A backend implements each area in its own file.
 macro_rules! backend_api {
-    (
-        $( $(#[$meta:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?; )*
-        unsafe {
-            $( $(#[$umeta:meta])* fn $uname:ident(&self $(, $uarg:ident: $uty:ty)* $(,)?) $(-> $uret:ty)?; )*
+    ($(
+        $(#[$tmeta:meta])*
+        trait $tr:ident {
+            $( $(#[$meta:meta])* fn $name:ident(&self $(, $arg:ident: $ty:ty)* $(,)?) $(-> $ret:ty)?; )*
+            $( unsafe {
+                $( $(#[$umeta:meta])* fn $uname:ident(&self $(, $uarg:ident: $uty:ty)* $(,)?) $(-> $uret:ty)?; )*
+            } )?
         }
-    ) => {
-        /// One device of one backend. All methods are thread-safe. Every method that
-        /// talks to the driver binds the device's context on the calling thread first.
-        pub trait Backend: Send + Sync + 'static {
-            $( $(#[$meta])* fn $name(&self $(, $arg: $ty)*) $(-> $ret)?; )*
-            $( $(#[$umeta])* unsafe fn $uname(&self $(, $uarg: $uty)*) $(-> $uret)?; )*
-        }
+    )*) => {
+        $(
+            $(#[$tmeta])*
+            pub trait $tr {
+                $( $(#[$meta])* fn $name(&self $(, $arg: $ty)*) $(-> $ret)?; )*
+                $($( $(#[$umeta])* unsafe fn $uname(&self $(, $uarg: $uty)*) $(-> $uret)?; )*)?
+            }
 
-        impl DeviceBackend {
-            $(
-                $(#[$meta])*
-                #[inline(always)]
-                pub fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
-                    match self {
-                        DeviceBackend::Cuda(d) => d.$name($($arg),*),
-                        DeviceBackend::Host(d) => d.$name($($arg),*),
-                    }
-                }
-            )*
-            $(
-                $(#[$umeta])*
-                #[inline(always)]
-                pub unsafe fn $uname(&self $(, $uarg: $uty)*) $(-> $uret)? {
-                    // SAFETY: forwards the caller's contract unchanged.
-                    unsafe {
+            impl DeviceBackend {
+                $(
+                    $(#[$meta])*
+                    #[inline(always)]
+                    pub fn $name(&self $(, $arg: $ty)*) $(-> $ret)? {
                         match self {
-                            DeviceBackend::Cuda(d) => d.$uname($($uarg),*),
-                            DeviceBackend::Host(d) => d.$uname($($uarg),*),
+                            DeviceBackend::Cuda(d) => d.$name($($arg),*),
+                            DeviceBackend::Host(d) => d.$name($($arg),*),
                         }
                     }
-                }
-            )*
-        }
+                )*
+                $($(
+                    $(#[$umeta])*
+                    #[inline(always)]
+                    pub unsafe fn $uname(&self $(, $uarg: $uty)*) $(-> $uret)? {
+                        // SAFETY: forwards the caller's contract unchanged.
+                        unsafe {
+                            match self {
+                                DeviceBackend::Cuda(d) => d.$uname($($uarg),*),
+                                DeviceBackend::Host(d) => d.$uname($($uarg),*),
+                            }
+                        }
+                    }
+                )*)?
+            }
+        )*
+
+        /// One device of one backend: every area. All methods are thread-safe.
+        /// Every method that talks to the driver binds the device's context on the
+        /// calling thread first.
+        pub trait Backend: Send + Sync + 'static $(+ $tr)* {}
+
+        impl<T: Send + Sync + 'static $(+ $tr)*> Backend for T {}
     };
 }
 
@@ -154,75 +167,95 @@ pub fn forget_binding() {
 }
 
 backend_api! {
-    fn kind(&self) -> BackendKind;
-    fn ordinal(&self) -> u32;
-    fn props(&self) -> Result<DeviceProps>;
-    /// (least, greatest) stream priority; greatest is numerically lowest on CUDA.
-    fn priority_range(&self) -> Result<(i32, i32)>;
+    /// What a device is.
+    trait DeviceApi {
+        fn kind(&self) -> BackendKind;
+        fn ordinal(&self) -> u32;
+        fn props(&self) -> Result<DeviceProps>;
+        /// (least, greatest) stream priority; greatest is numerically lowest on CUDA.
+        fn priority_range(&self) -> Result<(i32, i32)>;
+    }
 
-    fn stream_create(&self, non_blocking: bool, priority: i32) -> Result<u64>;
-    fn stream_destroy(&self, stream: u64);
-    /// Adopts a foreign raw stream without owning it (not the legacy default on
-    /// cuda) and returns the raw handle to use; release it with
-    /// `stream_release_external`.
-    fn stream_adopt_external(&self, raw: u64) -> Result<u64>;
-    fn stream_release_external(&self, raw: u64);
-    /// True when all work enqueued so far has completed.
-    fn stream_query(&self, stream: u64) -> Result<bool>;
-    fn stream_synchronize(&self, stream: u64) -> Result<()>;
-    fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()>;
-    fn launch_host_fn(&self, stream: u64, f: HostFn) -> Result<()>;
+    /// Streams and the host functions enqueued on them.
+    trait StreamApi {
+        fn stream_create(&self, non_blocking: bool, priority: i32) -> Result<u64>;
+        fn stream_destroy(&self, stream: u64);
+        /// Adopts a foreign raw stream without owning it (not the legacy default on
+        /// cuda) and returns the raw handle to use; release it with
+        /// `stream_release_external`.
+        fn stream_adopt_external(&self, raw: u64) -> Result<u64>;
+        fn stream_release_external(&self, raw: u64);
+        /// True when all work enqueued so far has completed.
+        fn stream_query(&self, stream: u64) -> Result<bool>;
+        fn stream_synchronize(&self, stream: u64) -> Result<()>;
+        fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()>;
+        fn launch_host_fn(&self, stream: u64, f: HostFn) -> Result<()>;
+    }
 
-    fn event_create(&self, timing: bool) -> Result<u64>;
-    fn event_destroy(&self, event: u64);
-    fn event_record(&self, event: u64, stream: u64) -> Result<()>;
-    /// True when the recorded work has completed (or the event was never recorded).
-    fn event_query(&self, event: u64) -> Result<bool>;
-    fn event_synchronize(&self, event: u64) -> Result<()>;
-    fn event_elapsed_ms(&self, start: u64, end: u64) -> Result<f32>;
+    /// Events.
+    trait EventApi {
+        fn event_create(&self, timing: bool) -> Result<u64>;
+        fn event_destroy(&self, event: u64);
+        fn event_record(&self, event: u64, stream: u64) -> Result<()>;
+        /// True when the recorded work has completed (or the event was never recorded).
+        fn event_query(&self, event: u64) -> Result<bool>;
+        fn event_synchronize(&self, event: u64) -> Result<()>;
+        fn event_elapsed_ms(&self, start: u64, end: u64) -> Result<f32>;
+    }
 
-    fn mem_alloc_async(&self, size: usize, stream: u64) -> Result<u64>;
-    fn mem_free_async(&self, ptr: u64, stream: u64) -> Result<()>;
-    fn pinned_alloc(&self, size: usize) -> Result<*mut u8>;
-    fn pinned_free(&self, ptr: *mut u8);
-    fn host_register(&self, ptr: *mut u8, len: usize) -> Result<()>;
-    fn host_unregister(&self, ptr: *mut u8);
-    /// Copies `len` bytes between any two addresses this device can reach
-    /// (device, pinned or registered host memory), in stream order.
-    fn memcpy_async(&self, dst: u64, src: u64, len: usize, stream: u64) -> Result<()>;
-    /// Copies from pageable host memory. Returns once `src` may be reused.
-    fn memcpy_from_pageable(&self, dst: u64, src: &[u8], stream: u64) -> Result<()>;
-    fn memset_async(&self, dst: u64, value: u8, len: usize, stream: u64) -> Result<()>;
+    /// Memory: stream-ordered device memory, pinned and registered host memory,
+    /// copies and memsets.
+    trait MemoryApi {
+        fn mem_alloc_async(&self, size: usize, stream: u64) -> Result<u64>;
+        fn mem_free_async(&self, ptr: u64, stream: u64) -> Result<()>;
+        fn pinned_alloc(&self, size: usize) -> Result<*mut u8>;
+        fn pinned_free(&self, ptr: *mut u8);
+        fn host_register(&self, ptr: *mut u8, len: usize) -> Result<()>;
+        fn host_unregister(&self, ptr: *mut u8);
+        /// Copies `len` bytes between any two addresses this device can reach
+        /// (device, pinned or registered host memory), in stream order.
+        fn memcpy_async(&self, dst: u64, src: u64, len: usize, stream: u64) -> Result<()>;
+        /// Copies from pageable host memory. Returns once `src` may be reused.
+        fn memcpy_from_pageable(&self, dst: u64, src: &[u8], stream: u64) -> Result<()>;
+        fn memset_async(&self, dst: u64, value: u8, len: usize, stream: u64) -> Result<()>;
+    }
 
-    fn module_load(&self, image: &[u8]) -> Result<u64>;
-    fn module_unload(&self, module: u64);
-    fn module_function(&self, module: u64, name: &std::ffi::CStr) -> Result<u64>;
+    /// Modules and kernel launches (cuda; host returns Unsupported).
+    trait ModuleApi {
+        fn module_load(&self, image: &[u8]) -> Result<u64>;
+        fn module_unload(&self, module: u64);
+        fn module_function(&self, module: u64, name: &std::ffi::CStr) -> Result<u64>;
+        unsafe {
+            /// # Safety
+            /// `args` must point to one valid pointer per kernel parameter.
+            fn launch_kernel(
+                &self,
+                func: u64,
+                dims: LaunchDims,
+                args: *mut *mut c_void,
+                stream: u64,
+            ) -> Result<()>;
+        }
+    }
 
-    fn capture_begin(&self, stream: u64, mode: CaptureMode) -> Result<()>;
-    /// Ends capture and returns the raw graph.
-    fn capture_end(&self, stream: u64) -> Result<u64>;
-    /// True while `stream` is capturing (active capture status).
-    fn capture_active(&self, stream: u64) -> Result<bool>;
-    fn graph_destroy(&self, graph: u64);
-    fn graph_instantiate(&self, graph: u64) -> Result<u64>;
-    fn graph_exec_destroy(&self, exec: u64);
-    fn graph_upload(&self, exec: u64, stream: u64) -> Result<()>;
-    fn graph_launch(&self, exec: u64, stream: u64) -> Result<()>;
-    /// Updates `exec` in place from `graph`. `Ok(Err(reason))` means the update was
-    /// refused (topology or node kind changed) and the caller should re-instantiate.
-    fn graph_exec_update(&self, exec: u64, graph: u64) -> Result<std::result::Result<(), String>>;
-    /// Number of nodes in a graph.
-    fn graph_node_count(&self, graph: u64) -> Result<usize>;
-    fn graph_debug_dot(&self, graph: u64, path: &std::ffi::CStr, verbose: bool) -> Result<()>;
-    unsafe {
-        /// # Safety
-        /// `args` must point to one valid pointer per kernel parameter.
-        fn launch_kernel(
-            &self,
-            func: u64,
-            dims: LaunchDims,
-            args: *mut *mut c_void,
-            stream: u64,
-        ) -> Result<()>;
+    /// Graph capture and graphs (cuda; host implements its own recorder).
+    trait GraphApi {
+        fn capture_begin(&self, stream: u64, mode: CaptureMode) -> Result<()>;
+        /// Ends capture and returns the raw graph.
+        fn capture_end(&self, stream: u64) -> Result<u64>;
+        /// True while `stream` is capturing (active capture status).
+        fn capture_active(&self, stream: u64) -> Result<bool>;
+        fn graph_destroy(&self, graph: u64);
+        fn graph_instantiate(&self, graph: u64) -> Result<u64>;
+        fn graph_exec_destroy(&self, exec: u64);
+        fn graph_upload(&self, exec: u64, stream: u64) -> Result<()>;
+        fn graph_launch(&self, exec: u64, stream: u64) -> Result<()>;
+        /// Updates `exec` in place from `graph`. `Ok(Err(reason))` means the update was
+        /// refused (topology or node kind changed) and the caller should re-instantiate.
+        fn graph_exec_update(&self, exec: u64, graph: u64)
+            -> Result<std::result::Result<(), String>>;
+        /// Number of nodes in a graph.
+        fn graph_node_count(&self, graph: u64) -> Result<usize>;
+        fn graph_debug_dot(&self, graph: u64, path: &std::ffi::CStr, verbose: bool) -> Result<()>;
     }
 }

@@ -10,7 +10,14 @@
 
 mod device;
 mod driver;
+mod event;
+mod graph;
 mod image;
+mod memory;
+mod module;
+mod stream;
+#[cfg(test)]
+mod tests;
 
 pub use device::{enter_call, forget_binding, leave_call, open, CudaDevice};
 pub use driver::{device_count, driver, Driver};

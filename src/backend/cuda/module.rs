@@ -1,0 +1,112 @@
+//! Modules (JIT-linked images) and kernel launches on the driver API.
+
+use super::device::{h, raw, CudaDevice};
+use super::driver::*;
+use super::image::prepare_image;
+use crate::backend::LaunchDims;
+use crate::backend::ModuleApi;
+use crate::error::{ErrorCode, Result};
+use cudarc::driver::sys::{CUfunction, CUmodule};
+use std::ffi::{c_uint, c_void, CStr};
+use std::ptr::null_mut;
+
+impl ModuleApi for CudaDevice {
+    fn module_load(&self, image: &[u8]) -> Result<u64> {
+        let image = prepare_image(image)?;
+        let d = self.bind()?;
+        let mut err_log = vec![0u8; JIT_LOG_BYTES];
+        let mut info_log = vec![0u8; JIT_LOG_BYTES];
+        let mut opts = [
+            CU_JIT_ERROR_LOG_BUFFER,
+            CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            CU_JIT_INFO_LOG_BUFFER,
+            CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut vals: [*mut c_void; 4] = [
+            err_log.as_mut_ptr().cast(),
+            JIT_LOG_BYTES as *mut c_void,
+            info_log.as_mut_ptr().cast(),
+            JIT_LOG_BYTES as *mut c_void,
+        ];
+        let mut m: CUmodule = null_mut();
+        // SAFETY: the image was validated (PTX NUL-terminated); log buffers outlive the call.
+        let res = unsafe {
+            (d.cuModuleLoadDataEx)(
+                &mut m,
+                image.as_ptr().cast(),
+                opts.len() as c_uint,
+                opts.as_mut_ptr(),
+                vals.as_mut_ptr(),
+            )
+        };
+        if res != CUDA_SUCCESS {
+            let mut e = d.err(res, "loading CUDA module (cuModuleLoadDataEx)");
+            e.code = ErrorCode::ModuleLoad;
+            for (label, log) in [("JIT error log", &err_log), ("JIT info log", &info_log)] {
+                let text = log_text(log);
+                if !text.is_empty() {
+                    e.message.push_str(&format!("\n{label}:\n{text}"));
+                }
+            }
+            return Err(e);
+        }
+        Ok(raw(m))
+    }
+
+    fn module_unload(&self, module: u64) {
+        if let Ok(d) = self.bind() {
+            // SAFETY: a live module of this device, unloaded once.
+            let _ = unsafe { (d.cuModuleUnload)(h(module)) };
+        }
+    }
+
+    fn module_function(&self, module: u64, name: &CStr) -> Result<u64> {
+        let d = self.bind()?;
+        let mut f: CUfunction = null_mut();
+        // SAFETY: a live module; name is NUL-terminated.
+        let res = unsafe { (d.cuModuleGetFunction)(&mut f, h(module), name.as_ptr()) };
+        if res == CUDA_ERROR_NOT_FOUND {
+            let mut e = d.err(
+                res,
+                format_args!(
+                    "kernel function '{}' not found in module",
+                    name.to_string_lossy()
+                ),
+            );
+            e.code = ErrorCode::NotFound;
+            return Err(e);
+        }
+        d.check(res, "cuModuleGetFunction")?;
+        Ok(raw(f))
+    }
+
+    #[inline(always)]
+    unsafe fn launch_kernel(
+        &self,
+        func: u64,
+        dims: LaunchDims,
+        args: *mut *mut c_void,
+        stream: u64,
+    ) -> Result<()> {
+        let d = self.bind()?;
+        let [gx, gy, gz] = dims.grid;
+        let [bx, by, bz] = dims.block;
+        // SAFETY: the caller guarantees args matches the kernel's parameters.
+        let res = unsafe {
+            (self.hot.launch_kernel)(
+                h(func),
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                dims.shared_mem_bytes,
+                h(stream),
+                args,
+                null_mut(),
+            )
+        };
+        d.check(res, "cuLaunchKernel")
+    }
+}
