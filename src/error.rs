@@ -45,13 +45,6 @@ c_enum! {
     }
 }
 
-impl ErrorCode {
-    /// The NUL-terminated constant name, for example `SLUICE_ERROR_INVALID_HANDLE`.
-    pub fn name_cstr(self) -> &'static std::ffi::CStr {
-        self.c_name()
-    }
-}
-
 /// An error of the core: a stable code, a message, and the driver's code if any.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Error {

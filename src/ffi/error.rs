@@ -61,7 +61,7 @@ pub extern "C" fn sluice_error_free(err: *mut sluice_error_t) {
 #[no_mangle]
 pub extern "C" fn sluice_error_code_name(code: u32) -> *const c_char {
     match ErrorCode::from_u32(code) {
-        Some(c) => c.name_cstr().as_ptr(),
+        Some(c) => c.c_name().as_ptr(),
         None if code == 0 => c"SLUICE_OK".as_ptr(),
         None => c"SLUICE_ERROR_UNKNOWN".as_ptr(),
     }
