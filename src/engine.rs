@@ -451,14 +451,15 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
             });
         if current {
             locked.publish(me, &rec, &mut Publish::unlocked());
-            // Its `set.len()` references went to the objects.
-            std::mem::forget(rec);
         } else {
             for _ in 0..set.len() {
                 // SAFETY: each of the references the recording was made with.
                 drop(unsafe { rec.dup_counted() });
             }
-            std::mem::forget(rec);
+        }
+        // Its `set.len()` references went to the objects or were dropped.
+        std::mem::forget(rec);
+        if !current {
             let mut need = Waits::new();
             for a in locked.set {
                 // SAFETY: locked.
