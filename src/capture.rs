@@ -304,8 +304,15 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
 }
 
 /// Called when `stream` waits on `rec`: joining a capture (fork) or a join back.
+#[inline(always)]
 pub(crate) fn note_wait(stream: &Arc<Stream>, rec: &Recording) {
-    let Some(cid) = rec.capture_id() else { return };
+    if let Some(cid) = rec.capture_id() {
+        note_capture_wait(stream, rec, cid);
+    }
+}
+
+#[cold]
+fn note_capture_wait(stream: &Arc<Stream>, rec: &Recording, cid: u64) {
     let Some(cap) = live_capture(cid) else { return };
     if !stream.is_capturing() {
         // Fork: the driver moved this stream into the capture.

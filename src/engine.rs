@@ -185,6 +185,7 @@ pub(crate) fn publish_into(
 ) {
     st.version = st.version.wrapping_add(1);
     if write {
+        st.writes = st.writes.wrapping_add(1);
         while let Some(old) = st.readers.pop() {
             publish.release(old);
         }
@@ -358,8 +359,7 @@ fn run_op_inner(
 #[derive(Clone, Copy)]
 pub(crate) struct SeenState {
     version: u64,
-    /// The writer's (stream, sequence), (0, 0) for none.
-    writer: (u64, u64),
+    writes: u64,
 }
 
 type Seen = Small<SeenState, 4>;
@@ -368,22 +368,20 @@ impl SeenState {
     fn of(st: &SyncState) -> SeenState {
         SeenState {
             version: st.version,
-            writer: st
-                .writer
-                .as_ref()
-                .map_or((0, 0), |w| (w.stream_id(), w.seq)),
+            writes: st.writes,
         }
     }
 
     /// True when publishing a recording `seq` of stream `me` into `st` keeps the
     /// engine's bookkeeping true although it was recorded without the object's
-    /// lock: for a read, the writer is the one the op waited for at begin and `me`
-    /// has published nothing newer; for a write, nothing was published since begin.
+    /// lock: for a read, no write was published since begin (a pruned writer is
+    /// complete) and `me` has published nothing newer; for a write, nothing was
+    /// published since begin.
     fn still_current(&self, st: &SyncState, me: u64, seq: u64, write: bool) -> bool {
         if write {
             return st.version == self.version;
         }
-        SeenState::of(st).writer == self.writer
+        st.writes == self.writes
             && st
                 .readers
                 .iter()

@@ -195,8 +195,10 @@ impl Stream {
     /// Makes this stream wait on a recording, with no host block.
     #[inline(always)]
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
-        self.push(|| self.wait_pushed(rec))?;
-        self.stats.waits.fetch_add(1, Ordering::Relaxed);
+        let mut push = self.push_lock();
+        self.wait_pushed(rec)?;
+        // Counted under the lock it already holds: no atomic.
+        push.op_waits += 1;
         Ok(())
     }
 

@@ -28,6 +28,9 @@ pub(crate) struct SyncState {
     pub(crate) capture: u64,
     /// Bumped by every publication (foreign ops compare it between begin and end).
     pub(crate) version: u64,
+    /// Bumped by every published write (a foreign read compares it instead of
+    /// reading the writer's recording).
+    pub(crate) writes: u64,
 }
 
 /// A per-object dependency record: stands for a buffer, or for foreign memory.
