@@ -44,6 +44,21 @@
 
 
 /**
+ * The most segments a batch may have.
+ */
+#define MAX_SEGMENTS 8
+
+/**
+ * The depth used when the caller gives 0.
+ */
+#define DEFAULT_DEPTH 2
+
+/**
+ * The greatest depth.
+ */
+#define MAX_DEPTH 64
+
+/**
  * Version of the C ABI. Bumped on any incompatible change.
  */
 #define SLUICE_ABI_VERSION 1
@@ -185,6 +200,16 @@
 #define SLUICE_ERROR_INVALID_STATE 18
 
 /**
+ * The input has ended and every batch was consumed (the prefetcher's `next`).
+ */
+#define SLUICE_ERROR_END_OF_DATA 19
+
+/**
+ * A blocking call gave up after its timeout.
+ */
+#define SLUICE_ERROR_TIMEOUT 20
+
+/**
  * Buffer kind: device memory from the driver's stream-ordered pool.
  */
 #define SLUICE_BUFFER_DEVICE 1
@@ -218,6 +243,21 @@
  * `sluice_graph_exec_update` re-instantiated because the update was refused.
  */
 #define SLUICE_GRAPH_UPDATE_REINSTANTIATED 1
+
+/**
+ * The most segments a batch may have.
+ */
+#define SLUICE_PREFETCH_MAX_SEGMENTS 8
+
+/**
+ * A fill callback's return value for "the input has ended".
+ */
+#define SLUICE_PREFETCH_END 1
+
+/**
+ * A timeout meaning "wait as long as it takes".
+ */
+#define SLUICE_WAIT_FOREVER UINT32_MAX
 
 /**
  * Stream flag: do not synchronise with the legacy default stream.
@@ -495,6 +535,168 @@ typedef struct sluice_buffer_info_t {
    */
   void *host_ptr;
 } sluice_buffer_info_t;
+
+/**
+ * A slot being filled in place: by `sluice_prefetcher_acquire` (then
+ * `sluice_prefetcher_submit` or `sluice_prefetcher_cancel`), or by a fill callback.
+ */
+typedef struct sluice_prefetch_fill_t {
+  /**
+   * The batch's sequence number.
+   */
+  uint64_t seq;
+  /**
+   * Identifies the slot and its use; a fill is submitted or cancelled once.
+   */
+  uint64_t token;
+  /**
+   * Segments per batch.
+   */
+  uint32_t segments;
+  /**
+   * Pinned host memory of each segment.
+   */
+  void *host[8];
+  /**
+   * Its capacity in bytes.
+   */
+  size_t capacity[8];
+  /**
+   * The bytes written, set by the producer (0 is allowed).
+   */
+  size_t len[8];
+} sluice_prefetch_fill_t;
+
+/**
+ * A pull-mode producer, run on the prefetcher's own threads: it writes up to
+ * `fill->capacity[i]` bytes at `fill->host[i]`, sets `fill->len[i]`, and returns
+ * 0, `SLUICE_PREFETCH_END` when the input has ended, or any other value for a
+ * failure that the consumer receives in the batch's place. It may block; it must
+ * not call `sluice_prefetcher_destroy` on its own prefetcher.
+ */
+typedef int32_t (*sluice_prefetch_fill_fn)(void *user_data, struct sluice_prefetch_fill_t *fill);
+
+/**
+ * How to create a prefetcher.
+ */
+typedef struct sluice_prefetcher_config_t {
+  /**
+   * Slots (batches in flight): 1 to 64, 0 for the default of 2.
+   */
+  uint32_t depth;
+  /**
+   * Segments per batch, 1 to `SLUICE_PREFETCH_MAX_SEGMENTS`.
+   */
+  uint32_t segments;
+  /**
+   * The capacity in bytes of each segment (each > 0).
+   */
+  size_t capacity[8];
+  /**
+   * Pull mode: the fill callback, or NULL for push mode.
+   */
+  sluice_prefetch_fill_fn fill;
+  /**
+   * Passed to `fill`.
+   */
+  void *user_data;
+  /**
+   * Pull mode: the number of producer threads (0 means 1).
+   */
+  uint32_t producer_threads;
+} sluice_prefetcher_config_t;
+
+/**
+ * A prefetcher. Thread safety: every function may be called from any thread at
+ * once; batches are returned in sequence order.
+ */
+typedef struct sluice_prefetcher_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_prefetcher_t;
+
+/**
+ * One segment of a pushed batch.
+ */
+typedef struct sluice_prefetch_segment_t {
+  /**
+   * Host memory to copy from (NULL only when `len` is 0).
+   */
+  const void *ptr;
+  /**
+   * Its length in bytes.
+   */
+  size_t len;
+} sluice_prefetch_segment_t;
+
+/**
+ * A batch leased by `sluice_prefetcher_next` until `sluice_batch_release`.
+ */
+typedef struct sluice_batch_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_batch_t;
+
+/**
+ * A batch on the device.
+ */
+typedef struct sluice_batch_view_t {
+  /**
+   * The batch's sequence number (also set when a producer's error is returned).
+   */
+  uint64_t seq;
+  /**
+   * Segments per batch.
+   */
+  uint32_t segments;
+  /**
+   * Device address of each segment.
+   */
+  uint64_t device_ptr[8];
+  /**
+   * Its length in bytes.
+   */
+  size_t len[8];
+  /**
+   * Its sync object, for tracked kernels and copies (owned by the prefetcher:
+   * valid until it is destroyed, not to be destroyed by the caller).
+   */
+  struct sluice_sync_t sync[8];
+} sluice_batch_view_t;
+
+/**
+ * A prefetcher's counters.
+ */
+typedef struct sluice_prefetcher_stats_t {
+  /**
+   * Batches handed to consumers.
+   */
+  uint64_t batches;
+  /**
+   * Bytes copied host-to-device.
+   */
+  uint64_t bytes;
+  /**
+   * Nanoseconds producers waited for a free slot.
+   */
+  uint64_t producer_wait_ns;
+  /**
+   * Nanoseconds consumers waited in `next`.
+   */
+  uint64_t consumer_wait_ns;
+  /**
+   * Pinned staging bytes held (constant from create to destroy).
+   */
+  uint64_t pinned_bytes;
+  /**
+   * Host-to-device GB/s over the copies timed so far (0 before the first).
+   */
+  double copy_gbps;
+} sluice_prefetcher_stats_t;
 
 /**
  * Counters of a stream.
@@ -1056,6 +1258,113 @@ struct sluice_error_t *sluice_stream_launch(struct sluice_stream_t stream,
                                             size_t num_reads,
                                             const struct sluice_sync_t *writes,
                                             size_t num_writes);
+
+/**
+ * Creates a prefetcher on `device`: its copy stream and every slot's pinned and
+ * device memory are allocated now and never grow. With `config->fill` set, its
+ * producer threads start at once (pull mode); otherwise batches come from
+ * `sluice_prefetcher_push` or `sluice_prefetcher_acquire` (push mode). Ownership:
+ * the caller owns the new handle and destroys it with `sluice_prefetcher_destroy`.
+ */
+struct sluice_error_t *sluice_prefetcher_create(struct sluice_device_t device,
+                                                const struct sluice_prefetcher_config_t *config,
+                                                struct sluice_prefetcher_t *prefetcher_out);
+
+/**
+ * Destroys a prefetcher at any moment: blocked producers and consumers return
+ * `SLUICE_ERROR_INVALID_HANDLE`, the producer threads are joined, leased batches
+ * are ended (their handles then give `SLUICE_ERROR_INVALID_HANDLE`), and the
+ * memory is freed once the device work that uses it has completed.
+ */
+struct sluice_error_t *sluice_prefetcher_destroy(struct sluice_prefetcher_t prefetcher);
+
+/**
+ * Copies `num_segments` host ranges (one per segment) into a free slot's pinned
+ * memory and enqueues the batch's H2D copy on the prefetcher's copy stream.
+ * Blocks while every slot is busy, up to `timeout_ms` (`SLUICE_WAIT_FOREVER`:
+ * no limit; then `SLUICE_ERROR_TIMEOUT`). A length over a segment's capacity gives
+ * `SLUICE_ERROR_OUT_OF_RANGE` and queues nothing. Writes the batch's sequence
+ * number to `seq_out` when it is not NULL.
+ */
+struct sluice_error_t *sluice_prefetcher_push(struct sluice_prefetcher_t prefetcher,
+                                              const struct sluice_prefetch_segment_t *segments,
+                                              uint32_t num_segments,
+                                              uint32_t timeout_ms,
+                                              uint64_t *seq_out);
+
+/**
+ * Takes a free slot for the caller to fill in place (zero-copy push): write into
+ * `fill_out->host[i]`, set `fill_out->len[i]`, then `sluice_prefetcher_submit`, or
+ * `sluice_prefetcher_cancel` to give it back. Blocks like `sluice_prefetcher_push`.
+ */
+struct sluice_error_t *sluice_prefetcher_acquire(struct sluice_prefetcher_t prefetcher,
+                                                 uint32_t timeout_ms,
+                                                 struct sluice_prefetch_fill_t *fill_out);
+
+/**
+ * Submits a slot taken with `sluice_prefetcher_acquire`: enqueues the H2D copy of
+ * `fill->len[i]` bytes of each segment. A length over the capacity gives
+ * `SLUICE_ERROR_OUT_OF_RANGE`, and the consumer receives that error in the batch's
+ * place.
+ */
+struct sluice_error_t *sluice_prefetcher_submit(struct sluice_prefetcher_t prefetcher,
+                                                const struct sluice_prefetch_fill_t *fill);
+
+/**
+ * Gives back a slot taken with `sluice_prefetcher_acquire`, unused: its sequence
+ * number is skipped.
+ */
+struct sluice_error_t *sluice_prefetcher_cancel(struct sluice_prefetcher_t prefetcher,
+                                                const struct sluice_prefetch_fill_t *fill);
+
+/**
+ * Ends the input: `next` returns what is in flight, then `SLUICE_ERROR_END_OF_DATA`.
+ * Producers waiting for a slot, and later pushes, get `SLUICE_ERROR_INVALID_STATE`.
+ */
+struct sluice_error_t *sluice_prefetcher_close_input(struct sluice_prefetcher_t prefetcher);
+
+/**
+ * Leases the oldest ready batch to work on `stream`, waiting up to `timeout_ms`
+ * for it on the host (its producer's submit, never its copy). `stream` waits on the
+ * device for the batch's copy; kernels that name `view_out->sync[i]` are tracked.
+ * Release it with `sluice_batch_release`. At the end of the input it returns
+ * `SLUICE_ERROR_END_OF_DATA`; a producer's error is returned in its batch's place,
+ * with `view_out->seq` set. Ownership: the caller owns the batch handle until
+ * `sluice_batch_release`.
+ */
+struct sluice_error_t *sluice_prefetcher_next(struct sluice_prefetcher_t prefetcher,
+                                              struct sluice_stream_t stream,
+                                              uint32_t timeout_ms,
+                                              struct sluice_batch_t *batch_out,
+                                              struct sluice_batch_view_t *view_out);
+
+/**
+ * Releases a leased batch in stream order: its slot is refilled only after the
+ * work enqueued on the consumer's stream so far has completed on the device. The
+ * host does not wait. Ownership: consumes the handle, also when it fails.
+ */
+struct sluice_error_t *sluice_batch_release(struct sluice_batch_t batch);
+
+/**
+ * Graph mode: copies the oldest batch, device to device as a tracked op on
+ * `stream`, into `dst[i]` (one buffer per segment, each at least the segment's
+ * capacity), and releases it at once in stream order. A graph captured over
+ * `dst` can be replayed for every batch. Waits and errors as
+ * `sluice_prefetcher_next`; `view_out` describes the batch (its device pointers
+ * are the slot's, valid only until the next batch).
+ */
+struct sluice_error_t *sluice_prefetcher_next_into(struct sluice_prefetcher_t prefetcher,
+                                                   struct sluice_stream_t stream,
+                                                   const struct sluice_buffer_t *dst,
+                                                   uint32_t num_dst,
+                                                   uint32_t timeout_ms,
+                                                   struct sluice_batch_view_t *view_out);
+
+/**
+ * Writes the prefetcher's counters.
+ */
+struct sluice_error_t *sluice_prefetcher_stats(struct sluice_prefetcher_t prefetcher,
+                                               struct sluice_prefetcher_stats_t *stats_out);
 
 /**
  * Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;

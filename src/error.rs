@@ -42,6 +42,10 @@ c_enum! {
         WrongDevice = 17 => WRONG_DEVICE,
         /// The object is in a state that does not allow this call.
         InvalidState = 18 => INVALID_STATE,
+        /// The input has ended and every batch was consumed (the prefetcher's `next`).
+        EndOfData = 19 => END_OF_DATA,
+        /// A blocking call gave up after its timeout.
+        Timeout = 20 => TIMEOUT,
     }
 }
 

@@ -21,6 +21,7 @@ pub mod memory;
 pub mod module;
 mod objlock;
 pub mod ops;
+pub mod prefetch;
 pub mod stream;
 pub mod sync;
 mod tls;

@@ -71,6 +71,12 @@ pub const SLUICE_ERROR_WRONG_DEVICE: u32 = 17;
 /// The object is in a state that does not allow this call.
 pub const SLUICE_ERROR_INVALID_STATE: u32 = 18;
 
+/// The input has ended and every batch was consumed (the prefetcher's `next`).
+pub const SLUICE_ERROR_END_OF_DATA: u32 = 19;
+
+/// A blocking call gave up after its timeout.
+pub const SLUICE_ERROR_TIMEOUT: u32 = 20;
+
 /// Buffer kind: device memory from the driver's stream-ordered pool.
 pub const SLUICE_BUFFER_DEVICE: u32 = 1;
 

@@ -2,6 +2,7 @@
 //! the generic lookup, pin, removal and write-out every export uses (in the style
 //! of rustls-ffi's `Castable`).
 
+use super::prefetch::{Lease, PrefetcherEntry};
 use super::*;
 use crate::engine::ForeignOp;
 use crate::epoch::Guard;
@@ -77,6 +78,8 @@ handles! {
     sluice_graph_t => Arc<Graph>, "graph";
     sluice_graph_exec_t => Arc<GraphExec>, "graph exec";
     sluice_graph_cache_t => Arc<GraphCache>, "graph cache";
+    sluice_prefetcher_t => Arc<PrefetcherEntry>, "prefetcher";
+    sluice_batch_t => Arc<Lease>, "batch";
 }
 
 /// The object a handle names (a new reference).

@@ -24,6 +24,7 @@ mod handles;
 pub(crate) use handles::{get, pinned, remove, stale, with, write_new, Castable};
 mod memory;
 mod module;
+mod prefetch;
 mod stream;
 mod sync;
 pub use deprecated::*;
@@ -33,6 +34,7 @@ pub use error::*;
 pub use event::*;
 pub use memory::*;
 pub use module::*;
+pub use prefetch::*;
 pub use stream::*;
 pub use sync::*;
 

@@ -1,0 +1,759 @@
+//! The prefetcher: the next batch is copied host-to-device on the prefetcher's own
+//! stream while the consumer computes on the current one.
+//!
+//! Each of `depth` slots holds pinned staging memory and device memory for every
+//! segment, all allocated at create. A slot cycles free → filling (a producer
+//! writes its pinned memory) → ready (its H2D copies are enqueued) → leased (a
+//! consumer uses its device memory) → free. Sequence numbers are given when a
+//! producer takes a slot, and consumers receive batches in that order.
+//!
+//! Ordering on the device comes from the segments' sync objects: the H2D copy is a
+//! tracked op that writes the device buffer, a lease is a foreign op that reads it
+//! on the consumer's stream from `next` to `release`, so a refill waits on the
+//! device for the consumer's work. The host waits only for its own staging memory:
+//! a producer that takes a slot waits for that slot's previous H2D copy.
+
+use crate::device::Device;
+use crate::engine::ForeignOp;
+use crate::error::{Error, ErrorCode, Result};
+use crate::event::RecRef;
+use crate::memory::Buffer;
+use crate::ops;
+use crate::stream::Stream;
+use crate::sync::SyncObject;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// The most segments a batch may have.
+pub const MAX_SEGMENTS: usize = 8;
+/// The depth used when the caller gives 0.
+pub const DEFAULT_DEPTH: u32 = 2;
+/// The greatest depth.
+pub const MAX_DEPTH: u32 = 64;
+
+/// What a pull-mode fill callback reports.
+pub enum FillOutcome {
+    /// The lengths are set; the batch is ready to copy.
+    Ready,
+    /// The input has ended; this slot carries no batch.
+    End,
+    /// The producer failed; the consumer receives this error in the batch's place.
+    Failed(String),
+}
+
+/// A pull-mode producer: called on the prefetcher's own threads, one slot at a time.
+pub type FillFn = Arc<dyn Fn(&mut Fill<'_>) -> FillOutcome + Send + Sync>;
+
+/// A slot taken by a producer: its sequence number and its pinned memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    pub seq: u64,
+    pub slot: u32,
+    /// The slot's generation when taken: a ticket is used once.
+    pub generation: u32,
+}
+
+/// A slot being filled in place (pull mode, or zero-copy push).
+pub struct Fill<'a> {
+    pub ticket: Ticket,
+    /// Host address and capacity of each segment's pinned memory.
+    pub host: &'a [(*mut u8, usize)],
+    /// The bytes the producer wrote into each segment.
+    pub len: &'a mut [usize],
+}
+
+/// A batch as the consumer sees it.
+#[derive(Clone, Debug)]
+pub struct BatchView {
+    pub seq: u64,
+    /// The slot it is in.
+    pub slot: u32,
+    /// Device address and length of each segment.
+    pub segments: Vec<(u64, usize)>,
+    /// The device buffer of each segment (its sync object orders kernels on it).
+    pub buffers: Vec<Arc<Buffer>>,
+}
+
+/// An error of `next`: when a producer failed, the batch's sequence number too.
+#[derive(Clone, Debug)]
+pub struct NextError {
+    pub error: Error,
+    /// The failed batch's sequence number (producer errors only).
+    pub seq: Option<u64>,
+}
+
+impl From<Error> for NextError {
+    fn from(error: Error) -> Self {
+        NextError { error, seq: None }
+    }
+}
+
+type NextResult<T> = std::result::Result<T, NextError>;
+
+/// Counters of one prefetcher.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PrefetchStats {
+    /// Batches handed to consumers.
+    pub batches: u64,
+    /// Bytes copied host-to-device.
+    pub bytes: u64,
+    /// Time producers waited for a free slot (and for its previous copy).
+    pub producer_wait_ns: u64,
+    /// Time consumers waited in `next`.
+    pub consumer_wait_ns: u64,
+    /// Pinned staging memory held (constant from create to destroy).
+    pub pinned_bytes: u64,
+    /// Host-to-device GB/s over the copies timed so far (0 before the first).
+    pub copy_gbps: f64,
+}
+
+struct SlotBuffers {
+    pinned: Vec<Arc<Buffer>>,
+    device: Vec<Arc<Buffer>>,
+    host: Vec<(*mut u8, usize)>,
+}
+
+// SAFETY: the raw host pointers name pinned memory owned by `pinned`.
+unsafe impl Send for SlotBuffers {}
+// SAFETY: as above; writers are serialised by the slot's state.
+unsafe impl Sync for SlotBuffers {}
+
+struct Slot {
+    buffers: Arc<SlotBuffers>,
+    generation: u32,
+    /// Timing recordings around the slot's last copies, until timed.
+    copied: Option<(RecRef, RecRef, u64)>,
+}
+
+enum Entry {
+    Filling(u32),
+    Ready(u32, Vec<usize>),
+    Failed(Error),
+    Skipped,
+}
+
+struct State {
+    slots: Vec<Slot>,
+    free: VecDeque<u32>,
+    next_seq: u64,
+    next_out: u64,
+    pending: BTreeMap<u64, Entry>,
+    leased: HashMap<u64, (u32, ForeignOp)>,
+    input_closed: bool,
+    destroyed: bool,
+    stats: PrefetchStats,
+    copy_secs: f64,
+    copy_timed_bytes: u64,
+}
+
+/// A prefetcher. Thread-safe: producers and consumers may be on any threads.
+pub struct Prefetcher {
+    device: Arc<Device>,
+    copy_stream: Arc<Stream>,
+    capacities: Vec<usize>,
+    /// The device buffers' sync objects, per slot.
+    syncs: Vec<Vec<Arc<SyncObject>>>,
+    state: Mutex<State>,
+    slot_freed: Condvar,
+    batch_ready: Condvar,
+    /// Keeps one batch's copies and timing recordings together on the copy stream.
+    copy_order: Mutex<()>,
+    producers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+fn destroyed() -> Error {
+    Error::new(ErrorCode::InvalidHandle, "the prefetcher was destroyed")
+}
+
+fn timed_out(what: &str) -> Error {
+    Error::new(ErrorCode::Timeout, format!("{what} timed out"))
+}
+
+impl Prefetcher {
+    /// Allocates `depth` slots (0 means [`DEFAULT_DEPTH`]) of pinned and device
+    /// memory for each segment capacity, and the prefetcher's copy stream.
+    pub fn create(device: &Arc<Device>, depth: u32, capacities: &[usize]) -> Result<Arc<Self>> {
+        let depth = if depth == 0 { DEFAULT_DEPTH } else { depth };
+        if depth > MAX_DEPTH {
+            return Err(Error::invalid_argument(format!(
+                "prefetcher depth {depth} is over {MAX_DEPTH}"
+            )));
+        }
+        if capacities.is_empty() || capacities.len() > MAX_SEGMENTS {
+            return Err(Error::invalid_argument(format!(
+                "a prefetcher has 1 to {MAX_SEGMENTS} segments, not {}",
+                capacities.len()
+            )));
+        }
+        if let Some(i) = capacities.iter().position(|&c| c == 0) {
+            return Err(Error::invalid_argument(format!(
+                "segment {i}: capacity must be > 0"
+            )));
+        }
+        let copy_stream = Stream::create(device, crate::stream::STREAM_NON_BLOCKING, 0)?;
+        copy_stream.set_label(Some("sluice prefetcher copies"));
+        let mut slots = Vec::with_capacity(depth as usize);
+        let mut syncs = Vec::with_capacity(depth as usize);
+        for _ in 0..depth {
+            let mut pinned = Vec::new();
+            let mut dev = Vec::new();
+            for &cap in capacities {
+                pinned.push(Buffer::alloc_pinned(device, cap)?);
+                dev.push(Buffer::alloc(&copy_stream, cap)?);
+            }
+            let host = pinned
+                .iter()
+                .map(|b| (b.host_ptr().expect("pinned memory"), b.size))
+                .collect();
+            syncs.push(dev.iter().map(|b| b.sync.clone()).collect());
+            slots.push(Slot {
+                buffers: Arc::new(SlotBuffers {
+                    pinned,
+                    device: dev,
+                    host,
+                }),
+                generation: 1,
+                copied: None,
+            });
+        }
+        let pinned_bytes = depth as u64 * capacities.iter().map(|&c| c as u64).sum::<u64>();
+        Ok(Arc::new(Prefetcher {
+            device: device.clone(),
+            copy_stream,
+            capacities: capacities.to_vec(),
+            syncs,
+            state: Mutex::new(State {
+                slots,
+                free: (0..depth).collect(),
+                next_seq: 0,
+                next_out: 0,
+                pending: BTreeMap::new(),
+                leased: HashMap::new(),
+                input_closed: false,
+                destroyed: false,
+                stats: PrefetchStats {
+                    pinned_bytes,
+                    ..PrefetchStats::default()
+                },
+                copy_secs: 0.0,
+                copy_timed_bytes: 0,
+            }),
+            slot_freed: Condvar::new(),
+            batch_ready: Condvar::new(),
+            copy_order: Mutex::new(()),
+            producers: Mutex::new(Vec::new()),
+        }))
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The capacity of each segment.
+    pub fn capacities(&self) -> &[usize] {
+        &self.capacities
+    }
+
+    /// The number of slots.
+    pub fn depth(&self) -> usize {
+        self.syncs.len()
+    }
+
+    /// The sync objects of slot `slot`'s device buffers.
+    pub fn slot_syncs(&self, slot: usize) -> &[Arc<SyncObject>] {
+        &self.syncs[slot]
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits on `cv` until `deadline`; false when it passed.
+    fn wait<'a>(
+        cv: &Condvar,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, State>, bool) {
+        match deadline {
+            None => (cv.wait(st).unwrap_or_else(|p| p.into_inner()), true),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return (st, false);
+                }
+                let (st, _) = cv.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner());
+                (st, true)
+            }
+        }
+    }
+
+    /// Takes a free slot for a producer, blocking while all are busy (back-pressure)
+    /// until `timeout` (None: no limit). Waits for the slot's previous copy before
+    /// its pinned memory is handed out.
+    pub fn acquire(&self, timeout: Option<Duration>) -> Result<(Ticket, Arc<SlotBuffersView>)> {
+        let t0 = Instant::now();
+        let deadline = timeout.map(|t| t0 + t);
+        let mut st = self.lock();
+        let slot = loop {
+            if st.destroyed {
+                return Err(destroyed());
+            }
+            if st.input_closed {
+                return Err(Error::new(
+                    ErrorCode::InvalidState,
+                    "the prefetcher's input is closed",
+                ));
+            }
+            if let Some(s) = st.free.pop_front() {
+                break s;
+            }
+            let (g, in_time) = Self::wait(&self.slot_freed, st, deadline);
+            st = g;
+            if !in_time {
+                return Err(timed_out("waiting for a free prefetcher slot"));
+            }
+        };
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.pending.insert(seq, Entry::Filling(slot));
+        let s = &mut st.slots[slot as usize];
+        let ticket = Ticket {
+            seq,
+            slot,
+            generation: s.generation,
+        };
+        let buffers = s.buffers.clone();
+        let copied = s.copied.take();
+        drop(st);
+        // The pinned memory is free once the slot's previous copies completed.
+        let mut timed = None;
+        if let Some((start, end, bytes)) = copied {
+            let waited = end.synchronize();
+            if let Err(e) = waited {
+                self.finish(ticket, Entry::Failed(e.clone()));
+                return Err(e);
+            }
+            if let Ok(ms) = start.elapsed_ms(&end) {
+                timed = Some((ms as f64 / 1e3, bytes));
+            }
+        }
+        let mut st = self.lock();
+        st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
+        if let Some((secs, bytes)) = timed {
+            st.copy_secs += secs;
+            st.copy_timed_bytes += bytes;
+        }
+        Ok((ticket, Arc::new(SlotBuffersView(buffers))))
+    }
+
+    /// Checks that `ticket` names a slot still filling under it.
+    fn check_ticket(st: &State, ticket: Ticket) -> Result<()> {
+        let ok = st.slots.get(ticket.slot as usize).is_some_and(|s| {
+            s.generation == ticket.generation
+                && matches!(st.pending.get(&ticket.seq), Some(Entry::Filling(x)) if *x == ticket.slot)
+        });
+        if st.destroyed {
+            return Err(destroyed());
+        }
+        if !ok {
+            return Err(Error::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "prefetcher ticket for batch {} is not an open fill (submitted, cancelled or forged)",
+                    ticket.seq
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ends a fill: the slot's entry becomes `entry`; a slot with no batch in it is
+    /// free again.
+    fn finish(&self, ticket: Ticket, entry: Entry) {
+        let mut st = self.lock();
+        if Self::check_ticket(&st, ticket).is_err() {
+            return;
+        }
+        let slot = &mut st.slots[ticket.slot as usize];
+        slot.generation = slot.generation.wrapping_add(1).max(1);
+        if !matches!(entry, Entry::Ready(..)) {
+            st.free.push_back(ticket.slot);
+            self.slot_freed.notify_one();
+        }
+        st.pending.insert(ticket.seq, entry);
+        self.batch_ready.notify_all();
+    }
+
+    /// Submits a filled slot: enqueues the H2D copy of each segment's first
+    /// `lens[i]` bytes on the copy stream. A length over the capacity is an error
+    /// for the submitter, and the consumer receives it in the batch's place.
+    pub fn submit(&self, ticket: Ticket, lens: &[usize]) -> Result<()> {
+        let buffers = {
+            let st = self.lock();
+            Self::check_ticket(&st, ticket)?;
+            st.slots[ticket.slot as usize].buffers.clone()
+        };
+        if let Err(e) = self.check_lens(ticket.seq, lens) {
+            self.finish(ticket, Entry::Failed(e.clone()));
+            return Err(e);
+        }
+        match self.enqueue_copies(&buffers, lens) {
+            Ok(copied) => {
+                let bytes: u64 = lens.iter().map(|&l| l as u64).sum();
+                let mut st = self.lock();
+                if Self::check_ticket(&st, ticket).is_err() {
+                    return Err(destroyed());
+                }
+                st.stats.bytes += bytes;
+                st.slots[ticket.slot as usize].copied = copied;
+                drop(st);
+                self.finish(ticket, Entry::Ready(ticket.slot, lens.to_vec()));
+                Ok(())
+            }
+            Err(e) => {
+                let e = e.context(&format!("prefetcher batch {}", ticket.seq));
+                self.finish(ticket, Entry::Failed(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    fn check_lens(&self, seq: u64, lens: &[usize]) -> Result<()> {
+        if lens.len() != self.capacities.len() {
+            return Err(Error::invalid_argument(format!(
+                "prefetcher batch {seq}: {} segment lengths for {} segments",
+                lens.len(),
+                self.capacities.len()
+            )));
+        }
+        for (i, (&l, &c)) in lens.iter().zip(&self.capacities).enumerate() {
+            if l > c {
+                return Err(Error::out_of_range(format!(
+                    "prefetcher batch {seq}: segment {i} has {l} bytes, over its capacity {c}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueues one batch's copies between two timing recordings.
+    fn enqueue_copies(
+        &self,
+        b: &SlotBuffers,
+        lens: &[usize],
+    ) -> Result<Option<(RecRef, RecRef, u64)>> {
+        let s = &self.copy_stream;
+        let _together = self.copy_order.lock().unwrap_or_else(|p| p.into_inner());
+        let start = s.record(true)?;
+        for (i, &len) in lens.iter().enumerate() {
+            ops::copy(s, &b.device[i], 0, &b.pinned[i], 0, len)?;
+        }
+        let end = s.record(true)?;
+        let bytes = lens.iter().map(|&l| l as u64).sum();
+        Ok(Some((start, end, bytes)))
+    }
+
+    /// Gives a filled slot back unused: its sequence number is skipped.
+    pub fn cancel(&self, ticket: Ticket) -> Result<()> {
+        Self::check_ticket(&self.lock(), ticket)?;
+        self.finish(ticket, Entry::Skipped);
+        Ok(())
+    }
+
+    /// Reports a producer's failure: the consumer receives `err` in the batch's place.
+    pub fn fail(&self, ticket: Ticket, err: Error) -> Result<()> {
+        Self::check_ticket(&self.lock(), ticket)?;
+        self.finish(ticket, Entry::Failed(err));
+        Ok(())
+    }
+
+    /// Copies `segments` into a free slot's pinned memory and submits it. Blocks
+    /// while every slot is busy, until `timeout`. Returns the batch's sequence number.
+    pub fn push(&self, segments: &[&[u8]], timeout: Option<Duration>) -> Result<u64> {
+        let lens: Vec<usize> = segments.iter().map(|s| s.len()).collect();
+        // Bad lengths are the caller's error here; nothing is queued.
+        self.check_lens(self.lock().next_seq, &lens)?;
+        let (ticket, view) = self.acquire(timeout)?;
+        for (seg, &(ptr, _)) in segments.iter().zip(view.host()) {
+            // SAFETY: the slot's pinned memory is ours until submit, and its capacity
+            // was checked above.
+            unsafe { std::ptr::copy_nonoverlapping(seg.as_ptr(), ptr, seg.len()) };
+        }
+        self.submit(ticket, &lens)?;
+        Ok(ticket.seq)
+    }
+
+    /// Ends the input: `next` drains what is in flight, then reports end of data.
+    /// Producers waiting for a slot return an error.
+    pub fn close_input(&self) {
+        let mut st = self.lock();
+        st.input_closed = true;
+        self.slot_freed.notify_all();
+        self.batch_ready.notify_all();
+    }
+
+    /// Waits for the oldest batch: its sequence number, slot and lengths.
+    fn take_next(&self, timeout: Option<Duration>) -> NextResult<(u64, u32, Vec<usize>)> {
+        let t0 = Instant::now();
+        let deadline = timeout.map(|t| t0 + t);
+        let mut st = self.lock();
+        let r = loop {
+            if st.destroyed {
+                break Err(destroyed().into());
+            }
+            let seq = st.next_out;
+            match st.pending.get(&seq) {
+                Some(Entry::Filling(_)) => {}
+                Some(_) => {
+                    st.next_out += 1;
+                    match st.pending.remove(&seq) {
+                        Some(Entry::Ready(slot, lens)) => break Ok((seq, slot, lens)),
+                        Some(Entry::Failed(error)) => {
+                            break Err(NextError {
+                                error,
+                                seq: Some(seq),
+                            })
+                        }
+                        _ => continue,
+                    }
+                }
+                None if st.input_closed && st.pending.is_empty() => {
+                    break Err(Error::new(
+                        ErrorCode::EndOfData,
+                        "the prefetcher's input is closed and every batch was consumed",
+                    )
+                    .into());
+                }
+                None => {}
+            }
+            let (g, in_time) = Self::wait(&self.batch_ready, st, deadline);
+            st = g;
+            if !in_time {
+                break Err(timed_out("waiting for the next prefetched batch").into());
+            }
+        };
+        st.stats.consumer_wait_ns += t0.elapsed().as_nanos() as u64;
+        if r.is_ok() {
+            st.stats.batches += 1;
+        }
+        r
+    }
+
+    fn view(&self, seq: u64, slot: u32, lens: &[usize], st: &State) -> BatchView {
+        let b = &st.slots[slot as usize].buffers;
+        BatchView {
+            seq,
+            slot,
+            segments: b
+                .device
+                .iter()
+                .zip(lens)
+                .map(|(d, &l)| (d.addr, l))
+                .collect(),
+            buffers: b.device.clone(),
+        }
+    }
+
+    /// The oldest ready batch, leased to work on `stream`: the stream waits on the
+    /// device for the batch's copy (the host does not), and kernels that name the
+    /// segments' sync objects are tracked. Release it with [`Prefetcher::release`].
+    pub fn next(&self, stream: &Arc<Stream>, timeout: Option<Duration>) -> NextResult<BatchView> {
+        self.device
+            .same_device(&stream.device, "the consumer stream")?;
+        let (seq, slot, lens) = self.take_next(timeout)?;
+        let op = ForeignOp::begin(stream, self.syncs[slot as usize].clone(), Vec::new());
+        let mut st = self.lock();
+        let op = match op {
+            Ok(op) => op,
+            Err(e) => {
+                st.free.push_back(slot);
+                self.slot_freed.notify_one();
+                return Err(e.into());
+            }
+        };
+        if st.destroyed {
+            drop(st);
+            drop(op);
+            return Err(destroyed().into());
+        }
+        st.leased.insert(seq, (slot, op));
+        Ok(self.view(seq, slot, &lens, &st))
+    }
+
+    /// Releases a leased batch, in stream order: the slot is refilled only after
+    /// the work enqueued on the consumer's stream so far has completed.
+    pub fn release(&self, seq: u64) -> Result<()> {
+        let mut st = self.lock();
+        if st.destroyed {
+            return Err(destroyed());
+        }
+        let (slot, op) = st.leased.remove(&seq).ok_or_else(|| {
+            Error::new(
+                ErrorCode::InvalidState,
+                format!("prefetcher batch {seq} is not leased"),
+            )
+        })?;
+        drop(st);
+        let ended = op.end();
+        let mut st = self.lock();
+        if !st.destroyed {
+            st.free.push_back(slot);
+            self.slot_freed.notify_one();
+        }
+        ended
+    }
+
+    /// Graph mode: copies the oldest batch, device to device as a tracked op on
+    /// `stream`, into `dst` (one buffer per segment, each at least as large as the
+    /// segment's length), and releases it at once in stream order.
+    pub fn next_into(
+        &self,
+        stream: &Arc<Stream>,
+        dst: &[&Buffer],
+        timeout: Option<Duration>,
+    ) -> NextResult<BatchView> {
+        if dst.len() != self.capacities.len() {
+            return Err(Error::invalid_argument(format!(
+                "next_into: {} destination buffers for {} segments",
+                dst.len(),
+                self.capacities.len()
+            ))
+            .into());
+        }
+        for (i, (d, &c)) in dst.iter().zip(&self.capacities).enumerate() {
+            if d.size < c {
+                return Err(Error::out_of_range(format!(
+                    "next_into: destination {i} holds {} bytes, under the segment's capacity {c}",
+                    d.size
+                ))
+                .into());
+            }
+        }
+        let (seq, slot, lens) = self.take_next(timeout)?;
+        let buffers = self.lock().slots[slot as usize].buffers.clone();
+        let copied = (|| -> Result<()> {
+            for (i, &len) in lens.iter().enumerate() {
+                ops::copy(stream, dst[i], 0, &buffers.device[i], 0, len)?;
+            }
+            Ok(())
+        })();
+        let mut st = self.lock();
+        let view = self.view(seq, slot, &lens, &st);
+        if !st.destroyed {
+            st.free.push_back(slot);
+            self.slot_freed.notify_one();
+        }
+        copied.map(|()| view).map_err(NextError::from)
+    }
+
+    /// Starts `threads` producer threads that fill slots with `fill` until it
+    /// reports the end, or until the prefetcher closes.
+    pub fn start_producers(self: &Arc<Self>, threads: u32, fill: FillFn) -> Result<()> {
+        let mut producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+        if !producers.is_empty() {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                "the prefetcher's producers are already running",
+            ));
+        }
+        for i in 0..threads.max(1) {
+            let pf = self.clone();
+            let fill = fill.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("sluice-prefetch-{i}"))
+                .spawn(move || pf.produce(&*fill))
+                .map_err(|e| Error::new(ErrorCode::OutOfMemory, format!("thread spawn: {e}")))?;
+            producers.push(h);
+        }
+        Ok(())
+    }
+
+    fn produce(&self, fill: &(dyn Fn(&mut Fill<'_>) -> FillOutcome + Send + Sync)) {
+        while let Ok((ticket, view)) = self.acquire(None) {
+            let mut lens = vec![0usize; self.capacities.len()];
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fill(&mut Fill {
+                    ticket,
+                    host: view.host(),
+                    len: &mut lens,
+                })
+            }))
+            .unwrap_or_else(|_| FillOutcome::Failed("the fill callback panicked".into()));
+            match outcome {
+                FillOutcome::Ready => {
+                    let _ = self.submit(ticket, &lens);
+                }
+                FillOutcome::End => {
+                    let _ = self.cancel(ticket);
+                    self.close_input();
+                }
+                FillOutcome::Failed(msg) => {
+                    let _ = self.fail(
+                        ticket,
+                        Error::new(
+                            ErrorCode::CallbackFailed,
+                            format!("prefetcher batch {}: fill failed: {msg}", ticket.seq),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> PrefetchStats {
+        let st = self.lock();
+        let mut s = st.stats;
+        if st.copy_secs > 0.0 {
+            s.copy_gbps = st.copy_timed_bytes as f64 / st.copy_secs / 1e9;
+        }
+        s
+    }
+
+    /// Destroys the prefetcher's state at any moment: wakes every blocked producer
+    /// and consumer, joins the producer threads, ends open leases and frees the
+    /// memory (device memory after its outstanding use, in stream order).
+    pub fn close(&self) {
+        let (slots, leased) = {
+            let mut st = self.lock();
+            st.destroyed = true;
+            st.pending.clear();
+            st.free.clear();
+            self.slot_freed.notify_all();
+            self.batch_ready.notify_all();
+            (
+                std::mem::take(&mut st.slots),
+                std::mem::take(&mut st.leased),
+            )
+        };
+        let producers =
+            std::mem::take(&mut *self.producers.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in producers {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+        // Ending each lease publishes its reader: the frees below wait for it.
+        drop(leased);
+        drop(slots);
+    }
+}
+
+impl Drop for Prefetcher {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        st.leased.clear();
+        st.slots.clear();
+    }
+}
+
+/// A producer's view of a taken slot's pinned memory.
+pub struct SlotBuffersView(Arc<SlotBuffers>);
+
+impl SlotBuffersView {
+    /// Host address and capacity of each segment's pinned memory.
+    pub fn host(&self) -> &[(*mut u8, usize)] {
+        &self.0.host
+    }
+}
