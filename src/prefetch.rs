@@ -412,7 +412,7 @@ impl Prefetcher {
                 Ok(())
             }
             Err(e) => {
-                let e = e.context(&format!("prefetcher batch {}", ticket.seq));
+                let e = e.context(format!("prefetcher batch {}", ticket.seq));
                 self.finish(ticket, Entry::Failed(e.clone()));
                 Err(e)
             }
