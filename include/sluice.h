@@ -666,6 +666,10 @@ typedef struct sluice_batch_view_t {
    * valid until it is destroyed, not to be destroyed by the caller).
    */
   struct sluice_sync_t sync[8];
+  /**
+   * Its device buffer, for tracked copies (owned by the prefetcher like `sync`).
+   */
+  struct sluice_buffer_t buffer[8];
 } sluice_batch_view_t;
 
 /**

@@ -260,6 +260,15 @@ impl Prefetcher {
         self.syncs.len()
     }
 
+    /// Slot `slot`'s device buffers.
+    pub fn slot_buffers(&self, slot: usize) -> Vec<Arc<Buffer>> {
+        let st = self.lock();
+        st.slots
+            .get(slot)
+            .map(|s| s.buffers.device.clone())
+            .unwrap_or_default()
+    }
+
     /// The sync objects of slot `slot`'s device buffers.
     pub fn slot_syncs(&self, slot: usize) -> &[Arc<SyncObject>] {
         &self.syncs[slot]

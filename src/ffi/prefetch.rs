@@ -99,6 +99,8 @@ pub struct sluice_batch_view_t {
     /// Its sync object, for tracked kernels and copies (owned by the prefetcher:
     /// valid until it is destroyed, not to be destroyed by the caller).
     pub sync: [sluice_sync_t; 8],
+    /// Its device buffer, for tracked copies (owned by the prefetcher like `sync`).
+    pub buffer: [sluice_buffer_t; 8],
 }
 
 /// A prefetcher's counters.
@@ -123,6 +125,7 @@ pub struct sluice_prefetcher_stats_t {
 pub struct PrefetcherEntry {
     core: Arc<Prefetcher>,
     syncs: Vec<Vec<sluice_sync_t>>,
+    buffers: Vec<Vec<sluice_buffer_t>>,
 }
 
 /// What a batch's handle names.
@@ -178,6 +181,7 @@ fn view_of(pf: &PrefetcherEntry, view: &crate::prefetch::BatchView) -> sluice_ba
         v.device_ptr[i] = addr;
         v.len[i] = len;
         v.sync[i] = pf.syncs[slot][i];
+        v.buffer[i] = pf.buffers[slot][i];
     }
     v
 }
@@ -189,6 +193,7 @@ fn empty_view(seq: u64) -> sluice_batch_view_t {
         device_ptr: [0; 8],
         len: [0; 8],
         sync: [sluice_sync_t { bits: 0 }; 8],
+        buffer: [sluice_buffer_t { bits: 0 }; 8],
     }
 }
 
@@ -235,7 +240,21 @@ pub extern "C" fn sluice_prefetcher_create(
                     .collect()
             })
             .collect();
-        let entry = Arc::new(PrefetcherEntry { core, syncs });
+        let buffers = (0..core.depth())
+            .map(|s| {
+                core.slot_buffers(s)
+                    .iter()
+                    .map(|b| sluice_buffer_t {
+                        bits: sluice_buffer_t::table().insert(b.clone()),
+                    })
+                    .collect()
+            })
+            .collect();
+        let entry = Arc::new(PrefetcherEntry {
+            core,
+            syncs,
+            buffers,
+        });
         if let Some(fill) = cfg.fill {
             let user = UserData(cfg.user_data);
             let started = entry.core.start_producers(
@@ -278,6 +297,9 @@ fn close(pf: &PrefetcherEntry) {
     pf.core.close();
     for s in pf.syncs.iter().flatten() {
         let _ = remove(*s);
+    }
+    for b in pf.buffers.iter().flatten() {
+        let _ = remove(*b);
     }
 }
 

@@ -157,7 +157,29 @@ impl Kit {
         spin_ns: u64,
         add: bool,
     ) {
-        let (r, w) = ([src.sync.clone()], [dst.sync.clone()]);
+        self.binary_tracked(s, (dst, dst_word), (src, src_word), n, spin_ns, add, true)
+    }
+
+    /// dst[i] = src[i], after spinning; declares only the write of `dst` (the read
+    /// of `src` is ordered by the caller, as foreign work is).
+    pub fn copy_untracked_src(&self, s: &Stream, dst: &Buffer, src: &Buffer, spin_ns: u64) {
+        let n = words(dst).min(words(src));
+        self.binary_tracked(s, (dst, 0), (src, 0), n, spin_ns, false, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn binary_tracked(
+        &self,
+        s: &Stream,
+        (dst, dst_word): (&Buffer, usize),
+        (src, src_word): (&Buffer, usize),
+        n: u64,
+        spin_ns: u64,
+        add: bool,
+        track_src: bool,
+    ) {
+        let r: Vec<_> = track_src.then(|| src.sync.clone()).into_iter().collect();
+        let w = [dst.sync.clone()];
         let (da, sa) = (
             dst.addr + 4 * dst_word as u64,
             src.addr + 4 * src_word as u64,
