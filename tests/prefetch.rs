@@ -481,3 +481,48 @@ fn bad_arguments_get_clear_errors() {
     assert_eq!(e.error.code, ErrorCode::InvalidArgument);
     pf.close();
 }
+
+#[test]
+fn a_graph_captured_once_replays_over_every_batch() {
+    let _alone = alone();
+    use sluice::backend::CaptureMode;
+    use sluice::capture;
+    let k = kit();
+    let cap = 1024usize; // bytes: 256 words
+    let n = 100u64;
+    let pf = Prefetcher::create(&k.dev, 2, &[cap]).unwrap();
+    let eager = Prefetcher::create(&k.dev, 2, &[cap]).unwrap();
+    for p in [&pf, &eager] {
+        let p = p.clone();
+        std::thread::spawn(move || {
+            for key in 0..n {
+                p.push(&[&payload(key, 0, cap)], None).unwrap();
+            }
+            p.close_input();
+        });
+    }
+    let s = k.stream();
+    let fixed = Buffer::alloc(&s, cap).unwrap();
+    let acc = Buffer::alloc(&s, cap).unwrap();
+    let acc_eager = Buffer::alloc(&s, cap).unwrap();
+    k.fill(&s, &acc, 0, 0);
+    k.fill(&s, &acc_eager, 0, 0);
+    k.fill(&s, &fixed, 0, 0);
+    // The graph adds the fixed buffer into an accumulator.
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    k.add(&s, &acc, &fixed, 0);
+    let exec = capture::capture_end(&s).unwrap().instantiate().unwrap();
+    for key in 0..n {
+        let v = pf.next_into(&s, &[&fixed], None).unwrap();
+        assert_eq!(v.seq, key);
+        exec.launch(&s).unwrap();
+        // The same step, eager, over a leased batch.
+        let e = eager.next(&s, None).unwrap();
+        k.add(&s, &acc_eager, &e.buffers[0], 0);
+        eager.release(e.seq).unwrap();
+    }
+    assert_eq!(k.read(&s, &acc), k.read(&s, &acc_eager));
+    assert_ne!(k.read(&s, &acc), vec![0u32; cap / 4]);
+    pf.close();
+    eager.close();
+}
