@@ -17,7 +17,9 @@
  * ranges between any two buffers; sluice_stream_memset of byte ranges; foreign ops
  * (sluice_op_begin, the same work enqueued untracked on that stream, sluice_op_end);
  * graph launches; exec updates (a graph <-> its alternative); buffer reallocation
- * (free, allocate, initialise with a logged memset or copy); stream replacement.
+ * (free, allocate, initialise with a logged memset or copy); stream replacement;
+ * prefetched batches (a zero-copy fill and submit, then sluice_prefetcher_next on a
+ * random stream, a tracked copy of part of the batch into a buffer, and a release).
  *
  * The model (as in the graph-launch-race reproducer p5): every op takes this
  * program's per-buffer rwlocks in index order, then one ticket per sub-op while it
@@ -145,10 +147,17 @@ static uint32_t init_word(int b, uint64_t i) {
 /* ---- buffers, streams, log ------------------------------------------------------------ */
 
 /* Sub-op kinds: whole-buffer kernels, then byte-range copy and memset. */
-enum { L_ADD, L_KCOPY, L_FILL, L_COPY, L_MEMSET };
-static const char *const lname[] = {"add", "kcopy", "fill", "copy", "memset"};
-enum { O_EAGER, O_FOREIGN, O_GRAPH, O_REALLOC };
-static const char *const oname[] = {"eager", "foreign", "graph", "realloc"};
+enum { L_ADD, L_KCOPY, L_FILL, L_COPY, L_MEMSET, L_BATCH };
+static const char *const lname[] = {"add", "kcopy", "fill", "copy", "memset", "batch"};
+enum { O_EAGER, O_FOREIGN, O_GRAPH, O_REALLOC, O_PREFETCH };
+static const char *const oname[] = {"eager", "foreign", "graph", "realloc", "prefetch"};
+
+/* Byte j of prefetched batch seq (of the current run). */
+static uint8_t batch_byte(uint64_t seq, uint64_t j) {
+    uint64_t x = (g_seed + 1) * 0x9E3779B97F4A7C15ull ^ seq * 0xbf58476d1ce4e5b9ull ^ (j >> 3);
+    x ^= x >> 31, x *= 0x94d049bb133111ebull, x ^= x >> 29;
+    return (uint8_t)(x >> (8 * (j & 7)));
+}
 
 typedef struct {
     uint8_t kind, origin, stream, tid, graph, variant;
@@ -171,6 +180,7 @@ static sluice_device_t g_dev;
 static sluice_module_t g_mod;
 static sluice_function_t g_fn[3]; /* L_ADD, L_KCOPY, L_FILL */
 static sluice_stream_t S[MAXS], g_cap, g_branch;
+static sluice_prefetcher_t g_pf;
 static pthread_rwlock_t slk[MAXS];
 static buf_t B[MAXB];
 static pthread_rwlock_t blk[MAXB];
@@ -431,7 +441,7 @@ static sluice_graph_t capture(const gvar_t *v) {
 
 /* ---- ops ----------------------------------------------------------------------------- */
 
-enum { C_OPS, C_LAUNCH, C_UPDATE, C_REINST, C_REALLOC, C_REPLACE, C_FOREIGN, NCOUNT };
+enum { C_OPS, C_LAUNCH, C_UPDATE, C_REINST, C_REALLOC, C_REPLACE, C_FOREIGN, C_PREFETCH, NCOUNT };
 static atomic_long g_count[NCOUNT];
 
 static void count(int c) { atomic_fetch_add(&g_count[c], 1); }
@@ -561,6 +571,36 @@ static void op_realloc(int t, uint64_t *r) {
     count(C_REALLOC);
 }
 
+/* A prefetched batch: a zero-copy fill and submit, then the oldest batch (maybe another
+ * thread's) taken on a random stream, part of it copied into a buffer, and a release.
+ * No buffer lock is held while waiting on the prefetcher. */
+static void op_prefetch(int t, uint64_t *r) {
+    sluice_prefetch_fill_t f;
+    CK(sluice_prefetcher_acquire(g_pf, SLUICE_WAIT_FOREVER, &f));
+    for (uint32_t j = 0; j < C.nbytes; j++) ((uint8_t *)f.host[0])[j] = batch_byte(f.seq, j);
+    f.len[0] = C.nbytes;
+    CK(sluice_prefetcher_submit(g_pf, &f));
+    int s = (int)rndn(r, (uint32_t)C.streams);
+    hold(s);
+    sluice_batch_t b;
+    sluice_batch_view_t v;
+    CK(sluice_prefetcher_next(g_pf, S[s], SLUICE_WAIT_FOREVER, &b, &v));
+    lg_t o = {.kind = L_BATCH, .origin = O_PREFETCH, .tid = (uint8_t)t, .stream = (uint8_t)s};
+    o.dst = (uint16_t)rndn(r, (uint32_t)C.nb);
+    o.value = (uint32_t)v.seq;
+    rand_range(r, &o);
+    lockset_t l;
+    memset(&l, 0, sizeof l);
+    ls_add(&l, o.dst, true);
+    ls_lock(&l);
+    ticket(&o);
+    CK(sluice_stream_copy(S[s], B[o.dst].buf, o.doff, v.buffer[0], o.soff, o.len));
+    ls_unlock(&l);
+    CK(sluice_batch_release(b));
+    release(s);
+    count(C_PREFETCH);
+}
+
 static void op_replace_stream(uint64_t *r) {
     int s = (int)rndn(r, (uint32_t)C.streams);
     pthread_rwlock_wrlock(&slk[s]);
@@ -587,6 +627,8 @@ static void *worker(void *arg) {
             op_launch(t, &r);
         else if (p < 330)
             op_foreign(t, &r);
+        else if (p < 380)
+            op_prefetch(t, &r);
         else if (p < 630)
             op_eager(t, &r, (int)rndn(&r, 3));
         else if (p < 850)
@@ -617,6 +659,8 @@ static void replay(uint8_t *model, size_t nlog) {
         }
         if (o->kind == L_COPY) memmove(d + o->doff, s + o->soff, o->len);
         if (o->kind == L_MEMSET) memset(d + o->doff, (int)o->value, o->len);
+        for (uint32_t j = 0; o->kind == L_BATCH && j < o->len; j++)
+            d[o->doff + j] = batch_byte(o->value, o->soff + j);
     }
 }
 
@@ -634,6 +678,7 @@ static void explain(int b, size_t nlog) {
         if (o->kind >= L_COPY) printf("[%u,+%u)", o->doff, o->len);
         if (reads_src(o->kind)) printf(" src=%u", o->src);
         if (o->kind == L_COPY) printf("[%u,+%u)", o->soff, o->len);
+        if (o->kind == L_BATCH) printf(" batch=%u[%u,+%u)", o->value, o->soff, o->len);
         if (o->kind == L_FILL || o->kind == L_MEMSET) printf(" value=%#x", o->value);
         if (o->kind <= L_FILL) printf(" spin=%u", o->spin);
         if (o->origin == O_GRAPH) printf(" graph=%u/%u", o->graph, o->variant);
@@ -691,9 +736,10 @@ static int run_once(uint8_t *model, uint8_t *got) {
     long n[NCOUNT];
     for (int c = 0; c < NCOUNT; c++) n[c] = atomic_load(&g_count[c]);
     printf("RESULT stress seed=%" PRIu64 " run=%d backend=%s threads=%d ops=%ld launches=%ld updates=%ld "
-           "reallocs=%ld stream_replacements=%ld foreign=%ld reinstantiated=%ld subops=%zu secs=%.2f "
-           "failures=%d\n", g_seed, g_run, g_cuda ? "cuda" : "host", C.threads, n[C_OPS], n[C_LAUNCH],
-           n[C_UPDATE], n[C_REALLOC], n[C_REPLACE], n[C_FOREIGN], n[C_REINST], nlog, now_s() - t0, bad);
+           "reallocs=%ld stream_replacements=%ld foreign=%ld prefetched=%ld reinstantiated=%ld subops=%zu "
+           "secs=%.2f failures=%d\n", g_seed, g_run, g_cuda ? "cuda" : "host", C.threads, n[C_OPS], n[C_LAUNCH],
+           n[C_UPDATE], n[C_REALLOC], n[C_REPLACE], n[C_FOREIGN], n[C_PREFETCH], n[C_REINST], nlog,
+           now_s() - t0, bad);
     fflush(stdout);
     return bad;
 }
@@ -760,6 +806,10 @@ int main(int argc, char **argv) {
         buf_attach(&B[b]);
     }
     CK(sluice_device_wait_all(g_dev));
+    sluice_prefetcher_config_t pcfg;
+    memset(&pcfg, 0, sizeof pcfg);
+    pcfg.depth = 2, pcfg.segments = 1, pcfg.capacity[0] = C.nbytes;
+    CK(sluice_prefetcher_create(g_dev, &pcfg, &g_pf));
 
     gen_graphs();
     for (int g = 0; g < C.graphs; g++) {
@@ -793,6 +843,7 @@ int main(int argc, char **argv) {
         CK(sluice_stream_destroy(S[s]));
         pthread_rwlock_destroy(&slk[s]);
     }
+    CK(sluice_prefetcher_destroy(g_pf));
     CK(sluice_stream_destroy(g_cap));
     CK(sluice_stream_destroy(g_branch));
     if (g_cuda) {
