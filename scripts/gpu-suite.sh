@@ -2,8 +2,9 @@
 # The GPU suite. Two halves:
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
-# Parts can be chosen with SLUICE_GPU_PARTS="rust c go cpp bench sanitize torch stress
-# repro probe" (the default), plus "opcost" (sluice's own cost per call on the real
+# Parts can be chosen with SLUICE_GPU_PARTS="rust c go cpp bench prefetch sanitize torch
+# stress repro probe" (the default; prefetch is benches/prefetch, built there with nvcc),
+# plus "opcost" (sluice's own cost per call on the real
 # driver). Build and run with the same parts: SLUICE_GPU_PARTS=bench carries only the
 # benchmark (2 MB). SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone
 # after the benchmark. SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit
@@ -12,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-parts=${SLUICE_GPU_PARTS:-"rust c go cpp bench sanitize torch stress repro probe"}
+parts=${SLUICE_GPU_PARTS:-"rust c go cpp bench prefetch sanitize torch stress repro probe"}
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 build() {
@@ -111,6 +112,11 @@ run() {
       SLUICE_BENCH_ONLY=ping-pong timeout 120 .gpu/overhead > "$out/ping-pong-$i.md" 2>&1
       note "ping-pong run $i: $(grep -E '^\| \((a|c)\)' "$out/ping-pong-$i.md" | awk -F'|' '{printf "%s%s ", $5, $7}')"
     done
+  fi
+  if has prefetch && [ -f benches/prefetch/run.sh ]; then
+    # The prefetcher against raw double buffering, a blocking copy and PyTorch's idiom.
+    OUT=$out timeout 240 bash benches/prefetch/run.sh > "$out/prefetch.md" 2>&1
+    note "prefetch bench: rc=$? $(grep -cE 'PASS' "$out/prefetch.md") PASS, $(grep -cE 'FAIL' "$out/prefetch.md") FAIL"
   fi
   if has opcost && [ -x .gpu/opcost ]; then
     SLUICE_BACKEND=cuda OPCOST_REAL_DRIVER=1 timeout 120 .gpu/opcost > "$out/opcost.md" 2>&1

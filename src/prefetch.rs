@@ -640,7 +640,10 @@ impl Prefetcher {
             }
         }
         let (seq, slot, lens) = self.take_next(timeout)?;
-        let buffers = self.lock().slots[slot as usize].buffers.clone();
+        let buffers = match self.lock().slots.get(slot as usize) {
+            Some(s) => s.buffers.clone(),
+            None => return Err(destroyed().into()),
+        };
         let copied = (|| -> Result<()> {
             for (i, &len) in lens.iter().enumerate() {
                 ops::copy(stream, dst[i], 0, &buffers.device[i], 0, len)?;
@@ -648,8 +651,11 @@ impl Prefetcher {
             Ok(())
         })();
         let mut st = self.lock();
+        if st.destroyed {
+            return Err(destroyed().into());
+        }
         let view = self.view(seq, slot, &lens, &st);
-        if !st.destroyed {
+        {
             st.free.push_back(slot);
             self.slot_freed.notify_one();
         }
