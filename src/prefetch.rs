@@ -446,7 +446,9 @@ impl Prefetcher {
         Ok(())
     }
 
-    /// Enqueues one batch's copies between two timing recordings.
+    /// Enqueues one batch's copies between two timing recordings, as one foreign op
+    /// on the copy stream: its waits (for the consumer's release) come before the
+    /// first recording, so the timing covers the copies alone.
     fn enqueue_copies(
         &self,
         b: &SlotBuffers,
@@ -454,11 +456,18 @@ impl Prefetcher {
     ) -> Result<Option<(RecRef, RecRef, u64)>> {
         let s = &self.copy_stream;
         let _together = self.copy_order.lock().unwrap_or_else(|p| p.into_inner());
+        let reads = b.pinned.iter().map(|p| p.sync.clone()).collect();
+        let writes = b.device.iter().map(|d| d.sync.clone()).collect();
+        let op = ForeignOp::begin(s, reads, writes)?;
         let start = s.record(true)?;
         for (i, &len) in lens.iter().enumerate() {
-            ops::copy(s, &b.device[i], 0, &b.pinned[i], 0, len)?;
+            if len > 0 {
+                let (dst, src) = (b.device[i].addr, b.pinned[i].addr);
+                s.push(|| s.device.backend.memcpy_async(dst, src, len, s.raw))?;
+            }
         }
         let end = s.record(true)?;
+        op.end()?;
         let bytes = lens.iter().map(|&l| l as u64).sum();
         Ok(Some((start, end, bytes)))
     }
