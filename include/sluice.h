@@ -571,8 +571,12 @@ typedef struct sluice_prefetch_fill_t {
  * A pull-mode producer, run on the prefetcher's own threads: it writes up to
  * `fill->capacity[i]` bytes at `fill->host[i]`, sets `fill->len[i]`, and returns
  * 0, `SLUICE_PREFETCH_END` when the input has ended, or any other value for a
- * failure that the consumer receives in the batch's place. It may block; it must
- * not call `sluice_prefetcher_destroy` on its own prefetcher.
+ * failure that the consumer receives in the batch's place, as
+ * `SLUICE_ERROR_CALLBACK_FAILED` with the message "prefetcher batch N: fill failed:
+ * the fill callback returned RC". It may block; it must not call
+ * `sluice_prefetcher_destroy` on its own prefetcher. With several producer threads,
+ * `SLUICE_PREFETCH_END` closes the input; fills already under way on other threads
+ * still deliver their batches, in sequence order.
  */
 typedef int32_t (*sluice_prefetch_fill_fn)(void *user_data, struct sluice_prefetch_fill_t *fill);
 
@@ -1332,9 +1336,11 @@ struct sluice_error_t *sluice_prefetcher_close_input(struct sluice_prefetcher_t 
  * for it on the host (its producer's submit, never its copy). `stream` waits on the
  * device for the batch's copy; kernels that name `view_out->sync[i]` are tracked.
  * Release it with `sluice_batch_release`. At the end of the input it returns
- * `SLUICE_ERROR_END_OF_DATA`; a producer's error is returned in its batch's place,
- * with `view_out->seq` set. Ownership: the caller owns the batch handle until
- * `sluice_batch_release`.
+ * `SLUICE_ERROR_END_OF_DATA`. An error that belongs to one batch (its producer
+ * failed, or its segments were too long) is returned in its place, with
+ * `view_out->seq` set to its number and `view_out->segments` to 0; on other errors
+ * `view_out` is not written. Ownership: the caller owns the batch handle until
+ * `sluice_batch_release`, also after the prefetcher is destroyed.
  */
 struct sluice_error_t *sluice_prefetcher_next(struct sluice_prefetcher_t prefetcher,
                                               struct sluice_stream_t stream,
@@ -1354,8 +1360,8 @@ struct sluice_error_t *sluice_batch_release(struct sluice_batch_t batch);
  * `stream`, into `dst[i]` (one buffer per segment, each at least the segment's
  * capacity), and releases it at once in stream order. A graph captured over
  * `dst` can be replayed for every batch. Waits and errors as
- * `sluice_prefetcher_next`; `view_out` describes the batch (its device pointers
- * are the slot's, valid only until the next batch).
+ * `sluice_prefetcher_next`; `view_out` describes the batch, but its device
+ * pointers and handles are the slot's, already released: read `dst` instead.
  */
 struct sluice_error_t *sluice_prefetcher_next_into(struct sluice_prefetcher_t prefetcher,
                                                    struct sluice_stream_t stream,

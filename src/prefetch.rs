@@ -320,6 +320,7 @@ impl Prefetcher {
             let (g, in_time) = Self::wait(&self.slot_freed, st, deadline);
             st = g;
             if !in_time {
+                st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
                 return Err(timed_out("waiting for a free prefetcher slot"));
             }
         };
@@ -403,7 +404,7 @@ impl Prefetcher {
             Self::check_ticket(&st, ticket)?;
             st.slots[ticket.slot as usize].buffers.clone()
         };
-        if let Err(e) = self.check_lens(ticket.seq, lens) {
+        if let Err(e) = self.check_lens(&format!("prefetcher batch {}", ticket.seq), lens) {
             self.finish(ticket, Entry::Failed(e.clone()));
             return Err(e);
         }
@@ -428,10 +429,10 @@ impl Prefetcher {
         }
     }
 
-    fn check_lens(&self, seq: u64, lens: &[usize]) -> Result<()> {
+    fn check_lens(&self, what: &str, lens: &[usize]) -> Result<()> {
         if lens.len() != self.capacities.len() {
             return Err(Error::invalid_argument(format!(
-                "prefetcher batch {seq}: {} segment lengths for {} segments",
+                "{what}: {} segment lengths for {} segments",
                 lens.len(),
                 self.capacities.len()
             )));
@@ -439,7 +440,7 @@ impl Prefetcher {
         for (i, (&l, &c)) in lens.iter().zip(&self.capacities).enumerate() {
             if l > c {
                 return Err(Error::out_of_range(format!(
-                    "prefetcher batch {seq}: segment {i} has {l} bytes, over its capacity {c}"
+                    "{what}: segment {i} has {l} bytes, over its capacity {c}"
                 )));
             }
         }
@@ -491,7 +492,7 @@ impl Prefetcher {
     pub fn push(&self, segments: &[&[u8]], timeout: Option<Duration>) -> Result<u64> {
         let lens: Vec<usize> = segments.iter().map(|s| s.len()).collect();
         // Bad lengths are the caller's error here; nothing is queued.
-        self.check_lens(self.lock().next_seq, &lens)?;
+        self.check_lens("push", &lens)?;
         let (ticket, view) = self.acquire(timeout)?;
         for (seg, &(ptr, _)) in segments.iter().zip(view.host()) {
             // SAFETY: the slot's pinned memory is ours until submit, and its capacity
@@ -587,7 +588,10 @@ impl Prefetcher {
             Err(e) => {
                 st.free.push_back(slot);
                 self.slot_freed.notify_one();
-                return Err(e.into());
+                return Err(NextError {
+                    error: e.context(format!("prefetcher batch {seq}")),
+                    seq: Some(seq),
+                });
             }
         };
         if st.destroyed {
