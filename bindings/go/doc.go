@@ -9,8 +9,8 @@
 //
 // Each type wraps one C handle: Device, Stream, Event, Buffer (device
 // memory), PinnedBuffer (pinned host memory), HostBuffer (registered host
-// memory), SyncObject, Op, Module, Function, Graph, GraphExec and
-// GraphCache.
+// memory), SyncObject, Op, Module, Function, Graph, GraphExec,
+// GraphCache, Prefetcher and Batch.
 //
 //   - Close releases the handle. It is idempotent, and safe to call while
 //     other goroutines use the object: each call either sees the object or

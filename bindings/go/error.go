@@ -34,6 +34,8 @@ const (
 	CodeNotFound           ErrorCode = C.SLUICE_ERROR_NOT_FOUND
 	CodeWrongDevice        ErrorCode = C.SLUICE_ERROR_WRONG_DEVICE
 	CodeInvalidState       ErrorCode = C.SLUICE_ERROR_INVALID_STATE
+	CodeEndOfData          ErrorCode = C.SLUICE_ERROR_END_OF_DATA
+	CodeTimeout            ErrorCode = C.SLUICE_ERROR_TIMEOUT
 )
 
 // String gives the constant name of the code, for example
@@ -118,6 +120,8 @@ var (
 	ErrNotFound           = sentinel(CodeNotFound)
 	ErrWrongDevice        = sentinel(CodeWrongDevice)
 	ErrInvalidState       = sentinel(CodeInvalidState)
+	ErrEndOfData          = sentinel(CodeEndOfData)
+	ErrTimeout            = sentinel(CodeTimeout)
 )
 
 // takeError converts a C error into an *Error, copying everything into Go

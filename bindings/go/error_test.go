@@ -12,12 +12,13 @@ var allSentinels = []*Error{
 	ErrPanic, ErrNullArgument, ErrInvalidArgument, ErrInvalidHandle, ErrOutOfRange,
 	ErrUnsupported, ErrNoDriver, ErrNoDevice, ErrDriver, ErrOutOfMemory,
 	ErrCaptureUnsupported, ErrCaptureFailed, ErrDeviceFault, ErrCallbackFailed,
-	ErrModuleLoad, ErrNotFound, ErrWrongDevice, ErrInvalidState,
+	ErrModuleLoad, ErrNotFound, ErrWrongDevice, ErrInvalidState, ErrEndOfData,
+	ErrTimeout,
 }
 
 func TestErrorsIsEveryCode(t *testing.T) {
-	if len(allSentinels) != int(CodeInvalidState) {
-		t.Fatalf("%d sentinels for %d codes", len(allSentinels), CodeInvalidState)
+	if len(allSentinels) != int(CodeTimeout) {
+		t.Fatalf("%d sentinels for %d codes", len(allSentinels), CodeTimeout)
 	}
 	for i, s := range allSentinels {
 		if s.Code != ErrorCode(i+1) {

@@ -46,6 +46,10 @@ func destroy[T cHandle](c T) *C.sluice_error_t {
 		return C.sluice_graph_exec_destroy(c)
 	case C.sluice_graph_cache_t:
 		return C.sluice_graph_cache_destroy(c)
+	case C.sluice_prefetcher_t:
+		return C.sluice_prefetcher_destroy(c)
+	case C.sluice_batch_t:
+		return C.sluice_batch_release(c)
 	}
 	panic("sluice: destroy has no case for this handle type")
 }

@@ -27,6 +27,20 @@ sluice_error_t *sluice_go_graph_cache_run(sluice_graph_cache_t cache, uint64_t k
 	                              (void *)handle);
 }
 
+static int32_t sluice_go_prefetch_fill(void *user_data, sluice_prefetch_fill_t *fill) {
+	return sluiceGoPrefetchFill((uintptr_t)user_data, fill);
+}
+
+sluice_error_t *sluice_go_prefetcher_create(sluice_device_t device,
+                                            const sluice_prefetcher_config_t *config,
+                                            uintptr_t fill_handle,
+                                            sluice_prefetcher_t *prefetcher_out) {
+	sluice_prefetcher_config_t c = *config;
+	c.fill = fill_handle ? sluice_go_prefetch_fill : NULL;
+	c.user_data = (void *)fill_handle;
+	return sluice_prefetcher_create(device, &c, prefetcher_out);
+}
+
 void *sluice_go_ptr(uint64_t addr) { return (void *)(uintptr_t)addr; }
 
 static uint64_t now_ns(void) {

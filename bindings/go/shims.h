@@ -21,6 +21,17 @@ sluice_error_t *sluice_go_host_callback(sluice_stream_t stream, uintptr_t handle
 sluice_error_t *sluice_go_graph_cache_run(sluice_graph_cache_t cache, uint64_t key,
                                           sluice_stream_t stream, uintptr_t handle);
 
+// Creates a prefetcher from `config`. With a non-zero `fill_handle` (a
+// cgo.Handle) it is in pull mode: the Go fill trampoline is its fill callback
+// and the handle its user data (config->fill and config->user_data are
+// ignored). The caller deletes the handle once the prefetcher is destroyed
+// (sluice_prefetcher_destroy joins the producer threads first), or at once when
+// this call fails. The handle is an integer; no Go pointer reaches C.
+sluice_error_t *sluice_go_prefetcher_create(sluice_device_t device,
+                                            const sluice_prefetcher_config_t *config,
+                                            uintptr_t fill_handle,
+                                            sluice_prefetcher_t *prefetcher_out);
+
 // Converts an address into a pointer on the C side (keeps go vet's unsafeptr
 // check quiet about integer-to-pointer conversions of C addresses).
 void *sluice_go_ptr(uint64_t addr);
