@@ -140,7 +140,8 @@ run() {
   fi
   if has go && [ -x .gpu/go/run.sh ]; then
     SLUICE_BACKEND=cuda timeout 300 .gpu/go/run.sh > "$out/go.log" 2>&1
-    note "go (tests, race, cgo bench, trainer): rc=$? $(grep -cE '^--- PASS' "$out/go.log") PASS, $(grep -cE '^--- FAIL' "$out/go.log") FAIL"
+    note "go (tests, race, cgo bench, trainer, prefetchbench): rc=$? $(grep -cE '^--- PASS' "$out/go.log") PASS, $(grep -cE '^--- FAIL' "$out/go.log") FAIL"
+    note "  go prefetch: $(grep -oE 'go_eff_[0-9.x]+=[0-9.]+' "$out/go.log" | tr '\n' ' ')"
   fi
   if has sanitize && command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do

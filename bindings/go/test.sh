@@ -93,6 +93,8 @@ fi
 
 step "trainer example"
 (cd "$examples" && go run ./trainer -batches 100)
+step "prefetchbench builds (it runs on the GPU only)"
+(cd "$examples" && go vet ./prefetchbench)
 step "trainer example with a graph cache"
 (cd "$examples" && go run ./trainer -batches 100 -graphs)
 step "trainer example must fail on a mismatch"
@@ -115,6 +117,7 @@ if [ -n "$gpu_out" ]; then
 	PKG_CONFIG_PATH=$pcdir go test -c -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go.test" .
 	PKG_CONFIG_PATH=$pcdir go test -c -race -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go-race.test" .
 	(cd "$examples" && PKG_CONFIG_PATH=$pcdir go build -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/trainer" ./trainer)
+	(cd "$examples" && PKG_CONFIG_PATH=$pcdir go build -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/prefetchbench" ./prefetchbench)
 	cat >"$gpu_out/run.sh" <<'EOF'
 #!/usr/bin/env bash
 # Runs the Go binding's tests and the trainer example on the GPU (cuda backend).
@@ -126,6 +129,7 @@ export SLUICE_BACKEND=${SLUICE_BACKEND:-cuda}
 ./sluice-go.test -test.run '^$' -test.bench . -test.benchtime=100000x
 ./trainer -batches 400
 ./trainer -batches 400 -graphs
+./prefetchbench -ptx ../kernels/test_kernels.ptx
 EOF
 	chmod +x "$gpu_out/run.sh"
 	readelf -d "$gpu_out/sluice-go.test" | grep -E 'RPATH|RUNPATH'
