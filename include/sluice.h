@@ -44,21 +44,6 @@
 
 
 /**
- * The most segments a batch may have.
- */
-#define MAX_SEGMENTS 8
-
-/**
- * The depth used when the caller gives 0.
- */
-#define DEFAULT_DEPTH 2
-
-/**
- * The greatest depth.
- */
-#define MAX_DEPTH 64
-
-/**
  * Version of the C ABI. Bumped on any incompatible change.
  */
 #define SLUICE_ABI_VERSION 1
@@ -701,7 +686,8 @@ typedef struct sluice_prefetcher_stats_t {
    */
   uint64_t pinned_bytes;
   /**
-   * Host-to-device GB/s over the copies timed so far (0 before the first).
+   * Host-to-device GB/s over the copies timed so far (a copy is timed when its
+   * slot is reused, so this trails by `depth` batches; 0 before that).
    */
   double copy_gbps;
 } sluice_prefetcher_stats_t;
@@ -1280,9 +1266,12 @@ struct sluice_error_t *sluice_prefetcher_create(struct sluice_device_t device,
 
 /**
  * Destroys a prefetcher at any moment: blocked producers and consumers return
- * `SLUICE_ERROR_INVALID_HANDLE`, the producer threads are joined, leased batches
- * are ended (their handles then give `SLUICE_ERROR_INVALID_HANDLE`), and the
- * memory is freed once the device work that uses it has completed.
+ * `SLUICE_ERROR_INVALID_HANDLE`; fills taken with `sluice_prefetcher_acquire`
+ * are waited for until their producer submits or cancels them (which then fails
+ * with `SLUICE_ERROR_INVALID_HANDLE`), so that no producer writes into freed
+ * memory; the producer threads are joined; leased batches are ended (their handles
+ * then give `SLUICE_ERROR_INVALID_HANDLE`); and the memory is freed once the
+ * device work that uses it has completed.
  */
 struct sluice_error_t *sluice_prefetcher_destroy(struct sluice_prefetcher_t prefetcher);
 

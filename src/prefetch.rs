@@ -26,11 +26,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The most segments a batch may have.
-pub const MAX_SEGMENTS: usize = 8;
+pub(crate) const MAX_SEGMENTS: usize = 8;
 /// The depth used when the caller gives 0.
-pub const DEFAULT_DEPTH: u32 = 2;
+pub(crate) const DEFAULT_DEPTH: u32 = 2;
 /// The greatest depth.
-pub const MAX_DEPTH: u32 = 64;
+pub(crate) const MAX_DEPTH: u32 = 64;
 
 /// What a pull-mode fill callback reports.
 pub enum FillOutcome {
@@ -104,7 +104,8 @@ pub struct PrefetchStats {
     pub consumer_wait_ns: u64,
     /// Pinned staging memory held (constant from create to destroy).
     pub pinned_bytes: u64,
-    /// Host-to-device GB/s over the copies timed so far (0 before the first).
+    /// Host-to-device GB/s over the copies timed so far (a copy is timed when its
+    /// slot is taken again, so this trails by `depth` batches; 0 before that).
     pub copy_gbps: f64,
 }
 
@@ -298,8 +299,10 @@ impl Prefetcher {
     }
 
     /// Takes a free slot for a producer, blocking while all are busy (back-pressure)
-    /// until `timeout` (None: no limit). Waits for the slot's previous copy before
-    /// its pinned memory is handed out.
+    /// until `timeout` (None: no limit). Then waits for the slot's previous copy
+    /// before its pinned memory is handed out (that wait has no timeout: the copy
+    /// was enqueued at least `depth` batches earlier). The fill stays open until
+    /// [`Prefetcher::submit`] or [`Prefetcher::cancel`].
     pub fn acquire(&self, timeout: Option<Duration>) -> Result<(Ticket, Arc<SlotBuffersView>)> {
         let t0 = Instant::now();
         let deadline = timeout.map(|t| t0 + t);
@@ -350,11 +353,39 @@ impl Prefetcher {
         }
         let mut st = self.lock();
         st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
+        if st.destroyed {
+            self.abandon(&mut st, ticket);
+            return Err(destroyed());
+        }
         if let Some((secs, bytes)) = timed {
             st.copy_secs += secs;
             st.copy_timed_bytes += bytes;
         }
         Ok((ticket, Arc::new(SlotBuffersView(buffers))))
+    }
+
+    /// After a destroy, ends an open fill: `close` waits for every open fill, so that
+    /// no producer writes into memory that was already freed.
+    fn abandon(&self, st: &mut State, ticket: Ticket) {
+        if matches!(st.pending.get(&ticket.seq), Some(Entry::Filling(x)) if *x == ticket.slot)
+            && st
+                .slots
+                .get(ticket.slot as usize)
+                .is_some_and(|s| s.generation == ticket.generation)
+        {
+            st.pending.remove(&ticket.seq);
+            self.slot_freed.notify_all();
+        }
+    }
+
+    /// Checks that `ticket` names a slot still filling under it; after a destroy,
+    /// ends the fill and reports the destroy.
+    fn check_open(&self, st: &mut State, ticket: Ticket) -> Result<()> {
+        if st.destroyed {
+            self.abandon(st, ticket);
+            return Err(destroyed());
+        }
+        Self::check_ticket(st, ticket)
     }
 
     /// Checks that `ticket` names a slot still filling under it.
@@ -382,7 +413,7 @@ impl Prefetcher {
     /// free again.
     fn finish(&self, ticket: Ticket, entry: Entry) {
         let mut st = self.lock();
-        if Self::check_ticket(&st, ticket).is_err() {
+        if self.check_open(&mut st, ticket).is_err() {
             return;
         }
         let slot = &mut st.slots[ticket.slot as usize];
@@ -400,8 +431,8 @@ impl Prefetcher {
     /// for the submitter, and the consumer receives it in the batch's place.
     pub fn submit(&self, ticket: Ticket, lens: &[usize]) -> Result<()> {
         let buffers = {
-            let st = self.lock();
-            Self::check_ticket(&st, ticket)?;
+            let mut st = self.lock();
+            self.check_open(&mut st, ticket)?;
             st.slots[ticket.slot as usize].buffers.clone()
         };
         if let Err(e) = self.check_lens(&format!("prefetcher batch {}", ticket.seq), lens) {
@@ -412,9 +443,7 @@ impl Prefetcher {
             Ok(copied) => {
                 let bytes: u64 = lens.iter().map(|&l| l as u64).sum();
                 let mut st = self.lock();
-                if Self::check_ticket(&st, ticket).is_err() {
-                    return Err(destroyed());
-                }
+                self.check_open(&mut st, ticket)?;
                 st.stats.bytes += bytes;
                 st.slots[ticket.slot as usize].copied = copied;
                 drop(st);
@@ -475,14 +504,14 @@ impl Prefetcher {
 
     /// Gives a filled slot back unused: its sequence number is skipped.
     pub fn cancel(&self, ticket: Ticket) -> Result<()> {
-        Self::check_ticket(&self.lock(), ticket)?;
+        self.check_open(&mut self.lock(), ticket)?;
         self.finish(ticket, Entry::Skipped);
         Ok(())
     }
 
     /// Reports a producer's failure: the consumer receives `err` in the batch's place.
     pub fn fail(&self, ticket: Ticket, err: Error) -> Result<()> {
-        Self::check_ticket(&self.lock(), ticket)?;
+        self.check_open(&mut self.lock(), ticket)?;
         self.finish(ticket, Entry::Failed(err));
         Ok(())
     }
@@ -740,16 +769,21 @@ impl Prefetcher {
     }
 
     /// Destroys the prefetcher's state at any moment: wakes every blocked producer
-    /// and consumer, joins the producer threads, ends open leases and frees the
-    /// memory (device memory after its outstanding use, in stream order).
+    /// and consumer, waits for open fills to be submitted or cancelled (they then
+    /// fail), joins the producer threads, ends open leases and frees the memory
+    /// (device memory after its outstanding use, in stream order).
     pub fn close(&self) {
         let (slots, leased) = {
             let mut st = self.lock();
             st.destroyed = true;
-            st.pending.clear();
+            st.pending.retain(|_, e| matches!(e, Entry::Filling(_)));
             st.free.clear();
             self.slot_freed.notify_all();
             self.batch_ready.notify_all();
+            // A producer may still be writing an open fill's pinned memory.
+            while !st.pending.is_empty() {
+                st = self.slot_freed.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
             (
                 std::mem::take(&mut st.slots),
                 std::mem::take(&mut st.leased),

@@ -526,3 +526,31 @@ fn a_graph_captured_once_replays_over_every_batch() {
     pf.close();
     eager.close();
 }
+
+#[test]
+fn destroy_waits_for_an_open_fill_before_freeing_its_memory() {
+    let _alone = alone();
+    let k = kit();
+    let pf = Prefetcher::create(&k.dev, 2, &[4096]).unwrap();
+    let (t, view) = pf.acquire(None).unwrap();
+    let (ptr, cap) = view.host()[0];
+    let closer = {
+        let pf = pf.clone();
+        std::thread::spawn(move || pf.close())
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !closer.is_finished(),
+        "destroy freed a slot a producer is filling"
+    );
+    // The producer's memory is still its own: the write lands, then submit fails.
+    // SAFETY: the open fill's pinned memory, `cap` bytes.
+    unsafe { std::ptr::write_bytes(ptr, 0xab, cap) };
+    assert_eq!(
+        pf.submit(t, &[cap]).unwrap_err().code,
+        ErrorCode::InvalidHandle
+    );
+    closer.join().unwrap();
+    let e = pf.acquire(Some(Duration::ZERO)).err().unwrap();
+    assert_eq!(e.code, ErrorCode::InvalidHandle);
+}

@@ -120,7 +120,8 @@ pub struct sluice_prefetcher_stats_t {
     pub consumer_wait_ns: u64,
     /// Pinned staging bytes held (constant from create to destroy).
     pub pinned_bytes: u64,
-    /// Host-to-device GB/s over the copies timed so far (0 before the first).
+    /// Host-to-device GB/s over the copies timed so far (a copy is timed when its
+    /// slot is reused, so this trails by `depth` batches; 0 before that).
     pub copy_gbps: f64,
 }
 
@@ -308,9 +309,12 @@ fn close(pf: &PrefetcherEntry) {
 }
 
 /// Destroys a prefetcher at any moment: blocked producers and consumers return
-/// `SLUICE_ERROR_INVALID_HANDLE`, the producer threads are joined, leased batches
-/// are ended (their handles then give `SLUICE_ERROR_INVALID_HANDLE`), and the
-/// memory is freed once the device work that uses it has completed.
+/// `SLUICE_ERROR_INVALID_HANDLE`; fills taken with `sluice_prefetcher_acquire`
+/// are waited for until their producer submits or cancels them (which then fails
+/// with `SLUICE_ERROR_INVALID_HANDLE`), so that no producer writes into freed
+/// memory; the producer threads are joined; leased batches are ended (their handles
+/// then give `SLUICE_ERROR_INVALID_HANDLE`); and the memory is freed once the
+/// device work that uses it has completed.
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_destroy(
     prefetcher: sluice_prefetcher_t,
