@@ -3,9 +3,12 @@
 // which must print the error and abort (the test expects failure).
 #include <sluice/sluice.hpp>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <new>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -32,6 +35,13 @@ static_assert(!has_throwing_sync<sluice::StreamRef>::value, "synchronize() is co
 static_assert(!std::is_constructible<sluice::Op, sluice::StreamRef, sluice::SyncList,
                                      sluice::SyncList>::value,
               "the throwing Op constructor is compiled out");
+
+template <class T, class = void>
+struct has_throwing_next : std::false_type {};
+template <class T>
+struct has_throwing_next<T, std::void_t<decltype(std::declval<T&>().next(
+                                std::declval<sluice::StreamRef>()))>> : std::true_type {};
+static_assert(!has_throwing_next<sluice::PrefetcherRef>::value, "next(stream) is compiled out");
 
 static int failures = 0;
 
@@ -134,6 +144,65 @@ int main(int argc, char** argv) {
     CHECK(std::strstr(failed.error().message(), "SLUICE_ERROR_INVALID_HANDLE") != nullptr);
     CHECK(cache->run(std::nothrow, 3, *b, [](sluice::StreamRef) { return 4; }).code() ==
           sluice::ErrorCode::callback_failed);
+  }
+
+  // The prefetcher through the Result API: push, zero-copy acquire, a lease,
+  // next_into, back-pressure, end of data, and a pull-mode fill.
+  {
+    sluice::Result<sluice::Prefetcher> pf =
+        sluice::Prefetcher::create(std::nothrow, *dev, {2, {16}});
+    CHECK(pf.ok());
+    if (!pf) return 1;
+    std::vector<unsigned char> payload(16, 7);
+    sluice::Result<std::uint64_t> seq = pf->push(std::nothrow, {sluice::as_bytes(payload)});
+    CHECK(seq.ok() && *seq == 0);
+    sluice::Result<sluice::Fill> fill = pf->acquire(std::nothrow);
+    CHECK(fill.ok() && fill->seq() == 1);
+    if (!fill) return 1;
+    CHECK(fill->set_len(std::nothrow, 0, 17).code() == sluice::ErrorCode::out_of_range);
+    std::memcpy(fill->segment(0).data(), "abc", 3);
+    CHECK(fill->set_len(std::nothrow, 0, 3).ok());
+    CHECK(fill->submit(std::nothrow).ok());
+    CHECK(pf->push(std::nothrow, {sluice::as_bytes(payload)}, std::chrono::milliseconds(10))
+              .code() == sluice::ErrorCode::timeout);
+    {
+      sluice::Result<std::optional<sluice::Batch>> lease = pf->next(std::nothrow, *a);
+      CHECK(lease.ok() && lease->has_value() && (*lease)->seq() == 0 && (*lease)->len(0) == 16);
+    }  // released here
+    CHECK(pf->close_input(std::nothrow).ok());
+    sluice::Result<sluice::Buffer> dst = sluice::Buffer::alloc(std::nothrow, *a, 16);
+    CHECK(dst.ok());
+    if (!dst) return 1;
+    sluice::Result<std::optional<sluice::BatchInfo>> info = pf->next_into(std::nothrow, *a, {*dst});
+    CHECK(info.ok() && info->has_value() && (*info)->seq() == 1 && (*info)->len(0) == 3);
+    sluice::Result<std::vector<char>> abc = sluice::read_vector<char>(std::nothrow, *a, *dst, 0, 3);
+    CHECK(abc.ok() && std::memcmp(abc->data(), "abc", 3) == 0);
+    sluice::Result<std::optional<sluice::BatchInfo>> end = pf->next_into(std::nothrow, *a, {*dst});
+    CHECK(end.ok() && !end->has_value());
+
+    sluice::Result<sluice::Prefetcher> pull = sluice::Prefetcher::create(
+        std::nothrow, *dev, {2, {8}, [](sluice::Fill& f) {
+          if (f.seq() == 1) return sluice::FillResult::failed;
+          if (f.seq() >= 3) return sluice::FillResult::end;
+          return f.set_len(std::nothrow, 0, 8).ok() ? sluice::FillResult::ready
+                                                    : sluice::FillResult::failed;
+        }});
+    CHECK(pull.ok());
+    if (!pull) return 1;
+    int got = 0, failed = 0;
+    std::uint64_t failed_seq = 0;
+    for (;;) {
+      sluice::Result<std::optional<sluice::Batch>> r =
+          pull->next(std::nothrow, *a, sluice::kWaitForever, &failed_seq);
+      if (!r) {
+        CHECK(r.code() == sluice::ErrorCode::callback_failed && failed_seq == 1);
+        ++failed;
+        continue;
+      }
+      if (!r->has_value()) break;
+      ++got;
+    }
+    CHECK(got == 2 && failed == 1);
   }
 
   sluice::StreamRef stale = *a;

@@ -32,6 +32,8 @@ enum class ErrorCode : std::uint32_t {
   not_found = SLUICE_ERROR_NOT_FOUND,
   wrong_device = SLUICE_ERROR_WRONG_DEVICE,
   invalid_state = SLUICE_ERROR_INVALID_STATE,
+  end_of_data = SLUICE_ERROR_END_OF_DATA,  ///< a prefetcher's input ended (next() maps it to nullopt)
+  timeout = SLUICE_ERROR_TIMEOUT,          ///< a blocking call gave up after its timeout
 };
 
 /// The constant name of a code, e.g. "SLUICE_ERROR_INVALID_HANDLE" (static string).

@@ -1,10 +1,11 @@
 // sluice C++ bindings: header-only C++17 over the C ABI in <sluice.h>.
 //
 // Every C handle type has a move-only owning class (Device, Stream, Event, Buffer,
-// SyncObject, Op, Module, Function, Graph, GraphExec, GraphCache; Capture is the
-// scope of an open graph capture) and, where handles are passed around, a
-// trivially copyable non-owning view (DeviceRef, StreamRef, EventRef, BufferRef,
-// SyncRef, GraphRef, GraphExecRef, GraphCacheRef). Every fallible operation has a
+// SyncObject, Op, Module, Function, Graph, GraphExec, GraphCache, Prefetcher,
+// Batch; Capture is the scope of an open graph capture, Fill that of a prefetcher
+// slot being filled) and, where handles are passed around, a trivially copyable
+// non-owning view (DeviceRef, StreamRef, EventRef, BufferRef, SyncRef, GraphRef,
+// GraphExecRef, GraphCacheRef, PrefetcherRef). Every fallible operation has a
 // throwing form and a `std::nothrow`-tagged form returning [[nodiscard]]
 // sluice::Result<T>; under -fno-exceptions only the latter exists. See
 // bindings/cpp/README.md.
@@ -25,5 +26,6 @@
 #include "sluice/op.hpp"
 #include "sluice/module.hpp"
 #include "sluice/graph.hpp"
+#include "sluice/prefetcher.hpp"
 
 #endif  // SLUICE_CPP_SLUICE_HPP

@@ -126,6 +126,14 @@ ByteView as_bytes(span<T> s) noexcept {
   return ByteView(reinterpret_cast<const std::byte*>(s.data()), s.size_bytes());
 }
 
+/// Views the bytes of a contiguous container of trivially copyable elements
+/// (std::vector, std::array, std::string, a C array): `pf.push({as_bytes(v)})`.
+template <class C, class = detail::if_contiguous<const C>>
+ByteView as_bytes(const C& c) noexcept {
+  return ByteView(reinterpret_cast<const std::byte*>(std::data(c)),
+                  std::size(c) * sizeof(*std::data(c)));
+}
+
 /// Views the bytes of `s` writably.
 template <class T, class = typename std::enable_if<!std::is_const<T>::value>::type>
 MutableByteView as_writable_bytes(span<T> s) noexcept {
