@@ -230,6 +230,31 @@
 #define SLUICE_GRAPH_UPDATE_REINSTANTIATED 1
 
 /**
+ * Log level: nothing is logged (the default).
+ */
+#define SLUICE_LOG_OFF 0
+
+/**
+ * Log level: errors only.
+ */
+#define SLUICE_LOG_ERROR 1
+
+/**
+ * Log level: errors and warnings (a capture aborted by an operation).
+ */
+#define SLUICE_LOG_WARN 2
+
+/**
+ * Log level: also notable events (graph update fallbacks, cache evictions, traces).
+ */
+#define SLUICE_LOG_INFO 3
+
+/**
+ * Log level: everything (stale handles, blocks the caches gave back).
+ */
+#define SLUICE_LOG_DEBUG 4
+
+/**
  * The most segments a batch may have.
  */
 #define SLUICE_PREFETCH_MAX_SEGMENTS 8
@@ -426,6 +451,135 @@ typedef struct sluice_graph_cache_stats_t {
 } sluice_graph_cache_stats_t;
 
 /**
+ * Counters of one device, or of every device of the process (`sluice_counters`).
+ * Fields marked "while counting" count only while `sluice_counters_set_enabled(true)`,
+ * `SLUICE_COUNTERS=1` or a trace is on: they would cost work on every op otherwise.
+ */
+typedef struct sluice_counters_t {
+  /**
+   * Live streams.
+   */
+  uint64_t streams;
+  /**
+   * Stream waits inserted by the engine and by explicit event waits.
+   */
+  uint64_t waits_inserted;
+  /**
+   * Waits merged because the op already waits on the same or a newer recording of
+   * that stream (while counting).
+   */
+  uint64_t waits_deduplicated;
+  /**
+   * Waits not inserted because stream order already covers them (while counting).
+   */
+  uint64_t waits_skipped_same_stream;
+  /**
+   * Events recorded.
+   */
+  uint64_t events_recorded;
+  /**
+   * Events created because a pool had none free.
+   */
+  uint64_t events_created;
+  /**
+   * Records served by a recycled event (recorded less created).
+   */
+  uint64_t events_recycled;
+  /**
+   * Free events in the pools of live streams now.
+   */
+  uint64_t events_in_pools;
+  /**
+   * Bytes copied host to device (while counting; not in graphs).
+   */
+  uint64_t bytes_h2d;
+  /**
+   * Bytes copied device to host (as above).
+   */
+  uint64_t bytes_d2h;
+  /**
+   * Bytes copied device to device (as above).
+   */
+  uint64_t bytes_d2d;
+  /**
+   * Bytes copied host to host through the device (as above).
+   */
+  uint64_t bytes_h2h;
+  /**
+   * Device allocations served by a stream's block cache.
+   */
+  uint64_t device_alloc_hits;
+  /**
+   * Device allocations from the driver.
+   */
+  uint64_t device_alloc_misses;
+  /**
+   * Cached device blocks given back to the driver by a trim.
+   */
+  uint64_t device_alloc_trims;
+  /**
+   * Pinned allocations served by the pinned cache.
+   */
+  uint64_t pinned_alloc_hits;
+  /**
+   * Pinned allocations from the driver.
+   */
+  uint64_t pinned_alloc_misses;
+  /**
+   * Pinned blocks given back to the driver (trims and frees over the cache bound).
+   */
+  uint64_t pinned_alloc_trims;
+  /**
+   * Pinned bytes handed out now.
+   */
+  uint64_t pinned_bytes_in_use;
+  /**
+   * Pinned bytes cached now.
+   */
+  uint64_t pinned_bytes_cached;
+  /**
+   * Graph cache runs replayed.
+   */
+  uint64_t graph_cache_hits;
+  /**
+   * Graph cache runs captured and instantiated.
+   */
+  uint64_t graph_cache_captures;
+  /**
+   * Graph cache runs executed eagerly.
+   */
+  uint64_t graph_cache_eager;
+  /**
+   * Executable graphs updated in place.
+   */
+  uint64_t graph_updates;
+  /**
+   * Executable graph updates that fell back to re-instantiation.
+   */
+  uint64_t graph_update_fallbacks;
+  /**
+   * Times a prefetcher's producer blocked for a free slot.
+   */
+  uint64_t prefetch_producer_waits;
+  /**
+   * Times a prefetcher's consumer blocked for a batch.
+   */
+  uint64_t prefetch_consumer_waits;
+  /**
+   * Time producers spent in acquire, in ns.
+   */
+  uint64_t prefetch_producer_wait_ns;
+  /**
+   * Time consumers spent in next, in ns.
+   */
+  uint64_t prefetch_consumer_wait_ns;
+  /**
+   * Host synchronisations made by `SLUICE_ENGINE=sync`.
+   */
+  uint64_t engine_syncs;
+} sluice_counters_t;
+
+/**
  * A buffer: device, pinned or registered host memory, with its own sync object.
  * Thread safety: may be used from any thread at once.
  * Under the hood: `Arc<Buffer>`; freeing it while streams still use it is safe.
@@ -498,6 +652,13 @@ typedef int32_t (*sluice_host_fn)(void *user_data);
  * Releases a callback's `user_data` once the callback can no longer run.
  */
 typedef void (*sluice_free_fn)(void *user_data);
+
+/**
+ * A log receiver: `level` is one of `SLUICE_LOG_*`, `message` is NUL-terminated
+ * and valid during the call only. It is called on the thread that logs, possibly
+ * while sluice holds locks: it must not call sluice.
+ */
+typedef void (*sluice_log_fn)(uint32_t level, const char *message, void *user_data);
 
 /**
  * What a buffer is and where it lives.
@@ -1019,6 +1180,20 @@ struct sluice_error_t *sluice_graph_cache_stats(struct sluice_graph_cache_t cach
 struct sluice_error_t *sluice_graph_cache_set_enabled(bool enabled);
 
 /**
+ * Writes the counters of `device`, or, when `device.bits` is 0, of every device
+ * opened in the process (destroyed streams included) to `counters_out`.
+ */
+struct sluice_error_t *sluice_counters(struct sluice_device_t device,
+                                       struct sluice_counters_t *counters_out);
+
+/**
+ * Turns on or off the counters that cost work on every op (those marked "while
+ * counting" in `sluice_counters_t`); a trace counts them too. Off by default, or
+ * on with `SLUICE_COUNTERS=1`.
+ */
+struct sluice_error_t *sluice_counters_set_enabled(bool enabled);
+
+/**
  * Deprecated: renamed to [`sluice_stream_copy`] in 0.1.1.
  */
 SLUICE_DEPRECATED("renamed to sluice_stream_copy")
@@ -1112,6 +1287,19 @@ struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream
                                                    size_t num_reads,
                                                    const struct sluice_sync_t *writes,
                                                    size_t num_writes);
+
+/**
+ * Sets the log level, one of `SLUICE_LOG_*` (overrides `SLUICE_LOG`; logging is
+ * off by default).
+ */
+struct sluice_error_t *sluice_log_set_level(uint32_t level);
+
+/**
+ * Sends log messages to `callback(level, message, user_data)` instead of stderr;
+ * NULL goes back to stderr. The level is unchanged (see `sluice_log_set_level`).
+ * `user_data` must stay valid until the callback is replaced.
+ */
+struct sluice_error_t *sluice_log_set_callback(sluice_log_fn callback, void *user_data);
 
 /**
  * Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
@@ -1516,6 +1704,33 @@ struct sluice_error_t *sluice_engine_set_mode(uint32_t mode);
  * The process-wide engine mode.
  */
 uint32_t sluice_engine_mode(void);
+
+/**
+ * Starts writing a trace to `path` (created or truncated): Chrome trace-event
+ * JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open. It holds a
+ * track per stream named with its label, a span per op's enqueue, an arrow from
+ * each op to the op whose wait the engine inserted for it, captures, graph
+ * instantiate, update and launch, allocations and frees, prefetcher batches and
+ * log messages. `SLUICE_TRACE_DEVICE=1` adds device spans of every Nth op
+ * (`SLUICE_TRACE_SAMPLE=N`, default 1), read at this call. `SLUICE_TRACE=path`
+ * starts one at the first traced call instead. The file stays valid if the
+ * process ends without `sluice_trace_stop` (the trace is closed at exit) or
+ * crashes (it is then a prefix that the viewers open). Fails with
+ * `SLUICE_ERROR_INVALID_STATE` while a trace is written.
+ */
+struct sluice_error_t *sluice_trace_start(const char *path);
+
+/**
+ * Stops the trace: waits for pending device spans, closes the JSON array and the
+ * file. Does nothing when no trace is written.
+ */
+struct sluice_error_t *sluice_trace_stop(void);
+
+/**
+ * Writes what the trace has buffered to its file (it is also written every
+ * 100 ms). Does nothing when no trace is written.
+ */
+struct sluice_error_t *sluice_trace_flush(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -58,13 +58,14 @@ pub(crate) use c_enum;
 /// constants, so that cbindgen writes them into the header.
 #[doc(hidden)]
 pub fn constants_source() -> String {
-    let lists: [&[(&str, u32, &str)]; 6] = [
+    let lists: [&[(&str, u32, &str)]; 7] = [
         crate::backend::BackendKind::C_CONSTANTS,
         crate::backend::CaptureMode::C_CONSTANTS,
         crate::error::ErrorCode::C_CONSTANTS,
         crate::memory::BufferKind::C_CONSTANTS,
         crate::engine::EngineMode::C_CONSTANTS,
         crate::graph::GraphUpdate::C_CONSTANTS,
+        crate::log::LogLevel::C_CONSTANTS,
     ];
     let mut out = String::from(
         "//! The constants of the enums C sees. Generated from their `c_enum!` lists by\n\

@@ -11,6 +11,7 @@ use crate::event::{RecRef, Recording};
 use crate::graph::{Graph, KeepAlive};
 use crate::stream::Stream;
 use crate::sync::{Access, ObjRef, SyncObject, SyncState};
+use crate::trace::{self, OpKind, Waited};
 use std::collections::HashMap;
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
@@ -83,7 +84,7 @@ impl Stream {
     /// Fails with `CaptureUnsupported` when the stream is capturing.
     pub(crate) fn reject_in_capture(&self, op: &str) -> Result<()> {
         if let Some(cap) = self.current_capture() {
-            cap.ctl().poisoned.get_or_insert_with(|| op.to_string());
+            cap.poison(op);
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 format!("{op} is not allowed while {self:?} is capturing a graph"),
@@ -166,6 +167,7 @@ impl Capture {
     pub(crate) fn run_op(
         &self,
         stream: &Stream,
+        kind: OpKind<'_>,
         set: &[Access<'_>],
         enqueue: impl FnOnce() -> Result<()>,
         keep: bool,
@@ -173,17 +175,32 @@ impl Capture {
         let mut t = self.touched();
         let (idx, need) = self.prepare(&mut t, stream, set);
         let me = stream.id;
-        engine::push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
-            publish_shadows(&mut t, set, &idx, me, rec, publish)
-        })
+        engine::push_op(
+            stream,
+            kind,
+            &need,
+            set.len(),
+            keep,
+            enqueue,
+            |rec, publish| publish_shadows(&mut t, set, &idx, me, rec, publish),
+        )
     }
 
     /// `op_begin` on a stream taking part in this capture.
-    pub(crate) fn op_begin(&self, stream: &Stream, set: &[Access<'_>]) -> Result<()> {
+    pub(crate) fn op_begin(
+        &self,
+        stream: &Stream,
+        set: &[Access<'_>],
+        kind: OpKind<'_>,
+    ) -> Result<()> {
         let mut t = self.touched();
         let (_, need) = self.prepare(&mut t, stream, set);
-        let _push = stream.push_lock();
+        let mut push = stream.push_lock();
+        let obs = trace::observe();
         let waits = engine::issue_waits(stream, &need)?;
+        if obs.on() {
+            trace::op_done(&mut push, stream, obs, kind, Waited::Set(&need), None);
+        }
         stream
             .stats
             .waits
@@ -198,6 +215,7 @@ impl Capture {
         let me = stream.id;
         engine::push_op(
             stream,
+            OpKind::ForeignEnd,
             &engine::Waits::new(),
             set.len(),
             false,
@@ -252,6 +270,24 @@ pub(crate) struct CaptureCtl {
 }
 
 impl Capture {
+    /// Records the first operation rejected during the capture (its end reports it).
+    fn poison(&self, op: &str) {
+        let first = {
+            let mut c = self.ctl();
+            let first = c.poisoned.is_none();
+            c.poisoned.get_or_insert_with(|| op.to_string());
+            first
+        };
+        if first {
+            crate::log::warn(|| {
+                format!(
+                    "capture #{} poisoned: {op} was rejected; ending the capture will fail",
+                    self.id
+                )
+            });
+        }
+    }
+
     pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, CaptureCtl> {
         self.ctl.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -296,7 +332,11 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
             format!("{stream:?} is already capturing"),
         ));
     }
-    stream.push(|| stream.device.backend.capture_begin(stream.raw, mode))?;
+    stream.push(|| {
+        stream.device.backend.capture_begin(stream.raw, mode)?;
+        trace::capture_mark(stream, true, 0, true);
+        Ok(())
+    })?;
     let cap = Capture::new();
     stream.capture.set(Some(cap));
     stream.set_capture_origin(true);
@@ -335,7 +375,7 @@ fn captures() -> &'static Mutex<HashMap<u64, std::sync::Weak<Capture>>> {
 /// Marks capture `id` as aborted by the rejected operation `op`.
 pub(crate) fn poison(id: u64, op: &str) {
     if let Some(c) = live_capture(id) {
-        c.ctl().poisoned.get_or_insert_with(|| op.to_string());
+        c.poison(op);
     }
 }
 
@@ -381,7 +421,12 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         .filter(|(s, joined)| s.last_seq() > *joined)
         .map(|(s, _)| s.id)
         .collect();
-    let ended = stream.push(|| stream.device.backend.capture_end(stream.raw));
+    let ended = stream.push(|| {
+        let r = stream.device.backend.capture_end(stream.raw);
+        let ok = r.is_ok() && unjoined.is_empty() && poisoned.is_none();
+        trace::capture_mark(stream, false, cap.id, ok);
+        r
+    });
     // Whatever happened, every participant leaves the capture.
     for s in std::iter::once(stream).chain(forks.iter().map(|f| &f.0)) {
         s.capture.set(None);

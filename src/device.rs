@@ -1,6 +1,7 @@
 //! Devices: one backend device each, shared by everything created on it.
 
 use crate::backend::{BackendKind, DeviceBackend, DeviceProps};
+use crate::counters::DeviceCounters;
 use crate::error::{Error, ErrorCode, Result};
 use crate::memory::PinnedPool;
 use crate::stream::Stream;
@@ -19,6 +20,7 @@ pub struct Device {
     pub(crate) backend: DeviceBackend,
     streams: Mutex<Vec<Weak<Stream>>>,
     pub pinned: PinnedPool,
+    pub(crate) counters: DeviceCounters,
 }
 
 impl std::fmt::Debug for Device {
@@ -46,6 +48,16 @@ fn registry() -> &'static Registry {
     REG.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
+/// Every device opened in this process.
+pub(crate) fn all_devices() -> Vec<Arc<Device>> {
+    registry()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .cloned()
+        .collect()
+}
+
 impl Device {
     /// Number of devices of a backend. cuda without a driver is an error.
     pub fn count(kind: BackendKind) -> Result<u32> {
@@ -62,6 +74,7 @@ impl Device {
             backend: DeviceBackend::open(kind, ordinal)?,
             streams: Mutex::new(Vec::new()),
             pinned: PinnedPool::new(),
+            counters: DeviceCounters::default(),
         });
         reg.insert((kind, ordinal), dev.clone());
         Ok(dev)
@@ -101,18 +114,21 @@ impl Device {
         v.push(Arc::downgrade(s));
     }
 
-    /// Blocks until all work on every live stream of this device has completed.
-    /// Returns the first deferred error found, after draining every stream.
-    pub fn wait_all(&self) -> Result<()> {
-        let streams: Vec<Arc<Stream>> = self
-            .streams
+    /// The streams of this device that are still alive.
+    pub(crate) fn live_streams(&self) -> Vec<Arc<Stream>> {
+        self.streams
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter_map(|w| w.upgrade())
-            .collect();
+            .collect()
+    }
+
+    /// Blocks until all work on every live stream of this device has completed.
+    /// Returns the first deferred error found, after draining every stream.
+    pub fn wait_all(&self) -> Result<()> {
         let mut first = None;
-        for s in streams {
+        for s in self.live_streams() {
             if let Err(e) = s.synchronize() {
                 first.get_or_insert(e);
             }

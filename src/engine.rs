@@ -14,10 +14,12 @@
 
 use crate::c_enum::c_enum;
 use crate::error::{Error, ErrorCode, Result};
-use crate::event::{Publish, RecRef, Recording};
+use crate::event::{PoolInner, Publish, RecRef, Recording};
 use crate::inline::Small;
+use crate::objlock::ObjGuard;
 use crate::stream::Stream;
 use crate::sync::{Access, SyncObject, SyncState};
+use crate::trace::{self, Obs, OpKind, Waited};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -74,6 +76,10 @@ pub(crate) struct Waits {
     recs: Small<NonNull<Recording>, 4>,
     /// Recordings made while collecting, kept alive until the waits are issued.
     temps: Vec<RecRef>,
+    /// Waits left out because a newer one of the same stream covers them.
+    dedup: u32,
+    /// Conflicts left out because stream order covers them.
+    same: u32,
 }
 
 impl Waits {
@@ -82,7 +88,23 @@ impl Waits {
         Waits {
             recs: Small::new(),
             temps: Vec::new(),
+            dedup: 0,
+            same: 0,
         }
+    }
+
+    /// The recordings to wait on.
+    pub(crate) fn recordings(&self) -> impl Iterator<Item = &Recording> {
+        // SAFETY: every stored pointer is still valid (see the type's doc).
+        self.recs.iter().map(|p| unsafe { p.as_ref() })
+    }
+
+    pub(crate) fn deduplicated(&self) -> u64 {
+        self.dedup as u64
+    }
+
+    pub(crate) fn same_stream(&self) -> u64 {
+        self.same as u64
     }
 
     /// Adds `rec` unless an equal-or-newer one from its stream is there.
@@ -95,8 +117,11 @@ impl Waits {
             .iter_mut()
             .find(|r| get(r).stream_id() == rec.stream_id())
         {
-            Some(r) if get(r).seq >= rec.seq => {}
-            Some(r) => *r = NonNull::from(rec),
+            Some(r) if get(r).seq >= rec.seq => self.dedup += 1,
+            Some(r) => {
+                *r = NonNull::from(rec);
+                self.dedup += 1;
+            }
             None => self.recs.push(NonNull::from(rec)),
         }
     }
@@ -156,18 +181,23 @@ impl Drop for Locked<'_, '_> {
 /// Adds to `need` what an op on stream `me` waits for before accessing an object in
 /// state `st`: for a write, the writer and every reader of other streams; for a
 /// read, the writer of another stream, unless `me` already has a reader entry (it
-/// was published after that writer, since writes clear the readers).
+/// was published after that writer, since writes clear the readers). Conflicts that
+/// stream order covers are counted in `need.same`.
 #[inline(always)]
 pub(crate) fn waits_for(st: &SyncState, me: u64, write: bool, need: &mut Waits) {
     if write {
         for r in st.writer.iter().chain(st.readers.iter()) {
             if r.stream_id() != me {
                 need.add(r);
+            } else {
+                need.same += 1;
             }
         }
-    } else if !st.readers.iter().any(|r| r.stream_id() == me) {
-        if let Some(w) = st.writer.as_ref().filter(|w| w.stream_id() != me) {
+    } else if let Some(w) = st.writer.as_ref() {
+        if w.stream_id() != me && !st.readers.iter().any(|r| r.stream_id() == me) {
             need.add(w);
+        } else {
+            need.same += 1;
         }
     }
 }
@@ -264,26 +294,108 @@ pub(crate) fn issue_waits(stream: &Stream, need: &Waits) -> Result<u64> {
 /// The part of an op that touches the stream, under its push lock so that the
 /// op's waits, its work and its recording are contiguous on the stream: issues the
 /// waits, runs `enqueue`, records one event with one reference per object (plus one
-/// when `keep`), and hands it to `publish_all` with the push lock still held.
+/// when `keep`), and hands it to `publish_all` with the push lock still held. The
+/// trace switch is read once, here: when it is on, an out-of-line copy runs.
 #[inline(always)]
 pub(crate) fn push_op(
     stream: &Stream,
+    kind: OpKind<'_>,
     need: &Waits,
     objects: usize,
     keep: bool,
     enqueue: impl FnOnce() -> Result<()>,
     publish_all: impl FnOnce(&RecRef, &mut Publish<'_>),
 ) -> Result<Option<RecRef>> {
-    let mut push = stream.push_lock();
+    let push = stream.push_lock();
+    let obs = trace::observe();
+    if obs.on() {
+        return push_op_observed(
+            stream,
+            push,
+            obs,
+            kind,
+            need,
+            objects,
+            keep,
+            enqueue,
+            publish_all,
+        );
+    }
+    push_op_with(
+        stream,
+        push,
+        Obs::OFF,
+        kind,
+        need,
+        objects,
+        keep,
+        enqueue,
+        publish_all,
+    )
+}
+
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn push_op_observed(
+    stream: &Stream,
+    push: ObjGuard<'_, PoolInner>,
+    obs: Obs,
+    kind: OpKind<'_>,
+    need: &Waits,
+    objects: usize,
+    keep: bool,
+    enqueue: impl FnOnce() -> Result<()>,
+    publish_all: impl FnOnce(&RecRef, &mut Publish<'_>),
+) -> Result<Option<RecRef>> {
+    push_op_with(
+        stream,
+        push,
+        obs,
+        kind,
+        need,
+        objects,
+        keep,
+        enqueue,
+        publish_all,
+    )
+}
+
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn push_op_with(
+    stream: &Stream,
+    mut push: ObjGuard<'_, PoolInner>,
+    obs: Obs,
+    kind: OpKind<'_>,
+    need: &Waits,
+    objects: usize,
+    keep: bool,
+    enqueue: impl FnOnce() -> Result<()>,
+    publish_all: impl FnOnce(&RecRef, &mut Publish<'_>),
+) -> Result<Option<RecRef>> {
     let waits = issue_waits(stream, need)?;
+    let dev = if obs.tracing() {
+        trace::device_begin(stream)
+    } else {
+        0
+    };
     let refs = objects + keep as usize;
-    let rec = match enqueue().and_then(|()| stream.record_in(&mut push, false, refs, waits)) {
+    let enqueued = enqueue();
+    if dev != 0 {
+        // Before the op's recording, so nothing waiting on it runs before the end.
+        trace::device_end(stream, dev, kind, enqueued.is_ok(), Some(push.seq + 1));
+    }
+    let rec = match enqueued.and_then(|()| stream.record_in(&mut push, false, refs, waits)) {
         Ok(r) => r,
         Err(e) => {
             stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
             return Err(e);
         }
     };
+    if obs.on() {
+        trace::op_done(&mut push, stream, obs, kind, Waited::Set(need), Some(&rec));
+    }
     let mut publish = Publish::new(stream, push);
     publish_all(&rec, &mut publish);
     if keep {
@@ -306,40 +418,84 @@ fn after_op(stream: &Stream) -> Result<()> {
 
 /// Runs one tracked op atomically: waits, `enqueue`, one recording, publication.
 /// With no objects there is nothing to order or publish, so nothing is recorded.
+/// `kind` names the op in traces and counts its bytes.
 #[inline(always)]
 pub fn run_op(
     stream: &Stream,
+    kind: OpKind<'_>,
     set: &[Access<'_>],
     enqueue: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
-    run_op_inner(stream, set, enqueue, false).map(drop)
+    run_op_inner(stream, kind, set, enqueue, false).map(drop)
 }
 
 /// [`run_op`], also returning the op's recording (None when nothing was recorded).
 #[inline(always)]
 pub fn run_op_recorded(
     stream: &Stream,
+    kind: OpKind<'_>,
     set: &[Access<'_>],
     enqueue: impl FnOnce() -> Result<()>,
 ) -> Result<Option<RecRef>> {
-    run_op_inner(stream, set, enqueue, true)
+    run_op_inner(stream, kind, set, enqueue, true)
+}
+
+/// An op with no objects: only its work, under the push lock.
+#[inline(always)]
+fn push_untracked(
+    stream: &Stream,
+    kind: OpKind<'_>,
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let push = stream.push_lock();
+    let obs = trace::observe();
+    if obs.on() {
+        return push_untracked_observed(stream, push, obs, kind, enqueue);
+    }
+    enqueue()
+}
+
+#[cold]
+#[inline(never)]
+fn push_untracked_observed(
+    stream: &Stream,
+    mut push: ObjGuard<'_, PoolInner>,
+    obs: Obs,
+    kind: OpKind<'_>,
+    enqueue: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let dev = if obs.tracing() {
+        trace::device_begin(stream)
+    } else {
+        0
+    };
+    let enqueued = enqueue();
+    if dev != 0 {
+        trace::device_end(stream, dev, kind, enqueued.is_ok(), None);
+    }
+    enqueued?;
+    if obs.on() {
+        trace::op_done(&mut push, stream, obs, kind, Waited::None, None);
+    }
+    Ok(())
 }
 
 #[inline(always)]
 fn run_op_inner(
     stream: &Stream,
+    kind: OpKind<'_>,
     set: &[Access<'_>],
     enqueue: impl FnOnce() -> Result<()>,
     keep: bool,
 ) -> Result<Option<RecRef>> {
     if set.is_empty() {
-        stream.push(enqueue)?;
+        push_untracked(stream, kind, enqueue)?;
         after_op(stream)?;
         return Ok(None);
     }
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
-            return cap.run_op(stream, set, enqueue, keep);
+            return cap.run_op(stream, kind, set, enqueue, keep);
         }
     }
     let me = stream.id;
@@ -347,9 +503,15 @@ fn run_op_inner(
         let locked = Locked::new(set);
         let mut need = Waits::new();
         collect_waits(stream, &locked, &mut need)?;
-        push_op(stream, &need, set.len(), keep, enqueue, |rec, publish| {
-            locked.publish(me, rec, publish)
-        })?
+        push_op(
+            stream,
+            kind,
+            &need,
+            set.len(),
+            keep,
+            enqueue,
+            |rec, publish| locked.publish(me, rec, publish),
+        )?
     };
     after_op(stream)?;
     Ok(rec)
@@ -392,12 +554,12 @@ impl SeenState {
 
 /// Begins a foreign op: issues the waits for its accesses (with the objects
 /// locked, so the waits are ordered against library ops on them). Returns what it
-/// saw of each object, for [`op_end`].
+/// saw of each object, for [`op_end`]. `kind` names it in traces.
 #[inline(always)]
-pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<Seen> {
+pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>], kind: OpKind<'_>) -> Result<Seen> {
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
-            cap.op_begin(stream, set)?;
+            cap.op_begin(stream, set, kind)?;
             return Ok(Seen::new());
         }
     }
@@ -410,8 +572,13 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>]) -> Result<Seen> {
         seen.push(SeenState::of(unsafe { a.state() }));
     }
     let waits = {
-        let _push = stream.push_lock();
-        issue_waits(stream, &need)?
+        let mut push = stream.push_lock();
+        let obs = trace::observe();
+        let waits = issue_waits(stream, &need)?;
+        if obs.on() {
+            trace::op_done(&mut push, stream, obs, kind, Waited::Set(&need), None);
+        }
+        waits
     };
     stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
     Ok(seen)
@@ -438,7 +605,13 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     let me = stream.id;
     let rec = {
         let mut push = stream.push_lock();
-        stream.record_in(&mut push, false, set.len(), 0)?
+        let obs = trace::observe();
+        let rec = stream.record_in(&mut push, false, set.len(), 0)?;
+        if obs.on() {
+            let kind = OpKind::ForeignEnd;
+            trace::op_done(&mut push, stream, obs, kind, Waited::None, Some(&rec));
+        }
+        rec
     };
     {
         let locked = Locked::new(set);
@@ -465,6 +638,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
             }
             push_op(
                 stream,
+                OpKind::ForeignEnd,
                 &need,
                 set.len(),
                 false,
@@ -496,7 +670,10 @@ impl ForeignOp {
         reads: Vec<Arc<SyncObject>>,
         writes: Vec<Arc<SyncObject>>,
     ) -> Result<ForeignOp> {
-        let seen = op_begin(stream, &crate::sync::access_set(&reads, &writes))?;
+        let seen = {
+            let set = crate::sync::access_set(&reads, &writes);
+            op_begin(stream, &set, OpKind::ForeignBegin("op begin"))?
+        };
         Ok(ForeignOp {
             stream: stream.clone(),
             reads,

@@ -6,6 +6,7 @@
 //! last reference drops, so nothing can wait on a recycled event by mistake
 //! (MXNet's 64-slot ring ABA cannot happen).
 
+use crate::counters::StreamCounts;
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, Result};
 use crate::objlock::{ObjGuard, ObjLock};
@@ -27,6 +28,9 @@ pub(crate) struct EventPool {
     pub(crate) device: Arc<Device>,
     /// Errors reported asynchronously (host callbacks), returned at the next sync.
     pub(crate) deferred: Mutex<Option<Error>>,
+    /// Counted only while counting is on, under `inner` (`crate::counters`); out of
+    /// `inner` so that the op path's fields keep to the first cache line.
+    pub(crate) counts: StreamCounts,
 }
 
 impl EventPool {
@@ -43,6 +47,7 @@ impl EventPool {
             }),
             completed: AtomicU64::new(0),
             deferred: Mutex::new(None),
+            counts: StreamCounts::default(),
         })
     }
 
@@ -94,6 +99,11 @@ impl PoolInner {
             &mut self.free
         }
     }
+
+    /// Free events in the pool (walks the free lists; for counters).
+    pub(crate) fn free_events(&self) -> u64 {
+        self.free.len() + self.free_timing.len()
+    }
 }
 
 /// Unreferenced nodes, linked through their `refs` word (unused while free), so a
@@ -122,6 +132,17 @@ impl FreeNodes {
         self.0 = node.refs.load(Ordering::Relaxed) as *mut RecNode;
         node.refs.store(0, Ordering::Relaxed);
         Some(node)
+    }
+
+    fn len(&self) -> u64 {
+        let mut n = 0;
+        let mut p = self.0;
+        while !p.is_null() {
+            n += 1;
+            // SAFETY: the nodes on the list are owned by it; `refs` links the next.
+            p = unsafe { &*p }.refs.load(Ordering::Relaxed) as *mut RecNode;
+        }
+        n
     }
 }
 

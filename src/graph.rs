@@ -4,10 +4,12 @@
 //! [`crate::graph_cache`].
 
 use crate::c_enum::c_enum;
+use crate::counters::DeviceCounters;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::sync::SyncObject;
+use crate::trace;
 use std::sync::{Arc, Mutex};
 
 /// Memory a graph uses, kept alive as long as the graph (or an exec of it) lives.
@@ -85,6 +87,7 @@ impl Graph {
     /// Instantiates the graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
     /// `<dir>/graph-<device>-<id>.dot`.
     pub fn instantiate(&self) -> Result<Arc<GraphExec>> {
+        let t0 = trace::span_start();
         let raw = self.device.backend.graph_instantiate(self.raw)?;
         let exec = Arc::new(GraphExec {
             device: self.device.clone(),
@@ -96,6 +99,9 @@ impl Graph {
                 callbacks: self.callbacks,
             }),
             id: crate::device::next_id(),
+        });
+        trace::thread_span("graph instantiate", "graph", t0, |a| {
+            a.u64("graph_exec", exec.id)
         });
         if let Some(dir) = std::env::var_os("SLUICE_GRAPH_DOT_DIR") {
             let p = std::path::Path::new(&dir).join(format!(
@@ -132,6 +138,7 @@ impl GraphExec {
     /// `cuGraphExecUpdate`, falling back to re-instantiation when that is refused.
     pub fn update(&self, graph: &Graph) -> Result<UpdateOutcome> {
         self.device.same_device(&graph.device, "the graph")?;
+        let t0 = trace::span_start();
         let mut st = self.state();
         let outcome = match self.device.backend.graph_exec_update(st.raw, graph.raw)? {
             Ok(()) => UpdateOutcome::InPlace,
@@ -146,6 +153,29 @@ impl GraphExec {
         st.writes = graph.writes.clone();
         st.keep = graph.keep.clone();
         st.callbacks = graph.callbacks;
+        drop(st);
+        let c = &self.device.counters;
+        trace::thread_span("graph update", "graph", t0, |a| {
+            a.u64("graph_exec", self.id);
+            match &outcome {
+                UpdateOutcome::InPlace => a.str("result", "in place"),
+                UpdateOutcome::Reinstantiated(r) => {
+                    a.str("result", &format!("re-instantiated: {r}"))
+                }
+            }
+        });
+        match &outcome {
+            UpdateOutcome::InPlace => DeviceCounters::bump(&c.graph_updates, 1),
+            UpdateOutcome::Reinstantiated(reason) => {
+                DeviceCounters::bump(&c.graph_update_fallbacks, 1);
+                crate::log::info(|| {
+                    format!(
+                        "graph exec #{}: in-place update refused ({reason}); re-instantiated",
+                        self.id
+                    )
+                });
+            }
+        }
         Ok(outcome)
     }
 }

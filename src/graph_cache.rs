@@ -4,6 +4,7 @@
 
 use crate::backend::CaptureMode;
 use crate::capture::{capture_begin, capture_end};
+use crate::counters::DeviceCounters;
 use crate::device::Device;
 use crate::error::Result;
 use crate::graph::GraphExec;
@@ -78,8 +79,10 @@ impl GraphCache {
         body: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
         stream.device.same_device(&self.device, "the graph cache")?;
+        let c = &self.device.counters;
         if !graphs_enabled() {
             self.eager.fetch_add(1, Ordering::Relaxed);
+            DeviceCounters::bump(&c.graph_cache_eager, 1);
             return body();
         }
         let ready = {
@@ -94,6 +97,7 @@ impl GraphCache {
             None => {
                 body()?;
                 self.eager.fetch_add(1, Ordering::Relaxed);
+                DeviceCounters::bump(&c.graph_cache_eager, 1);
                 self.entries
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -108,6 +112,7 @@ impl GraphCache {
                 let exec = g?.instantiate()?;
                 exec.launch(stream)?;
                 self.captured.fetch_add(1, Ordering::Relaxed);
+                DeviceCounters::bump(&c.graph_cache_captures, 1);
                 self.entries
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -117,6 +122,7 @@ impl GraphCache {
             Some(Some(exec)) => {
                 exec.launch(stream)?;
                 self.replayed.fetch_add(1, Ordering::Relaxed);
+                DeviceCounters::bump(&c.graph_cache_hits, 1);
                 Ok(())
             }
         }

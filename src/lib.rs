@@ -8,6 +8,7 @@ pub mod backend;
 #[doc(hidden)]
 pub mod c_enum;
 pub mod capture;
+pub mod counters;
 pub mod device;
 pub mod engine;
 mod epoch;
@@ -17,6 +18,7 @@ pub mod graph;
 pub mod graph_cache;
 mod handle;
 mod inline;
+pub mod log;
 pub mod memory;
 pub mod module;
 mod objlock;
@@ -25,6 +27,7 @@ pub mod prefetch;
 pub mod stream;
 pub mod sync;
 mod tls;
+pub mod trace;
 
 pub mod ffi;
 

@@ -3,13 +3,15 @@
 //! ([`engine::run_op`]) over the sync objects of what it reads and writes.
 
 use crate::backend::LaunchDims;
+use crate::counters::CopyDir;
 use crate::engine;
 use crate::error::{Error, Result};
 use crate::graph::GraphExec;
-use crate::memory::Buffer;
+use crate::memory::{Buffer, BufferKind};
 use crate::module::Function;
 use crate::stream::Stream;
 use crate::sync::{self, SyncObject};
+use crate::trace::OpKind;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -48,7 +50,8 @@ pub fn copy(
         std::slice::from_ref(&src.sync),
         std::slice::from_ref(&dst.sync),
     );
-    engine::run_op(stream, &sync::access_set(r, w), || {
+    let kind = OpKind::Copy(CopyDir::of(src.kind, dst.kind), len as u64);
+    engine::run_op(stream, kind, &sync::access_set(r, w), || {
         backend.memcpy_async(d, s, len, stream.raw)
     })?;
     Ok(())
@@ -63,8 +66,13 @@ pub fn copy_from_host(stream: &Stream, dst: &Buffer, dst_off: usize, src: &[u8])
         return Ok(());
     }
     let backend = &stream.device.backend;
+    let kind = OpKind::Copy(
+        CopyDir::of(BufferKind::Registered, dst.kind),
+        src.len() as u64,
+    );
     engine::run_op(
         stream,
+        kind,
         &sync::access_set(&[], std::slice::from_ref(&dst.sync)),
         || backend.memcpy_from_pageable(d, src, stream.raw),
     )?;
@@ -82,8 +90,10 @@ pub fn copy_to_host(stream: &Stream, dst: &mut [u8], src: &Buffer, src_off: usiz
     let backend = &stream.device.backend;
     let d = dst.as_mut_ptr() as u64;
     let len = dst.len();
+    let kind = OpKind::Copy(CopyDir::of(src.kind, BufferKind::Registered), len as u64);
     let rec = engine::run_op_recorded(
         stream,
+        kind,
         &sync::access_set(std::slice::from_ref(&src.sync), &[]),
         || backend.memcpy_async(d, s, len, stream.raw),
     )?;
@@ -103,6 +113,7 @@ pub fn memset(stream: &Stream, dst: &Buffer, off: usize, value: u8, len: usize) 
     let backend = &stream.device.backend;
     engine::run_op(
         stream,
+        OpKind::Memset(len as u64),
         &sync::access_set(&[], std::slice::from_ref(&dst.sync)),
         || backend.memset_async(d, value, len, stream.raw),
     )?;
@@ -155,6 +166,7 @@ pub(crate) unsafe fn launch_set(
     check_dims(&dims)?;
     engine::run_op(
         stream,
+        OpKind::Launch(&func.name),
         set,
         #[inline(always)]
         || {
@@ -188,7 +200,7 @@ pub(crate) fn host_callback_set(
     if let Some(cap) = stream.current_capture() {
         cap.ctl().callbacks = true;
     }
-    engine::run_op(stream, set, || stream.push_host_fn(job))?;
+    engine::run_op(stream, OpKind::HostFn, set, || stream.push_host_fn(job))?;
     Ok(())
 }
 
@@ -199,7 +211,11 @@ pub fn launch_graph(stream: &Stream, exec: &GraphExec) -> Result<()> {
     stream.reject_in_capture("graph launch")?;
     let st = exec.state();
     let backend = &exec.device.backend;
-    engine::run_op(stream, &sync::access_set(&st.reads, &st.writes), || {
+    let (kind, set) = (
+        OpKind::GraphLaunch(exec.id),
+        sync::access_set(&st.reads, &st.writes),
+    );
+    engine::run_op(stream, kind, &set, || {
         if st.callbacks {
             stream.around_replay(|| backend.graph_launch(st.raw, stream.raw))
         } else {

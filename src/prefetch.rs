@@ -320,10 +320,12 @@ impl Prefetcher {
             if let Some(s) = st.free.pop_front() {
                 break s;
             }
+            crate::trace::prefetch_blocked(&self.device, false);
             let (g, in_time) = Self::wait(&self.slot_freed, st, deadline);
             st = g;
             if !in_time {
                 st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
+                crate::trace::prefetch_waited(&self.device, false, t0);
                 return Err(timed_out("waiting for a free prefetcher slot"));
             }
         };
@@ -353,6 +355,7 @@ impl Prefetcher {
         }
         let mut st = self.lock();
         st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
+        crate::trace::prefetch_waited(&self.device, false, t0);
         if st.destroyed {
             self.abandon(&mut st, ticket);
             return Err(destroyed());
@@ -447,6 +450,7 @@ impl Prefetcher {
                 st.stats.bytes += bytes;
                 st.slots[ticket.slot as usize].copied = copied;
                 drop(st);
+                crate::trace::prefetch_slot(&self.copy_stream, "submit", ticket.seq, ticket.slot);
                 self.finish(ticket, Entry::Ready(ticket.slot, lens.to_vec()));
                 Ok(())
             }
@@ -575,6 +579,7 @@ impl Prefetcher {
                 }
                 None => {}
             }
+            crate::trace::prefetch_blocked(&self.device, true);
             let (g, in_time) = Self::wait(&self.batch_ready, st, deadline);
             st = g;
             if !in_time {
@@ -582,6 +587,7 @@ impl Prefetcher {
             }
         };
         st.stats.consumer_wait_ns += t0.elapsed().as_nanos() as u64;
+        crate::trace::prefetch_waited(&self.device, true, t0);
         if r.is_ok() {
             st.stats.batches += 1;
         }
@@ -629,6 +635,7 @@ impl Prefetcher {
             return Err(destroyed().into());
         }
         st.leased.insert(seq, (slot, op));
+        crate::trace::prefetch_slot(&self.copy_stream, "next", seq, slot);
         Ok(self.view(seq, slot, &lens, &st))
     }
 
@@ -647,6 +654,7 @@ impl Prefetcher {
         })?;
         drop(st);
         let ended = op.end();
+        crate::trace::prefetch_slot(&self.copy_stream, "release", seq, slot);
         let mut st = self.lock();
         if !st.destroyed {
             st.free.push_back(slot);
@@ -697,6 +705,7 @@ impl Prefetcher {
             return Err(destroyed().into());
         }
         let view = self.view(seq, slot, &lens, &st);
+        crate::trace::prefetch_slot(&self.copy_stream, "next_into", seq, slot);
         {
             st.free.push_back(slot);
             self.slot_freed.notify_one();

@@ -9,6 +9,7 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::event::{EventPool, PoolInner, RecRef, Recording};
 use crate::memory::block_cache::BlockCache;
 use crate::objlock::ObjGuard;
+use crate::trace::{self, OpKind, Waited};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -113,6 +114,11 @@ impl Stream {
         *self.label.lock().unwrap_or_else(|p| p.into_inner()) = label.map(Arc::from);
     }
 
+    /// The stream's label, if set.
+    pub fn label(&self) -> Option<Arc<str>> {
+        self.label.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     fn describe(&self) -> String {
         match &*self.label.lock().unwrap_or_else(|p| p.into_inner()) {
             Some(l) => format!("stream #{} (last operation '{l}')", self.id),
@@ -138,7 +144,19 @@ impl Stream {
     #[inline(always)]
     pub fn record(&self, timing: bool) -> Result<RecRef> {
         let mut push = self.push_lock();
-        self.record_in(&mut push, timing, 1, 0)
+        let obs = trace::observe();
+        let rec = self.record_in(&mut push, timing, 1, 0)?;
+        if obs.tracing() {
+            trace::op_done(
+                &mut push,
+                self,
+                obs,
+                OpKind::Record,
+                Waited::None,
+                Some(&rec),
+            );
+        }
+        Ok(rec)
     }
 
     /// The stream's push lock (the event pool's lock). Everything sluice enqueues on
@@ -196,9 +214,14 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
         let mut push = self.push_lock();
+        let obs = trace::observe();
         self.wait_pushed(rec)?;
         // Counted under the lock it already holds: no atomic.
         push.op_waits += 1;
+        if obs.tracing() {
+            let kind = OpKind::WaitEvent;
+            trace::op_done(&mut push, self, obs, kind, Waited::One(rec), None);
+        }
         Ok(())
     }
 
@@ -301,6 +324,8 @@ impl Drop for Stream {
     fn drop(&mut self) {
         let _ = self.trim_block_cache();
         self.pool.close();
+        self.retire_counts();
+        trace::stream_gone(self.id);
         if self.owned {
             self.device.backend.stream_destroy(self.raw);
         } else {

@@ -5,6 +5,7 @@
 use sluice::backend::{BackendKind, CaptureMode};
 use sluice::engine::EngineMode;
 use sluice::graph::GraphUpdate;
+use sluice::log::LogLevel;
 use sluice::memory::BufferKind;
 use sluice::ErrorCode;
 use std::collections::BTreeMap;
@@ -55,6 +56,7 @@ fn every_c_enum_matches_its_header_constants() {
     check_enum!(BufferKind, "SLUICE_BUFFER_");
     check_enum!(EngineMode, "SLUICE_ENGINE_");
     check_enum!(GraphUpdate, "SLUICE_GRAPH_UPDATE_");
+    check_enum!(LogLevel, "SLUICE_LOG_");
 }
 
 #[test]

@@ -97,3 +97,18 @@ pub const SLUICE_GRAPH_UPDATE_IN_PLACE: u32 = 0;
 
 /// `sluice_graph_exec_update` re-instantiated because the update was refused.
 pub const SLUICE_GRAPH_UPDATE_REINSTANTIATED: u32 = 1;
+
+/// Log level: nothing is logged (the default).
+pub const SLUICE_LOG_OFF: u32 = 0;
+
+/// Log level: errors only.
+pub const SLUICE_LOG_ERROR: u32 = 1;
+
+/// Log level: errors and warnings (a capture aborted by an operation).
+pub const SLUICE_LOG_WARN: u32 = 2;
+
+/// Log level: also notable events (graph update fallbacks, cache evictions, traces).
+pub const SLUICE_LOG_INFO: u32 = 3;
+
+/// Log level: everything (stale handles, blocks the caches gave back).
+pub const SLUICE_LOG_DEBUG: u32 = 4;

@@ -132,5 +132,6 @@ pub(crate) fn stale<H: Castable>(e: Stale, bits: u64) -> Error {
             format!("{what} handle 0x{bits:016x} is stale (destroyed) or was never created")
         }
     };
+    crate::log::debug(|| format!("stale handle used: {msg}"));
     Error::new(ErrorCode::InvalidHandle, msg)
 }

@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::stream::Stream;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 /// Most blocks a stream keeps.
 const MAX_BLOCKS: usize = 16;
@@ -14,45 +14,72 @@ const MAX_BYTES: usize = 64 << 20;
 
 /// Freed blocks (size, address), reusable in their stream's order.
 pub(crate) struct BlockCache {
-    blocks: Mutex<Vec<(usize, u64)>>,
+    cached: Mutex<Cached>,
     limit_bytes: AtomicUsize,
+}
+
+#[derive(Default)]
+struct Cached {
+    blocks: Vec<(usize, u64)>,
+    /// Counters, under the lock the cache takes anyway.
+    hits: u64,
+    misses: u64,
+    trims: u64,
 }
 
 impl Default for BlockCache {
     fn default() -> Self {
         BlockCache {
-            blocks: Mutex::new(Vec::new()),
+            cached: Mutex::new(Cached::default()),
             limit_bytes: AtomicUsize::new(MAX_BYTES),
         }
     }
 }
 
 impl Stream {
-    /// Takes a cached block of exactly `size` bytes, freed earlier in this stream's order.
-    pub(crate) fn take_block(&self, size: usize) -> Option<u64> {
-        let mut c = self
-            .block_cache
-            .blocks
+    fn cached(&self) -> MutexGuard<'_, Cached> {
+        self.block_cache
+            .cached
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let i = c.iter().position(|b| b.0 == size)?;
-        Some(c.swap_remove(i).1)
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a cached block of exactly `size` bytes, freed earlier in this stream's
+    /// order; None means the caller allocates from the driver (a miss).
+    pub(crate) fn take_block(&self, size: usize) -> Option<u64> {
+        let mut c = self.cached();
+        match c.blocks.iter().position(|b| b.0 == size) {
+            Some(i) => {
+                c.hits += 1;
+                Some(c.blocks.swap_remove(i).1)
+            }
+            None => {
+                c.misses += 1;
+                None
+            }
+        }
     }
 
     /// Keeps a block whose free is ordered on this stream; false when the cache is full.
     pub(crate) fn cache_block(&self, size: usize, addr: u64) -> bool {
-        let mut c = self
-            .block_cache
-            .blocks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let bytes: usize = c.iter().map(|b| b.0).sum();
+        let mut c = self.cached();
+        let bytes: usize = c.blocks.iter().map(|b| b.0).sum();
         let limit = self.block_cache.limit_bytes.load(Ordering::Relaxed);
-        if c.len() >= MAX_BLOCKS || bytes + size > limit {
+        if c.blocks.len() >= MAX_BLOCKS || bytes + size > limit {
+            drop(c);
+            crate::log::debug(|| {
+                format!("{self:?}: block cache full ({bytes} of {limit} bytes); {size} bytes go back to the driver")
+            });
             return false;
         }
-        c.push((size, addr));
+        c.blocks.push((size, addr));
         true
+    }
+
+    /// (hits, misses, trims) of the block cache.
+    pub(crate) fn block_cache_counts(&self) -> (u64, u64, u64) {
+        let c = self.cached();
+        (c.hits, c.misses, c.trims)
     }
 
     /// Sets the byte bound of the block cache (0 disables it) and trims it.
@@ -63,13 +90,20 @@ impl Stream {
 
     /// Returns every cached block to the driver's pool, in stream order.
     pub fn trim_block_cache(&self) -> Result<()> {
-        let blocks = std::mem::take(
-            &mut *self
-                .block_cache
-                .blocks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()),
-        );
+        let blocks = {
+            let mut c = self.cached();
+            c.trims += c.blocks.len() as u64;
+            std::mem::take(&mut c.blocks)
+        };
+        if !blocks.is_empty() {
+            let bytes: usize = blocks.iter().map(|b| b.0).sum();
+            crate::log::info(|| {
+                format!(
+                    "{self:?}: block cache trimmed, {} blocks ({bytes} bytes) go back to the driver",
+                    blocks.len()
+                )
+            });
+        }
         self.push(|| {
             for (_, addr) in blocks {
                 self.device.backend.mem_free_async(addr, self.raw)?;

@@ -14,6 +14,7 @@ use crate::engine;
 use crate::error::{Error, ErrorCode, Result};
 use crate::stream::Stream;
 use crate::sync::{Access, ObjRef, SyncObject};
+use crate::trace::{self, OpKind};
 use std::sync::Arc;
 
 c_enum! {
@@ -84,10 +85,18 @@ impl Buffer {
         check_size(size, "device allocation")?;
         stream.reject_in_capture("buffer allocation")?;
         let dev = stream.device.clone();
-        let addr = match stream.take_block(size) {
+        let cached = stream.take_block(size);
+        let addr = match cached {
             Some(a) => a,
             None => stream.push(|| dev.backend.mem_alloc_async(size, stream.raw))?,
         };
+        trace::memory(
+            "alloc",
+            BufferKind::Device,
+            size,
+            Some(stream.id),
+            Some(cached.is_some()),
+        );
         Ok(Buffer::from_memory(Memory {
             device: dev,
             kind: BufferKind::Device,
@@ -102,7 +111,8 @@ impl Buffer {
     /// Takes pinned host memory from the device's caching pool.
     pub fn alloc_pinned(device: &Arc<Device>, size: usize) -> Result<Arc<Buffer>> {
         check_size(size, "pinned allocation")?;
-        let (addr, block_size) = device.pinned.take(device, size)?;
+        let (addr, block_size, cached) = device.pinned.take(device, size)?;
+        trace::memory("alloc", BufferKind::Pinned, size, None, Some(cached));
         Ok(Buffer::from_memory(Memory {
             device: device.clone(),
             kind: BufferKind::Pinned,
@@ -174,6 +184,13 @@ impl Buffer {
 impl Drop for Memory {
     fn drop(&mut self) {
         let backend = &self.device.backend;
+        trace::memory(
+            "free",
+            self.kind,
+            self.size,
+            self.home.as_ref().map(|h| h.id),
+            None,
+        );
         match self.kind {
             BufferKind::Device => {
                 if let Some(home) = &self.home {
@@ -188,7 +205,7 @@ impl Drop for Memory {
                     }
                     // Order the free after every outstanding use, on the device.
                     let set = [Access::new(ObjRef::new(&self.sync), true)];
-                    let _ = engine::op_begin(home, &set);
+                    let _ = engine::op_begin(home, &set, OpKind::ForeignBegin("free"));
                     if !home.cache_block(self.size, self.addr) {
                         let _ = home.push(|| backend.mem_free_async(self.addr, home.raw));
                     }

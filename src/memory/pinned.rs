@@ -32,6 +32,8 @@ pub struct PinnedPool {
 struct PoolState {
     cached: Vec<Block>,
     stats: PinnedStats,
+    /// Blocks given back to the driver (trims and frees over the bound).
+    trims: u64,
 }
 
 pub const PINNED_GRANULARITY: usize = 4096;
@@ -52,6 +54,7 @@ impl PinnedPool {
                     cache_limit: DEFAULT_PINNED_CACHE_LIMIT,
                     ..Default::default()
                 },
+                trims: 0,
             }),
         }
     }
@@ -60,7 +63,8 @@ impl PinnedPool {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) fn take(&self, device: &Device, size: usize) -> Result<(u64, usize)> {
+    /// A block of at least `size` bytes: (address, block size, from the cache).
+    pub(crate) fn take(&self, device: &Device, size: usize) -> Result<(u64, usize, bool)> {
         let rounded = size
             .checked_next_multiple_of(PINNED_GRANULARITY)
             .ok_or_else(|| Error::out_of_range(format!("pinned size {size} overflows")))?;
@@ -96,11 +100,11 @@ impl PinnedPool {
                 st.cached.push(b);
                 return Err(e);
             }
-            return Ok((b.addr, b.size));
+            return Ok((b.addr, b.size, true));
         }
         let p = device.backend.pinned_alloc(rounded)?;
         self.state().stats.bytes_in_use += rounded as u64;
-        Ok((p as u64, rounded))
+        Ok((p as u64, rounded, false))
     }
 
     pub(crate) fn give_back(&self, device: &Device, addr: u64, size: usize, pending: Vec<RecRef>) {
@@ -115,7 +119,12 @@ impl PinnedPool {
             });
             return;
         }
+        st.trims += 1;
+        let limit = st.stats.cache_limit;
         drop(st);
+        crate::log::debug(|| {
+            format!("pinned cache full (bound {limit} bytes): a block of {size} bytes goes back to the driver")
+        });
         for r in &pending {
             let _ = r.wait_complete();
         }
@@ -124,6 +133,11 @@ impl PinnedPool {
 
     pub fn stats(&self) -> PinnedStats {
         self.state().stats
+    }
+
+    /// Blocks given back to the driver so far.
+    pub fn trims(&self) -> u64 {
+        self.state().trims
     }
 
     /// Sets the cache bound and trims down to it.
@@ -147,8 +161,18 @@ impl PinnedPool {
                     None => break,
                 }
             }
+            st.trims += v.len() as u64;
             v
         };
+        if !victims.is_empty() {
+            let bytes: usize = victims.iter().map(|b| b.size).sum();
+            crate::log::info(|| {
+                format!(
+                    "pinned cache trimmed to {target} bytes: {} blocks ({bytes} bytes) go back to the driver",
+                    victims.len()
+                )
+            });
+        }
         for b in victims {
             for r in &b.pending {
                 let _ = r.wait_complete();
