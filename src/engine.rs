@@ -224,12 +224,10 @@ pub(crate) fn publish_into(
         }
     } else {
         match st.readers.iter_mut().find(|x| x.stream_id() == me) {
-            Some(slot) => {
-                // Recorded and published under the object's lock and the stream's
-                // push lock, so the entry it replaces is older.
-                debug_assert!(slot.seq < rec.seq, "a reader entry went backwards");
-                publish.release(std::mem::replace(slot, rec))
-            }
+            // A foreign op's end records before it locks the objects: a newer read of
+            // the same stream may be there already, and it covers this one.
+            Some(slot) if slot.seq > rec.seq => publish.release(rec),
+            Some(slot) => publish.release(std::mem::replace(slot, rec)),
             None => st.readers.push(rec),
         }
     }
@@ -537,18 +535,15 @@ impl SeenState {
     /// True when publishing a recording `seq` of stream `me` into `st` keeps the
     /// engine's bookkeeping true although it was recorded without the object's
     /// lock: for a read, no write was published since begin (a pruned writer is
-    /// complete) and `me` has published nothing newer; for a write, nothing was
+    /// complete; a newer reader entry of the same stream is kept by
+    /// [`publish_into`], since it covers this read); for a write, nothing was
     /// published since begin.
-    fn still_current(&self, st: &SyncState, me: u64, seq: u64, write: bool) -> bool {
+    fn still_current(&self, st: &SyncState, write: bool) -> bool {
         if write {
-            return st.version == self.version;
+            st.version == self.version
+        } else {
+            st.writes == self.writes
         }
-        st.writes == self.writes
-            && st
-                .readers
-                .iter()
-                .find(|r| r.stream_id() == me)
-                .is_none_or(|r| r.seq < seq)
     }
 }
 
@@ -571,9 +566,11 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>], kind: OpKind<'_>) ->
         // SAFETY: locked.
         seen.push(SeenState::of(unsafe { a.state() }));
     }
-    let waits = {
+    let obs = trace::observe();
+    let waits = if need.recs.is_empty() && !obs.on() {
+        0 // nothing to enqueue: no push lock
+    } else {
         let mut push = stream.push_lock();
-        let obs = trace::observe();
         let waits = issue_waits(stream, &need)?;
         if obs.on() {
             trace::op_done(&mut push, stream, obs, kind, Waited::Set(&need), None);
@@ -587,10 +584,11 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>], kind: OpKind<'_>) ->
 /// Ends a foreign op: records one event, then locks the objects and publishes it
 /// when every object is still as the op saw it at begin (see
 /// [`SeenState::still_current`]), so that no lock of an object is held across the
-/// driver call. Otherwise (another op published a newer recording of this stream, or
-/// a conflicting op of another thread ran while this one was open) the first
-/// recording is dropped and the op waits for what changed, records again and
-/// publishes with the objects locked throughout, as library ops do.
+/// driver call (a newer reader entry of this stream stays: it covers this read).
+/// Otherwise (a write was published on an object it read, or anything on an object
+/// it wrote, while it was open) the first recording is dropped and the op waits for
+/// what changed, records again and publishes with the objects locked throughout, as
+/// library ops do.
 #[inline(always)]
 pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) -> Result<()> {
     if set.is_empty() {
@@ -618,7 +616,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
         let current = seen.len() == set.len()
             && locked.set.iter().zip(seen).all(|(a, s)| {
                 // SAFETY: locked.
-                s.still_current(unsafe { a.state() }, me, rec.seq, a.write())
+                s.still_current(unsafe { a.state() }, a.write())
             });
         if current {
             locked.publish(me, &rec, &mut Publish::unlocked());
