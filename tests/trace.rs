@@ -19,7 +19,10 @@ fn serial() -> MutexGuard<'static, ()> {
 }
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    // The build's own folder, or the system's where the binary was carried elsewhere.
+    let dir = Some(PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+        .filter(|d| d.is_dir())
+        .unwrap_or_else(std::env::temp_dir);
     dir.join(format!("{name}-{}.json", std::process::id()))
 }
 
