@@ -66,6 +66,14 @@ for l in sys.stdin:
     cmake --build build/gpu-prefix > /dev/null
     cmake --install build/gpu-prefix --prefix "$PWD/.gpu/sluice" > /dev/null
   fi
+  if has cpp; then
+    # The C++ binding's GoogleTest suite (GoogleTest linked statically; libsluice.so.0 beside).
+    cmake -S . -B build/gpu-cpp -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=ON \
+      -DSLUICE_BUILD_EXAMPLES=OFF > /dev/null
+    cmake --build build/gpu-cpp --target sluice_cpp_tests -j 2 > /dev/null
+    mkdir -p .gpu/cpp && cp "$(find build/gpu-cpp -name sluice_cpp_tests -type f -executable | head -1)" .gpu/cpp/
+    ln -sf libsluice.so .gpu/libsluice.so.0
+  fi
   if has c && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
   if has go && [ -x bindings/go/test.sh ]; then bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"; fi
   du -sh .gpu
@@ -137,6 +145,10 @@ run() {
       SLUICE_BACKEND=cuda timeout 300 "$t" > "$out/c-$n.log" 2>&1
       note "c $n (cuda): rc=$? $(tail -1 "$out/c-$n.log")"
     done
+  fi
+  if has cpp && [ -x .gpu/cpp/sluice_cpp_tests ]; then
+    SLUICE_BACKEND=cuda timeout 300 .gpu/cpp/sluice_cpp_tests > "$out/cpp.log" 2>&1
+    note "c++ sluice_cpp_tests (cuda): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/cpp.log" | tr '\n' ' ')"
   fi
   if has go && [ -x .gpu/go/run.sh ]; then
     SLUICE_BACKEND=cuda timeout 300 .gpu/go/run.sh > "$out/go.log" 2>&1

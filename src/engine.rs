@@ -577,7 +577,9 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>], kind: OpKind<'_>) ->
         }
         waits
     };
-    stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+    if waits != 0 {
+        stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+    }
     Ok(seen)
 }
 
