@@ -195,6 +195,11 @@
 #define SLUICE_ERROR_TIMEOUT 20
 
 /**
+ * Serialized data failed its checks (magic, version, size, CRC).
+ */
+#define SLUICE_ERROR_CORRUPT_DATA 21
+
+/**
  * Buffer kind: device memory from the driver's stream-ordered pool.
  */
 #define SLUICE_BUFFER_DEVICE 1

@@ -46,6 +46,8 @@ c_enum! {
         EndOfData = 19 => END_OF_DATA,
         /// A blocking call gave up after its timeout.
         Timeout = 20 => TIMEOUT,
+        /// Serialized data failed its checks (magic, version, size, CRC).
+        CorruptData = 21 => CORRUPT_DATA,
     }
 }
 

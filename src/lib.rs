@@ -24,6 +24,7 @@ pub mod module;
 mod objlock;
 pub mod ops;
 pub mod prefetch;
+pub mod rng;
 pub mod stream;
 pub mod sync;
 mod tls;

@@ -77,6 +77,9 @@ pub const SLUICE_ERROR_END_OF_DATA: u32 = 19;
 /// A blocking call gave up after its timeout.
 pub const SLUICE_ERROR_TIMEOUT: u32 = 20;
 
+/// Serialized data failed its checks (magic, version, size, CRC).
+pub const SLUICE_ERROR_CORRUPT_DATA: u32 = 21;
+
 /// Buffer kind: device memory from the driver's stream-ordered pool.
 pub const SLUICE_BUFFER_DEVICE: u32 = 1;
 
