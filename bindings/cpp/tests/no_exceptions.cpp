@@ -6,12 +6,16 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <unistd.h>
 
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
 #error "this test must be built with -fno-exceptions"
@@ -42,6 +46,16 @@ template <class T>
 struct has_throwing_next<T, std::void_t<decltype(std::declval<T&>().next(
                                 std::declval<sluice::StreamRef>()))>> : std::true_type {};
 static_assert(!has_throwing_next<sluice::PrefetcherRef>::value, "next(stream) is compiled out");
+
+template <class T, class = void>
+struct has_throwing_session : std::false_type {};
+template <class T>
+struct has_throwing_session<T, std::void_t<decltype(T(std::declval<const char*>()))>>
+    : std::true_type {};
+static_assert(!has_throwing_session<sluice::trace::Session>::value,
+              "the throwing Session constructor is compiled out");
+static_assert(std::is_same<decltype(sluice::trace::stop(std::nothrow)), sluice::Result<void>>::value,
+              "trace::stop(std::nothrow) returns a Result");
 
 static int failures = 0;
 
@@ -203,6 +217,46 @@ int main(int argc, char** argv) {
       ++got;
     }
     CHECK(got == 2 && failed == 1);
+  }
+
+  // Traces, counters and logs through the Result API.
+  {
+    char path[256];
+    const char* tmp = std::getenv("TMPDIR");
+    std::snprintf(path, sizeof path, "%s/sluice-noexcept-%d.json", tmp && *tmp ? tmp : "/tmp",
+                  static_cast<int>(getpid()));
+    CHECK(sluice::trace::start(std::nothrow, nullptr).code() == sluice::ErrorCode::null_argument);
+    CHECK(sluice::trace::start(std::nothrow, "").code() == sluice::ErrorCode::invalid_argument);
+    CHECK(sluice::set_counters_enabled(std::nothrow, true).ok());
+    sluice::Result<sluice::Counters> c0 = sluice::counters(std::nothrow, *dev);
+    CHECK(c0.ok());
+    int logged = 0;
+    CHECK(sluice::log::set_callback(std::nothrow, [&logged](sluice::log::Level level,
+                                                            std::string_view text) {
+            if (level == sluice::log::Level::info && text.find("trace started") == 0) ++logged;
+          }).ok());
+    CHECK(sluice::log::set_level(std::nothrow, sluice::log::Level::info).ok());
+    {
+      sluice::Result<sluice::trace::Session> session = sluice::trace::Session::begin(std::nothrow, path);
+      CHECK(session.ok() && session->active());
+      CHECK(sluice::trace::Session::begin(std::nothrow, path).code() ==
+            sluice::ErrorCode::invalid_state);
+      CHECK(sluice::copy_from_host(std::nothrow, *a, *buf, 0, in).ok());
+      CHECK(a->synchronize(std::nothrow).ok());
+      CHECK(sluice::trace::flush(std::nothrow).ok());
+    }  // the Session stops the trace
+    CHECK(logged == 1);
+    CHECK(sluice::log::set_level(std::nothrow, sluice::log::Level::off).ok());
+    CHECK(sluice::log::set_callback(std::nothrow, {}).ok());
+    CHECK(sluice::trace::start(std::nothrow, path).ok());
+    CHECK(sluice::trace::stop(std::nothrow).ok());
+    std::remove(path);
+    sluice::Result<sluice::Counters> c1 = sluice::counters(std::nothrow, *dev);
+    CHECK(c1.ok() && c0.ok() && c1->bytes_h2d - c0->bytes_h2d == 256);
+    CHECK(sluice::counters(std::nothrow).ok());
+    CHECK(sluice::counters(std::nothrow, sluice::DeviceRef()).code() ==
+          sluice::ErrorCode::invalid_handle);
+    CHECK(sluice::set_counters_enabled(std::nothrow, false).ok());
   }
 
   sluice::StreamRef stale = *a;

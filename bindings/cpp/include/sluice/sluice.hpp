@@ -7,8 +7,9 @@
 // non-owning view (DeviceRef, StreamRef, EventRef, BufferRef, SyncRef, GraphRef,
 // GraphExecRef, GraphCacheRef, PrefetcherRef). Every fallible operation has a
 // throwing form and a `std::nothrow`-tagged form returning [[nodiscard]]
-// sluice::Result<T>; under -fno-exceptions only the latter exists. See
-// bindings/cpp/README.md.
+// sluice::Result<T>; under -fno-exceptions only the latter exists. Traces,
+// counters and logs (sluice::trace, sluice::counters, sluice::log) are
+// process-wide functions in sluice/trace.hpp. See bindings/cpp/README.md.
 #ifndef SLUICE_CPP_SLUICE_HPP
 #define SLUICE_CPP_SLUICE_HPP
 
@@ -27,5 +28,6 @@
 #include "sluice/module.hpp"
 #include "sluice/graph.hpp"
 #include "sluice/prefetcher.hpp"
+#include "sluice/trace.hpp"
 
 #endif  // SLUICE_CPP_SLUICE_HPP
