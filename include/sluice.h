@@ -462,7 +462,8 @@ typedef struct sluice_graph_cache_stats_t {
  */
 typedef struct sluice_counters_t {
   /**
-   * Live streams.
+   * Live streams, counting destroyed streams that buffers allocated on them
+   * still keep alive for their stream-ordered free.
    */
   uint64_t streams;
   /**
@@ -1302,7 +1303,10 @@ struct sluice_error_t *sluice_log_set_level(uint32_t level);
 /**
  * Sends log messages to `callback(level, message, user_data)` instead of stderr;
  * NULL goes back to stderr. The level is unchanged (see `sluice_log_set_level`).
- * `user_data` must stay valid until the callback is replaced.
+ * `user_data` must stay valid until the callback is replaced: when this call
+ * returns, no call of the previous callback is running and none will start. The
+ * callback may run on any thread; it must not call sluice (calling this function
+ * from it deadlocks).
  */
 struct sluice_error_t *sluice_log_set_callback(sluice_log_fn callback, void *user_data);
 

@@ -9,7 +9,8 @@ use crate::counters::Counters;
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 pub struct sluice_counters_t {
-    /// Live streams.
+    /// Live streams, counting destroyed streams that buffers allocated on them
+    /// still keep alive for their stream-ordered free.
     pub streams: u64,
     /// Stream waits inserted by the engine and by explicit event waits.
     pub waits_inserted: u64,

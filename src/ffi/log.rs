@@ -24,7 +24,10 @@ pub extern "C" fn sluice_log_set_level(level: u32) -> *mut sluice_error_t {
 
 /// Sends log messages to `callback(level, message, user_data)` instead of stderr;
 /// NULL goes back to stderr. The level is unchanged (see `sluice_log_set_level`).
-/// `user_data` must stay valid until the callback is replaced.
+/// `user_data` must stay valid until the callback is replaced: when this call
+/// returns, no call of the previous callback is running and none will start. The
+/// callback may run on any thread; it must not call sluice (calling this function
+/// from it deadlocks).
 #[no_mangle]
 pub extern "C" fn sluice_log_set_callback(
     callback: sluice_log_fn,
