@@ -1305,8 +1305,9 @@ struct sluice_error_t *sluice_log_set_level(uint32_t level);
  * NULL goes back to stderr. The level is unchanged (see `sluice_log_set_level`).
  * `user_data` must stay valid until the callback is replaced: when this call
  * returns, no call of the previous callback is running and none will start. The
- * callback may run on any thread; it must not call sluice (calling this function
- * from it deadlocks).
+ * callback runs inside the sluice call that logs, on that call's thread (any
+ * thread, including library threads); it must be quick, and must not call sluice
+ * (calling this function from it deadlocks).
  */
 struct sluice_error_t *sluice_log_set_callback(sluice_log_fn callback, void *user_data);
 

@@ -19,6 +19,13 @@ package sluice
 // sluice_graph_capture_end, sluice_graph_cache_destroy,
 // sluice_stream_destroy), and sluice_graph_cache_run calls the Go body.
 //
+// Any C function may log (a stale handle at debug level, a capture poisoned
+// at warn level, ...). That is why the log receiver of SetLogCallback is a C
+// function that only queues the message (shims.c) and never calls Go on the
+// logging thread: a Go receiver called from inside one of the functions
+// below would make the runtime panic ("function marked with #cgo nocallback
+// called back into Go").
+//
 // cgo honours the pair only together. The copy functions that take host
 // memory and sluice_buffer_register_host are left out on purpose.
 

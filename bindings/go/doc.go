@@ -110,6 +110,32 @@
 // runtime cleanup frees them, but closing a buffer that a live graph still
 // uses is the caller's error: close the graphs first.
 //
+// # Traces, counters and logs
+//
+// TraceStart(path) and TraceStop write a Chrome trace-event JSON file
+// (Perfetto, chrome://tracing) of what the streams did: a track per stream
+// named after its label (Stream.SetLabel), a span per op, an arrow from each
+// op to the op whose wait the engine inserted for it, graphs, allocations,
+// prefetcher batches and log messages. SLUICE_TRACE=path starts one without
+// code. The file is a valid prefix while it is written, and complete JSON
+// after TraceStop (or at exit). Tracing is process-wide.
+//
+// Device.Counters and ProcessCounters return a Counters snapshot: waits
+// inserted, deduplicated and skipped, events, bytes copied per direction,
+// allocator, graph cache and prefetcher counters. The few that cost work on
+// every op count only while SetCountersEnabled(true), SLUICE_COUNTERS=1 or a
+// trace is on.
+//
+// SetLogLevel (or SLUICE_LOG=error|warn|info|debug) turns the library's log
+// on; it is off by default, and the library writes nothing unless asked.
+// Messages go to stderr, or to the function given to SetLogCallback. That
+// function is never called on the thread that logs (which may be a driver
+// thread, hold library locks, or be inside a C call that cgo makes with
+// `#cgo nocallback`): a C receiver queues each message in C memory, and a
+// goroutine of this package calls the function with them, in order. It may
+// call sluice, except SetLogCallback. SetLogCallback returns once the
+// callback it replaces has received every message logged before the call.
+//
 // # Backends
 //
 // SLUICE_BACKEND=auto|cuda|host picks the default device

@@ -36,6 +36,7 @@ const (
 	CodeInvalidState       ErrorCode = C.SLUICE_ERROR_INVALID_STATE
 	CodeEndOfData          ErrorCode = C.SLUICE_ERROR_END_OF_DATA
 	CodeTimeout            ErrorCode = C.SLUICE_ERROR_TIMEOUT
+	CodeCorruptData        ErrorCode = C.SLUICE_ERROR_CORRUPT_DATA
 )
 
 // String gives the constant name of the code, for example
@@ -122,6 +123,7 @@ var (
 	ErrInvalidState       = sentinel(CodeInvalidState)
 	ErrEndOfData          = sentinel(CodeEndOfData)
 	ErrTimeout            = sentinel(CodeTimeout)
+	ErrCorruptData        = sentinel(CodeCorruptData)
 )
 
 // takeError converts a C error into an *Error, copying everything into Go

@@ -13,12 +13,12 @@ var allSentinels = []*Error{
 	ErrUnsupported, ErrNoDriver, ErrNoDevice, ErrDriver, ErrOutOfMemory,
 	ErrCaptureUnsupported, ErrCaptureFailed, ErrDeviceFault, ErrCallbackFailed,
 	ErrModuleLoad, ErrNotFound, ErrWrongDevice, ErrInvalidState, ErrEndOfData,
-	ErrTimeout,
+	ErrTimeout, ErrCorruptData,
 }
 
 func TestErrorsIsEveryCode(t *testing.T) {
-	if len(allSentinels) != int(CodeTimeout) {
-		t.Fatalf("%d sentinels for %d codes", len(allSentinels), CodeTimeout)
+	if len(allSentinels) != int(CodeCorruptData) {
+		t.Fatalf("%d sentinels for %d codes", len(allSentinels), CodeCorruptData)
 	}
 	for i, s := range allSentinels {
 		if s.Code != ErrorCode(i+1) {

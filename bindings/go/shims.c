@@ -1,4 +1,6 @@
 // C helpers of the Go binding; see shims.h.
+#include <pthread.h>
+#include <string.h>
 #include <time.h>
 #include "shims.h"
 #include "_cgo_export.h"
@@ -39,6 +41,82 @@ sluice_error_t *sluice_go_prefetcher_create(sluice_device_t device,
 	c.fill = fill_handle ? sluice_go_prefetch_fill : NULL;
 	c.user_data = (void *)fill_handle;
 	return sluice_prefetcher_create(device, &c, prefetcher_out);
+}
+
+// The log queue: a ring of messages copied into C memory, guarded by log_mu.
+// The receiver runs on whatever thread logs, possibly under the library's
+// locks: it only copies the message, takes log_mu and returns.
+#define SLUICE_GO_LOG_QUEUE 1024
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t log_cv = PTHREAD_COND_INITIALIZER;
+static sluice_go_log_msg_t log_ring[SLUICE_GO_LOG_QUEUE];
+static size_t log_head, log_len;
+static uint64_t log_queued, log_dropped;
+static bool log_wake;
+
+static void sluice_go_log(uint32_t level, const char *message, void *user_data) {
+	(void)user_data;
+	char *text = strdup(message ? message : "");
+	pthread_mutex_lock(&log_mu);
+	if (text && log_len < SLUICE_GO_LOG_QUEUE) {
+		size_t i = (log_head + log_len) % SLUICE_GO_LOG_QUEUE;
+		log_ring[i].text = text;
+		log_ring[i].level = level;
+		text = NULL;
+		log_len++;
+		log_queued++;
+	} else {
+		log_dropped++;
+	}
+	pthread_cond_signal(&log_cv);
+	pthread_mutex_unlock(&log_mu);
+	free(text);
+}
+
+sluice_error_t *sluice_go_log_set_callback(bool on) {
+	return sluice_log_set_callback(on ? sluice_go_log : NULL, NULL);
+}
+
+sluice_go_log_batch_t sluice_go_log_take(sluice_go_log_msg_t *out, size_t max) {
+	sluice_go_log_batch_t b = {0};
+	// The texts of the previous take, which the taker has read by now.
+	for (size_t i = 0; i < max; i++) {
+		free(out[i].text);
+		out[i].text = NULL;
+	}
+	pthread_mutex_lock(&log_mu);
+	while (log_len == 0 && log_dropped == 0 && !log_wake) pthread_cond_wait(&log_cv, &log_mu);
+	b.dropped = log_dropped;
+	log_dropped = 0;
+	while (b.n < max && log_len > 0) {
+		out[b.n++] = log_ring[log_head];
+		log_ring[log_head].text = NULL;
+		log_head = (log_head + 1) % SLUICE_GO_LOG_QUEUE;
+		log_len--;
+	}
+	if (b.n > 0) {
+		b.last_seq = log_queued - log_len;
+	} else if (log_wake && b.dropped == 0) {
+		log_wake = false;
+		b.woken = true;
+	}
+	pthread_mutex_unlock(&log_mu);
+	return b;
+}
+
+uint64_t sluice_go_log_queued(void) {
+	pthread_mutex_lock(&log_mu);
+	uint64_t n = log_queued;
+	pthread_mutex_unlock(&log_mu);
+	return n;
+}
+
+void sluice_go_log_wake(void) {
+	pthread_mutex_lock(&log_mu);
+	log_wake = true;
+	pthread_cond_broadcast(&log_cv);
+	pthread_mutex_unlock(&log_mu);
 }
 
 void *sluice_go_ptr(uint64_t addr) { return (void *)(uintptr_t)addr; }

@@ -3,6 +3,7 @@
 #ifndef SLUICE_GO_SHIMS_H
 #define SLUICE_GO_SHIMS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include "sluice.h"
@@ -31,6 +32,49 @@ sluice_error_t *sluice_go_prefetcher_create(sluice_device_t device,
                                             const sluice_prefetcher_config_t *config,
                                             uintptr_t fill_handle,
                                             sluice_prefetcher_t *prefetcher_out);
+
+// Log messages (log.go). sluice_go_log_set_callback(true) makes the library
+// send its log messages to a C receiver that copies each one into a bounded
+// queue in C memory and returns: it never calls Go, so a message logged on
+// any thread, under the library's locks, or inside a C function that cgo
+// calls with `#cgo nocallback`, is safe. The Go pump goroutine takes the
+// messages out with sluice_go_log_take. false goes back to stderr.
+sluice_error_t *sluice_go_log_set_callback(bool on);
+
+// A queued log message.
+typedef struct sluice_go_log_msg_t {
+	// text is the message (malloc'ed; the next sluice_go_log_take with the
+	// same `out` frees it).
+	char *text;
+	// level is one of SLUICE_LOG_*.
+	uint32_t level;
+} sluice_go_log_msg_t;
+
+// What sluice_go_log_take took.
+typedef struct sluice_go_log_batch_t {
+	// n is the number of messages written to out.
+	size_t n;
+	// last_seq is the number of the last of them (the first message queued
+	// is 1); 0 when n is 0.
+	uint64_t last_seq;
+	// dropped counts messages lost since the last take (the queue was full).
+	uint64_t dropped;
+	// woken: sluice_go_log_wake was called and the queue is empty.
+	bool woken;
+} sluice_go_log_batch_t;
+
+// Blocks until a message is queued, messages were dropped, or
+// sluice_go_log_wake is called; then moves up to `max` of the oldest queued
+// messages, in order, to `out`. It first frees the texts that `out` holds
+// (from the previous take; `out` starts zeroed), so the taker reads them
+// until its next take and frees nothing itself.
+sluice_go_log_batch_t sluice_go_log_take(sluice_go_log_msg_t *out, size_t max);
+
+// The number of messages queued so far (the seq of the newest).
+uint64_t sluice_go_log_queued(void);
+
+// Makes sluice_go_log_take return (woken) once the queue is empty.
+void sluice_go_log_wake(void);
 
 // Converts an address into a pointer on the C side (keeps go vet's unsafeptr
 // check quiet about integer-to-pointer conversions of C addresses).
