@@ -10,6 +10,8 @@
 # after the benchmark. SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit
 # and runs it before and after the current one (A/B in the same run).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
+# $OUT ends with summary.txt, the benchmark tables and logs.tgz (every other log):
+# the device tool brings back only a few files.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
@@ -203,6 +205,16 @@ run() {
     note "torch interop: rc=$? $(tail -1 "$out/torch.log")"
   fi
   echo "==== summary"; cat "$summary"
+  # The device tool brings back only a few files: keep the main ones, pack the rest.
+  (
+    cd "$out" || exit
+    keep="summary.txt bench.md bench-base.md prefetch.md compare.txt"
+    others=$(ls -A | grep -vxF -f <(tr ' ' '\n' <<<"$keep") || true)
+    if [ -n "$others" ]; then
+      # shellcheck disable=SC2086 # a list of plain file names
+      tar czf logs.tgz $others && rm -rf $others
+    fi
+  )
 }
 
 case "$mode" in
