@@ -698,7 +698,8 @@ typedef struct sluice_prefetch_fill_t {
    */
   uint64_t seq;
   /**
-   * Identifies the slot and its use; a fill is submitted or cancelled once.
+   * Identifies the slot and its use; a fill is submitted or cancelled once. It is
+   * 0 in a fill callback's fill, which its return value ends.
    */
   uint64_t token;
   /**

@@ -303,7 +303,7 @@ impl Prefetcher {
     /// before its pinned memory is handed out (that wait has no timeout: the copy
     /// was enqueued at least `depth` batches earlier). The fill stays open until
     /// [`Prefetcher::submit`] or [`Prefetcher::cancel`].
-    pub fn acquire(&self, timeout: Option<Duration>) -> Result<(Ticket, Arc<SlotBuffersView>)> {
+    pub fn acquire(&self, timeout: Option<Duration>) -> Result<(Ticket, SlotBuffersView)> {
         let t0 = Instant::now();
         let deadline = timeout.map(|t| t0 + t);
         let mut st = self.lock();
@@ -346,7 +346,7 @@ impl Prefetcher {
         if let Some((start, end, bytes)) = copied {
             let waited = end.synchronize();
             if let Err(e) = waited {
-                self.finish(ticket, Entry::Failed(e.clone()));
+                let _ = self.finish(ticket, Entry::Failed(e.clone()));
                 return Err(e);
             }
             if let Ok(ms) = start.elapsed_ms(&end) {
@@ -364,7 +364,7 @@ impl Prefetcher {
             st.copy_secs += secs;
             st.copy_timed_bytes += bytes;
         }
-        Ok((ticket, Arc::new(SlotBuffersView(buffers))))
+        Ok((ticket, SlotBuffersView(buffers)))
     }
 
     /// After a destroy, ends an open fill: `close` waits for every open fill, so that
@@ -414,11 +414,15 @@ impl Prefetcher {
 
     /// Ends a fill: the slot's entry becomes `entry`; a slot with no batch in it is
     /// free again.
-    fn finish(&self, ticket: Ticket, entry: Entry) {
+    fn finish(&self, ticket: Ticket, entry: Entry) -> Result<()> {
         let mut st = self.lock();
-        if self.check_open(&mut st, ticket).is_err() {
-            return;
-        }
+        self.check_open(&mut st, ticket)?;
+        self.end_fill(&mut st, ticket, entry);
+        Ok(())
+    }
+
+    /// [`Prefetcher::finish`] for a caller that holds the lock and checked `ticket`.
+    fn end_fill(&self, st: &mut State, ticket: Ticket, entry: Entry) {
         let slot = &mut st.slots[ticket.slot as usize];
         slot.generation = slot.generation.wrapping_add(1).max(1);
         if !matches!(entry, Entry::Ready(..)) {
@@ -439,24 +443,23 @@ impl Prefetcher {
             st.slots[ticket.slot as usize].buffers.clone()
         };
         if let Err(e) = self.check_lens(&format!("prefetcher batch {}", ticket.seq), lens) {
-            self.finish(ticket, Entry::Failed(e.clone()));
+            let _ = self.finish(ticket, Entry::Failed(e.clone()));
             return Err(e);
         }
         match self.enqueue_copies(&buffers, lens) {
             Ok(copied) => {
-                let bytes: u64 = lens.iter().map(|&l| l as u64).sum();
                 let mut st = self.lock();
                 self.check_open(&mut st, ticket)?;
-                st.stats.bytes += bytes;
-                st.slots[ticket.slot as usize].copied = copied;
+                st.stats.bytes += copied.2;
+                st.slots[ticket.slot as usize].copied = Some(copied);
+                self.end_fill(&mut st, ticket, Entry::Ready(ticket.slot, lens.to_vec()));
                 drop(st);
                 crate::trace::prefetch_slot(&self.copy_stream, "submit", ticket.seq, ticket.slot);
-                self.finish(ticket, Entry::Ready(ticket.slot, lens.to_vec()));
                 Ok(())
             }
             Err(e) => {
                 let e = e.context(format!("prefetcher batch {}", ticket.seq));
-                self.finish(ticket, Entry::Failed(e.clone()));
+                let _ = self.finish(ticket, Entry::Failed(e.clone()));
                 Err(e)
             }
         }
@@ -483,11 +486,7 @@ impl Prefetcher {
     /// Enqueues one batch's copies between two timing recordings, as one foreign op
     /// on the copy stream: its waits (for the consumer's release) come before the
     /// first recording, so the timing covers the copies alone.
-    fn enqueue_copies(
-        &self,
-        b: &SlotBuffers,
-        lens: &[usize],
-    ) -> Result<Option<(RecRef, RecRef, u64)>> {
+    fn enqueue_copies(&self, b: &SlotBuffers, lens: &[usize]) -> Result<(RecRef, RecRef, u64)> {
         let s = &self.copy_stream;
         let _together = self.copy_order.lock().unwrap_or_else(|p| p.into_inner());
         let reads = b.pinned.iter().map(|p| p.sync.clone()).collect();
@@ -503,21 +502,17 @@ impl Prefetcher {
         let end = s.record(true)?;
         op.end()?;
         let bytes = lens.iter().map(|&l| l as u64).sum();
-        Ok(Some((start, end, bytes)))
+        Ok((start, end, bytes))
     }
 
     /// Gives a filled slot back unused: its sequence number is skipped.
     pub fn cancel(&self, ticket: Ticket) -> Result<()> {
-        self.check_open(&mut self.lock(), ticket)?;
-        self.finish(ticket, Entry::Skipped);
-        Ok(())
+        self.finish(ticket, Entry::Skipped)
     }
 
     /// Reports a producer's failure: the consumer receives `err` in the batch's place.
     pub fn fail(&self, ticket: Ticket, err: Error) -> Result<()> {
-        self.check_open(&mut self.lock(), ticket)?;
-        self.finish(ticket, Entry::Failed(err));
-        Ok(())
+        self.finish(ticket, Entry::Failed(err))
     }
 
     /// Copies `segments` into a free slot's pinned memory and submits it. Blocks
@@ -812,6 +807,7 @@ impl Prefetcher {
 }
 
 impl Drop for Prefetcher {
+    /// Ends the leases (publishing their reads) before the slots' memory is freed.
     fn drop(&mut self) {
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
         st.leased.clear();

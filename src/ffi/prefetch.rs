@@ -68,7 +68,8 @@ pub struct sluice_prefetcher_config_t {
 pub struct sluice_prefetch_fill_t {
     /// The batch's sequence number.
     pub seq: u64,
-    /// Identifies the slot and its use; a fill is submitted or cancelled once.
+    /// Identifies the slot and its use; a fill is submitted or cancelled once. It is
+    /// 0 in a fill callback's fill, which its return value ends.
     pub token: u64,
     /// Segments per batch.
     pub segments: u32,
@@ -162,10 +163,11 @@ fn ticket(fill: &sluice_prefetch_fill_t) -> Ticket {
     }
 }
 
-fn write_fill(out: *mut sluice_prefetch_fill_t, t: Ticket, host: &[(*mut u8, usize)]) {
+/// The C view of a slot being filled; `token` 0 for a fill callback's.
+fn fill_of(seq: u64, token: u64, host: &[(*mut u8, usize)]) -> sluice_prefetch_fill_t {
     let mut f = sluice_prefetch_fill_t {
-        seq: t.seq,
-        token: (t.slot as u64) << 32 | t.generation as u64,
+        seq,
+        token,
         segments: host.len() as u32,
         host: [std::ptr::null_mut(); 8],
         capacity: [0; 8],
@@ -175,7 +177,7 @@ fn write_fill(out: *mut sluice_prefetch_fill_t, t: Ticket, host: &[(*mut u8, usi
         f.host[i] = p.cast();
         f.capacity[i] = c;
     }
-    write_out(out, f);
+    f
 }
 
 fn view_of(pf: &PrefetcherEntry, view: &crate::prefetch::BatchView) -> sluice_batch_view_t {
@@ -265,18 +267,7 @@ pub extern "C" fn sluice_prefetcher_create(
             let started = entry.core.start_producers(
                 cfg.producer_threads,
                 Arc::new(move |f: &mut crate::prefetch::Fill<'_>| {
-                    let mut c = sluice_prefetch_fill_t {
-                        seq: f.ticket.seq,
-                        token: 0,
-                        segments: f.host.len() as u32,
-                        host: [std::ptr::null_mut(); 8],
-                        capacity: [0; 8],
-                        len: [0; 8],
-                    };
-                    for (i, &(p, cap)) in f.host.iter().enumerate() {
-                        c.host[i] = p.cast();
-                        c.capacity[i] = cap;
-                    }
+                    let mut c = fill_of(f.ticket.seq, 0, f.host);
                     let u = &user;
                     // SAFETY: the caller's callback, with its own user_data.
                     let rc = unsafe { fill(u.0, &mut c) };
@@ -366,7 +357,8 @@ pub extern "C" fn sluice_prefetcher_acquire(
     boundary("sluice_prefetcher_acquire", || {
         let out = out_ptr(fill_out, "fill_out")?;
         let (t, view) = get(prefetcher)?.core.acquire(timeout(timeout_ms))?;
-        write_fill(out, t, view.host());
+        let token = (t.slot as u64) << 32 | t.generation as u64;
+        write_out(out, fill_of(t.seq, token, view.host()));
         Ok(())
     })
 }
