@@ -7,8 +7,9 @@
 # plus "opcost" (sluice's own cost per call on the real
 # driver). Build and run with the same parts: SLUICE_GPU_PARTS=bench carries only the
 # benchmark (2 MB). SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone
-# after the benchmark. SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit
-# and runs it before and after the current one (A/B in the same run).
+# after the benchmark, each followed by the base commit's when there is one.
+# SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit and runs it right
+# after the current one (A/B in the same run).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 # $OUT ends with summary.txt, the benchmark tables and logs.tgz (every other log):
 # the device tool brings back only a few files.
@@ -117,10 +118,15 @@ run() {
       timeout 300 .gpu/base/overhead > "$out/bench-base.md" 2>&1
       note "bench base $(cut -c1-7 .gpu/base/commit): rc=$? $(grep -cE '\| PASS' "$out/bench-base.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench-base.md") FAIL rows"
     fi
-    # SLUICE_GPU_PP_REPEAT=N: N more runs of the ping-pong table alone, right after.
+    # SLUICE_GPU_PP_REPEAT=N: N more runs of the ping-pong table alone, alternating
+    # with the base commit's (the base binary understands SLUICE_BENCH_ONLY=ping-pong).
     for i in $(seq 1 "${SLUICE_GPU_PP_REPEAT:-0}"); do
-      SLUICE_BENCH_ONLY=ping-pong timeout 120 .gpu/overhead > "$out/ping-pong-$i.md" 2>&1
-      note "ping-pong run $i: $(grep -E '^\| \((a|c)\)' "$out/ping-pong-$i.md" | awk -F'|' '{printf "%s%s ", $5, $7}')"
+      for b in .gpu/overhead .gpu/base/overhead; do
+        [ -x "$b" ] || continue
+        which=$([ "$b" = .gpu/overhead ] && echo current || echo base)
+        SLUICE_BENCH_ONLY=ping-pong timeout 120 "$b" > "$out/ping-pong-$which-$i.md" 2>&1
+        note "ping-pong $which $i: $(grep -E '^\| \((a|c)\)' "$out/ping-pong-$which-$i.md" | awk -F'|' '{printf "%s%s ", $5, $7}')"
+      done
     done
   fi
   if has prefetch && [ -f benches/prefetch/run.sh ]; then
@@ -159,7 +165,7 @@ run() {
   fi
   if has sanitize && command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do
-      for n in engine graphs; do
+      for n in engine graphs prefetch; do
         [ -x ".gpu/rust/$n" ] || continue
         SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout 150 compute-sanitizer --tool "$tool" \
           --error-exitcode 99 ".gpu/rust/$n" --test-threads=1 > "$out/sanitize-$tool-$n.log" 2>&1
