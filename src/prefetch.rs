@@ -270,11 +270,6 @@ impl Prefetcher {
             .unwrap_or_default()
     }
 
-    /// The sync objects of slot `slot`'s device buffers.
-    pub fn slot_syncs(&self, slot: usize) -> &[Arc<SyncObject>] {
-        &self.syncs[slot]
-    }
-
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -163,6 +163,14 @@ fn ticket(fill: &sluice_prefetch_fill_t) -> Ticket {
     }
 }
 
+/// Inserts `value` in its handle table and returns the new handle.
+fn table_handle<H: Castable>(value: H::Target) -> H {
+    let mut h = std::mem::MaybeUninit::<H>::uninit();
+    write_new(h.as_mut_ptr(), value);
+    // SAFETY: `write_new` wrote the handle's one field.
+    unsafe { h.assume_init() }
+}
+
 /// The C view of a slot being filled; `token` 0 for a fill callback's.
 fn fill_of(seq: u64, token: u64, host: &[(*mut u8, usize)]) -> sluice_prefetch_fill_t {
     let mut f = sluice_prefetch_fill_t {
@@ -237,26 +245,13 @@ pub extern "C" fn sluice_prefetcher_create(
             cfg.depth,
             &cfg.capacity[..cfg.segments as usize],
         )?;
-        let syncs = (0..core.depth())
-            .map(|s| {
-                core.slot_syncs(s)
-                    .iter()
-                    .map(|o| sluice_sync_t {
-                        bits: sluice_sync_t::table().insert(o.clone()),
-                    })
-                    .collect()
-            })
-            .collect();
-        let buffers = (0..core.depth())
-            .map(|s| {
-                core.slot_buffers(s)
-                    .iter()
-                    .map(|b| sluice_buffer_t {
-                        bits: sluice_buffer_t::table().insert(b.clone()),
-                    })
-                    .collect()
-            })
-            .collect();
+        // One buffer and one sync handle per slot and segment, owned by the entry.
+        let (mut syncs, mut buffers) = (Vec::new(), Vec::new());
+        for slot in 0..core.depth() {
+            let bufs = core.slot_buffers(slot);
+            syncs.push(bufs.iter().map(|b| table_handle(b.sync.clone())).collect());
+            buffers.push(bufs.into_iter().map(table_handle).collect());
+        }
         let entry = Arc::new(PrefetcherEntry {
             core,
             syncs,
