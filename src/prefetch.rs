@@ -437,7 +437,10 @@ impl Prefetcher {
             self.check_open(&mut st, ticket)?;
             st.slots[ticket.slot as usize].buffers.clone()
         };
-        if let Err(e) = self.check_lens(&format!("prefetcher batch {}", ticket.seq), lens) {
+        if let Err(e) = self
+            .check_lens(lens)
+            .map_err(|e| e.context(format!("prefetcher batch {}", ticket.seq)))
+        {
             let _ = self.finish(ticket, Entry::Failed(e.clone()));
             return Err(e);
         }
@@ -460,10 +463,12 @@ impl Prefetcher {
         }
     }
 
-    fn check_lens(&self, what: &str, lens: &[usize]) -> Result<()> {
+    /// Checks one length per segment, each within its capacity; the caller adds
+    /// which batch or call it was.
+    fn check_lens(&self, lens: &[usize]) -> Result<()> {
         if lens.len() != self.capacities.len() {
             return Err(Error::invalid_argument(format!(
-                "{what}: {} segment lengths for {} segments",
+                "{} segment lengths for {} segments",
                 lens.len(),
                 self.capacities.len()
             )));
@@ -471,7 +476,7 @@ impl Prefetcher {
         for (i, (&l, &c)) in lens.iter().zip(&self.capacities).enumerate() {
             if l > c {
                 return Err(Error::out_of_range(format!(
-                    "{what}: segment {i} has {l} bytes, over its capacity {c}"
+                    "segment {i} has {l} bytes, over its capacity {c}"
                 )));
             }
         }
@@ -515,7 +520,7 @@ impl Prefetcher {
     pub fn push(&self, segments: &[&[u8]], timeout: Option<Duration>) -> Result<u64> {
         let lens: Vec<usize> = segments.iter().map(|s| s.len()).collect();
         // Bad lengths are the caller's error here; nothing is queued.
-        self.check_lens("push", &lens)?;
+        self.check_lens(&lens).map_err(|e| e.context("push"))?;
         let (ticket, view) = self.acquire(timeout)?;
         for (seg, &(ptr, _)) in segments.iter().zip(view.host()) {
             // SAFETY: the slot's pinned memory is ours until submit, and its capacity
