@@ -2,8 +2,10 @@
 # The GPU suite. Two halves:
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
-# Parts can be chosen with SLUICE_GPU_PARTS="rust c go cpp bench prefetch sanitize torch
-# stress repro probe" (the default; prefetch is benches/prefetch, built there with nvcc),
+# Parts can be chosen with SLUICE_GPU_PARTS="rng rust c go cpp bench prefetch sanitize torch
+# stress repro probe" (the default; prefetch is benches/prefetch, built there with nvcc;
+# rng checks the RNG's device code against cuRAND with nvcc and exports the reference
+# draws that the Rust RNG tests compare with),
 # plus "opcost" (sluice's own cost per call on the real
 # driver). Build and run with the same parts: SLUICE_GPU_PARTS=bench carries only the
 # benchmark (2 MB). SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone
@@ -16,7 +18,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-parts=${SLUICE_GPU_PARTS:-"rust c go cpp bench prefetch sanitize torch stress repro probe"}
+parts=${SLUICE_GPU_PARTS:-"rng rust c go cpp bench prefetch sanitize torch stress repro probe"}
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 build() {
@@ -102,6 +104,29 @@ module_images() {
   fi
 }
 
+# The RNG against cuRAND (tests/gpu/rng_vs_curand.cu, built here with nvcc): the
+# device header and kernels call for call, the committed PTX against a fresh one, and
+# cuRAND's reference draws for tests/rng.rs (SLUICE_CURAND_REF).
+rng_part() {
+  local cc dir
+  command -v nvcc >/dev/null || { note "rng: no nvcc, skipped"; return; }
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+  dir=$(mktemp -d)
+  if ! nvcc -O3 -std=c++17 -arch="sm_$cc" -I include -o "$dir/rng_vs_curand" \
+       tests/gpu/rng_vs_curand.cu > "$out/rng-build.log" 2>&1; then
+    note "rng: nvcc failed (rng-build.log)"; return
+  fi
+  timeout 120 "$dir/rng_vs_curand" check > "$out/rng-check.log" 2>&1
+  note "rng vs cuRAND (device header and kernels): rc=$? $(tail -1 "$out/rng-check.log")"
+  nvcc -ptx -arch=compute_80 -I include -o "$dir/rng.ptx" kernels/rng.cu 2>> "$out/rng-build.log"
+  cp "$dir/rng.ptx" "$out/rng.ptx"
+  if cmp -s "$dir/rng.ptx" kernels/rng.ptx; then note "rng: kernels/rng.ptx is current"
+  else note "rng: kernels/rng.ptx differs from a fresh nvcc -ptx (new one in rng.ptx)"; fi
+  "$dir/rng_vs_curand" vectors 0x243F6A8885A308D3 8 9 "$out/curand_philox_8x9.bin"
+  "$dir/rng_vs_curand" vectors 0x13198A2E03707344 4099 37 "$dir/curand_ref.bin" \
+    && export SLUICE_CURAND_REF="$dir/curand_ref.bin:0x13198A2E03707344:4099:37"
+}
+
 run() {
   out=${OUT:-/tmp/sluice-gpu-out}; mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/.gpu:${LD_LIBRARY_PATH:-}"
@@ -129,6 +154,7 @@ run() {
       done
     done
   fi
+  if has rng; then rng_part; fi
   if has prefetch && [ -f benches/prefetch/run.sh ]; then
     # The prefetcher against raw double buffering, a blocking copy and PyTorch's idiom.
     OUT=$out timeout 240 bash benches/prefetch/run.sh > "$out/prefetch.md" 2>&1
@@ -214,7 +240,7 @@ run() {
   # The device tool brings back only a few files: keep the main ones, pack the rest.
   (
     cd "$out" || exit
-    keep="summary.txt bench.md bench-base.md prefetch.md compare.txt"
+    keep="summary.txt bench.md bench-base.md prefetch.md compare.txt rng.ptx curand_philox_8x9.bin"
     others=$(ls -A | grep -vxF -f <(tr ' ' '\n' <<<"$keep") || true)
     if [ -n "$others" ]; then
       # shellcheck disable=SC2086 # a list of plain file names
