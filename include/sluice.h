@@ -260,6 +260,31 @@
 #define SLUICE_LOG_DEBUG 4
 
 /**
+ * RNG distribution: raw 32-bit outputs, `curand`.
+ */
+#define SLUICE_RNG_U32 1
+
+/**
+ * RNG distribution: floats in (0, 1], `curand_uniform`.
+ */
+#define SLUICE_RNG_UNIFORM 2
+
+/**
+ * RNG distribution: standard normal floats, `curand_normal` (drawn in pairs).
+ */
+#define SLUICE_RNG_NORMAL 3
+
+/**
+ * RNG layout: `out[j * n + i]`, each draw of every state together (coalesced).
+ */
+#define SLUICE_RNG_LAYOUT_SAMPLE_MAJOR 1
+
+/**
+ * RNG layout: `out[i * count + j]`, each state's draws together.
+ */
+#define SLUICE_RNG_LAYOUT_STATE_MAJOR 2
+
+/**
  * The most segments a batch may have.
  */
 #define SLUICE_PREFETCH_MAX_SEGMENTS 8
@@ -859,6 +884,32 @@ typedef struct sluice_prefetcher_stats_t {
    */
   double copy_gbps;
 } sluice_prefetcher_stats_t;
+
+/**
+ * A generator: `n` per-sample Philox4x32-10 states in device memory. State `i`
+ * starts as cuRAND's `curand_init(seed, i, 0, &s)`, and every draw equals
+ * cuRAND's. Each state is a `curandStatePhilox4_32_10_t` (64 bytes), so a user
+ * kernel may draw from them with `include/sluice/rng.cuh` or cuRAND's device API
+ * (`sluice_rng_states`). Thread safety: may be used from any thread at once; the
+ * draws themselves are ordered by the streams, as for any buffer.
+ */
+typedef struct sluice_rng_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_rng_t;
+
+/**
+ * A copy of a generator's states, on the device; filled by `sluice_rng_save` or
+ * `sluice_rng_checkpoint_deserialize`. Thread safety: may be used from any thread.
+ */
+typedef struct sluice_rng_checkpoint_t {
+  /**
+   * Opaque handle bits; 0 is never valid.
+   */
+  uint64_t bits;
+} sluice_rng_checkpoint_t;
 
 /**
  * Counters of a stream.
@@ -1563,6 +1614,129 @@ struct sluice_error_t *sluice_prefetcher_next_into(struct sluice_prefetcher_t pr
  */
 struct sluice_error_t *sluice_prefetcher_stats(struct sluice_prefetcher_t prefetcher,
                                                struct sluice_prefetcher_stats_t *stats_out);
+
+/**
+ * Makes a generator of `n_states` states with `seed` on the device of `stream`:
+ * the states' memory is allocated and initialised in order on `stream` (no host
+ * sync). Errors: `SLUICE_ERROR_INVALID_ARGUMENT` for 0 states or during capture;
+ * `SLUICE_ERROR_OUT_OF_RANGE` when the states do not fit.
+ * Ownership: the caller destroys the new handle with `sluice_rng_destroy`.
+ */
+struct sluice_error_t *sluice_rng_create(struct sluice_stream_t stream,
+                                         uint64_t seed,
+                                         size_t n_states,
+                                         struct sluice_rng_t *rng_out);
+
+/**
+ * Destroys a generator handle. Its states are freed in stream order after every
+ * draw, save and restore that uses them.
+ */
+struct sluice_error_t *sluice_rng_destroy(struct sluice_rng_t rng);
+
+/**
+ * Writes the number of states and the seed (of creation, or of the checkpoint
+ * restored last). Either pointer may be NULL.
+ */
+struct sluice_error_t *sluice_rng_info(struct sluice_rng_t rng,
+                                       size_t *n_states_out,
+                                       uint64_t *seed_out);
+
+/**
+ * Draws `count` values from every state into `buffer` at `offset` (a device
+ * buffer; the offset a multiple of 4): `n_states * count` 32-bit words, draw `j`
+ * of state `i` at `SLUICE_RNG_LAYOUT_SAMPLE_MAJOR`: `j * n_states + i`, or
+ * `SLUICE_RNG_LAYOUT_STATE_MAJOR`: `i * count + j`. `distribution` is
+ * `SLUICE_RNG_U32` (`curand`), `SLUICE_RNG_UNIFORM` (`curand_uniform`, floats) or
+ * `SLUICE_RNG_NORMAL` (`curand_normal`, floats). One tracked op on `stream` that
+ * writes the states and the buffer; it advances the states on the device, so a
+ * captured draw replays as a new draw each time. Errors: `SLUICE_ERROR_OUT_OF_RANGE`
+ * when the output does not fit; `SLUICE_ERROR_INVALID_ARGUMENT` for an unknown
+ * distribution or layout, a misaligned offset, or a buffer that is not device memory.
+ */
+struct sluice_error_t *sluice_rng_generate(struct sluice_stream_t stream,
+                                           struct sluice_rng_t rng,
+                                           uint32_t distribution,
+                                           uint32_t layout,
+                                           struct sluice_buffer_t buffer,
+                                           size_t offset,
+                                           size_t count);
+
+/**
+ * Writes a new handle to the buffer of the states (`n_states * 64` bytes, one
+ * `sluice_rng_state` of `include/sluice/rng.cuh` each), for user kernels. A kernel
+ * that draws must list the buffer's sync object (`sluice_buffer_sync`) as written.
+ * Ownership: the caller frees the new handle with `sluice_buffer_free`; the
+ * generator keeps its states.
+ */
+struct sluice_error_t *sluice_rng_states(struct sluice_rng_t rng,
+                                         struct sluice_buffer_t *buffer_out);
+
+/**
+ * Makes a checkpoint with room for `rng`'s states, allocated in order on `stream`.
+ * Not allowed during capture: make checkpoints first, then save into them.
+ * Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
+ */
+struct sluice_error_t *sluice_rng_checkpoint_create(struct sluice_stream_t stream,
+                                                    struct sluice_rng_t rng,
+                                                    struct sluice_rng_checkpoint_t *checkpoint_out);
+
+/**
+ * Destroys a checkpoint handle; its memory is freed after the copies that use it.
+ */
+struct sluice_error_t *sluice_rng_checkpoint_destroy(struct sluice_rng_checkpoint_t checkpoint);
+
+/**
+ * Writes the number of states and the seed of a checkpoint. Either pointer may
+ * be NULL.
+ */
+struct sluice_error_t *sluice_rng_checkpoint_info(struct sluice_rng_checkpoint_t checkpoint,
+                                                  size_t *n_states_out,
+                                                  uint64_t *seed_out);
+
+/**
+ * Saves the generator's states into `checkpoint`: a device-to-device copy in order
+ * on `stream`, after every earlier draw. It does not sync the host. Allowed during
+ * capture: each replay of the graph refreshes the checkpoint. Errors:
+ * `SLUICE_ERROR_INVALID_ARGUMENT` when the state counts differ.
+ */
+struct sluice_error_t *sluice_rng_save(struct sluice_stream_t stream,
+                                       struct sluice_rng_t rng,
+                                       struct sluice_rng_checkpoint_t checkpoint);
+
+/**
+ * Restores the generator's states from `checkpoint`, in order on `stream`. Errors:
+ * `SLUICE_ERROR_INVALID_ARGUMENT` when the state counts differ (the algorithm and
+ * format were checked when the checkpoint was made or read).
+ */
+struct sluice_error_t *sluice_rng_restore(struct sluice_stream_t stream,
+                                          struct sluice_rng_t rng,
+                                          struct sluice_rng_checkpoint_t checkpoint);
+
+/**
+ * Serializes a checkpoint into `out`, C style: `*len_out` is always set to the
+ * size it needs; with `out` NULL that is all it does. Otherwise `capacity` must
+ * be at least that size (else `SLUICE_ERROR_OUT_OF_RANGE`, nothing written).
+ * The bytes: magic `SLRNGCK\0`, format version, algorithm, n_states, seed, the
+ * states, and a CRC32C (`src/rng/checkpoint.rs`). One bulk device-to-host copy,
+ * which waits for the last save into this checkpoint, not for later work on the
+ * save's stream. Blocks until the bytes are written.
+ */
+struct sluice_error_t *sluice_rng_checkpoint_serialize(struct sluice_rng_checkpoint_t checkpoint,
+                                                       uint8_t *out,
+                                                       size_t capacity,
+                                                       size_t *len_out);
+
+/**
+ * Reads a serialized checkpoint onto `device` (uploaded on a stream of the
+ * library's own). Every field and the CRC32C are checked: a changed byte, a
+ * truncation, another format version or another algorithm gives
+ * `SLUICE_ERROR_CORRUPT_DATA` with a message, and no checkpoint.
+ * Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
+ */
+struct sluice_error_t *sluice_rng_checkpoint_deserialize(struct sluice_device_t device,
+                                                         const uint8_t *bytes,
+                                                         size_t len,
+                                                         struct sluice_rng_checkpoint_t *checkpoint_out);
 
 /**
  * Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;

@@ -115,3 +115,18 @@ pub const SLUICE_LOG_INFO: u32 = 3;
 
 /// Log level: everything (stale handles, blocks the caches gave back).
 pub const SLUICE_LOG_DEBUG: u32 = 4;
+
+/// RNG distribution: raw 32-bit outputs, `curand`.
+pub const SLUICE_RNG_U32: u32 = 1;
+
+/// RNG distribution: floats in (0, 1], `curand_uniform`.
+pub const SLUICE_RNG_UNIFORM: u32 = 2;
+
+/// RNG distribution: standard normal floats, `curand_normal` (drawn in pairs).
+pub const SLUICE_RNG_NORMAL: u32 = 3;
+
+/// RNG layout: `out[j * n + i]`, each draw of every state together (coalesced).
+pub const SLUICE_RNG_LAYOUT_SAMPLE_MAJOR: u32 = 1;
+
+/// RNG layout: `out[i * count + j]`, each state's draws together.
+pub const SLUICE_RNG_LAYOUT_STATE_MAJOR: u32 = 2;

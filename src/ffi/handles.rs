@@ -80,6 +80,8 @@ handles! {
     sluice_graph_cache_t => Arc<GraphCache>, "graph cache";
     sluice_prefetcher_t => Arc<PrefetcherEntry>, "prefetcher";
     sluice_batch_t => Arc<Lease>, "batch";
+    sluice_rng_t => Arc<crate::rng::Rng>, "rng";
+    sluice_rng_checkpoint_t => Arc<crate::rng::RngCheckpoint>, "rng checkpoint";
 }
 
 /// The object a handle names (a new reference).

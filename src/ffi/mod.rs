@@ -29,6 +29,7 @@ pub use log::*;
 mod memory;
 mod module;
 mod prefetch;
+mod rng;
 mod stream;
 mod sync;
 mod trace;
@@ -41,6 +42,7 @@ pub use event::*;
 pub use memory::*;
 pub use module::*;
 pub use prefetch::*;
+pub use rng::*;
 pub use stream::*;
 pub use sync::*;
 

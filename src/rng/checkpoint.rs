@@ -87,72 +87,100 @@ impl Checkpoint {
 
     /// Reads a checkpoint, checking its magic, version, algorithm, size and CRC.
     pub fn deserialize(bytes: &[u8]) -> Result<Checkpoint> {
-        if bytes.len() < HEADER + 4 {
-            return Err(corrupt(format!(
-                "an RNG checkpoint has at least {} bytes, not {}",
-                HEADER + 4,
-                bytes.len()
-            )));
-        }
-        if &bytes[..8] != MAGIC {
-            return Err(corrupt("not an RNG checkpoint (bad magic)"));
-        }
-        let mut r = Reader { bytes, at: 8 };
-        let version = r.u32();
-        let algorithm = r.u32();
-        let n = r.u64();
-        let seed = r.u64();
-        let want = usize::try_from(n)
-            .ok()
-            .and_then(serialized_len)
-            .ok_or_else(|| corrupt(format!("RNG checkpoint: {n} states is too many")))?;
-        if bytes.len() != want {
-            return Err(corrupt(format!(
-                "RNG checkpoint of {n} states has {} bytes, expected {want} (truncated or padded)",
-                bytes.len()
-            )));
-        }
-        let body = &bytes[..want - 4];
-        let stored = u32::from_le_bytes(bytes[want - 4..].try_into().expect("4 bytes"));
-        if crc32c::crc32c(body) != stored {
-            return Err(corrupt(
-                "RNG checkpoint: CRC32C mismatch (the bytes were changed)",
-            ));
-        }
-        if version != FORMAT_VERSION {
-            return Err(corrupt(format!(
-                "RNG checkpoint format version {version}; this library reads version {FORMAT_VERSION}"
-            )));
-        }
-        if algorithm != ALGORITHM_PHILOX4X32_10 {
-            return Err(corrupt(format!(
-                "RNG checkpoint of algorithm {algorithm}; this library knows Philox4x32-10 ({ALGORITHM_PHILOX4X32_10})"
-            )));
-        }
-        let mut states = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let mut words = [0u32; 10];
-            words.iter_mut().for_each(|w| *w = r.u32());
-            let s = PhiloxState {
-                ctr: [words[0], words[1], words[2], words[3]],
-                output: [words[4], words[5], words[6], words[7]],
-                key: [words[8], words[9]],
-                state: r.u32(),
-                boxmuller_flag: r.u32() as i32,
-                boxmuller_flag_double: r.u32() as i32,
-                boxmuller_extra: f32::from_bits(r.u32()),
-                boxmuller_extra_double: f64::from_bits(r.u64()),
-            };
-            if s.state > 3 {
-                return Err(corrupt(format!(
-                    "RNG checkpoint: state {i} has position {}",
-                    s.state
-                )));
-            }
-            states.push(s);
-        }
+        let (seed, payload) = parse(bytes)?;
+        let states = payload
+            .chunks_exact(STATE)
+            .map(|c| {
+                let mut r = Reader { bytes: c, at: 0 };
+                let mut words = [0u32; 10];
+                words.iter_mut().for_each(|w| *w = r.u32());
+                PhiloxState {
+                    ctr: [words[0], words[1], words[2], words[3]],
+                    output: [words[4], words[5], words[6], words[7]],
+                    key: [words[8], words[9]],
+                    state: r.u32(),
+                    boxmuller_flag: r.u32() as i32,
+                    boxmuller_flag_double: r.u32() as i32,
+                    boxmuller_extra: f32::from_bits(r.u32()),
+                    boxmuller_extra_double: f64::from_bits(r.u64()),
+                }
+            })
+            .collect();
         Ok(Checkpoint { seed, states })
     }
+}
+
+/// The header of a checkpoint of `n_states` states (the bytes before the states).
+pub(crate) fn header(n_states: usize, seed: u64) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    let mut w = Writer { out: &mut h, at: 0 };
+    w.bytes(MAGIC);
+    w.u32(FORMAT_VERSION);
+    w.u32(ALGORITHM_PHILOX4X32_10);
+    w.u64(n_states as u64);
+    w.u64(seed);
+    h
+}
+
+/// The offset of the states in a serialized checkpoint.
+pub(crate) const PAYLOAD_OFFSET: usize = HEADER;
+
+/// Checks a serialized checkpoint (magic, size, CRC, version, algorithm, each
+/// state's position) and returns its seed and its states' bytes, which are
+/// `PhiloxState`s as they lie in memory (little-endian, no padding).
+pub(crate) fn parse(bytes: &[u8]) -> Result<(u64, &[u8])> {
+    if bytes.len() < HEADER + 4 {
+        return Err(corrupt(format!(
+            "an RNG checkpoint has at least {} bytes, not {}",
+            HEADER + 4,
+            bytes.len()
+        )));
+    }
+    if &bytes[..8] != MAGIC {
+        return Err(corrupt("not an RNG checkpoint (bad magic)"));
+    }
+    let mut r = Reader { bytes, at: 8 };
+    let version = r.u32();
+    let algorithm = r.u32();
+    let n = r.u64();
+    let seed = r.u64();
+    let want = usize::try_from(n)
+        .ok()
+        .and_then(serialized_len)
+        .ok_or_else(|| corrupt(format!("RNG checkpoint: {n} states is too many")))?;
+    if bytes.len() != want {
+        return Err(corrupt(format!(
+            "RNG checkpoint of {n} states has {} bytes, expected {want} (truncated or padded)",
+            bytes.len()
+        )));
+    }
+    let body = &bytes[..want - 4];
+    let stored = u32::from_le_bytes(bytes[want - 4..].try_into().expect("4 bytes"));
+    if crc32c::crc32c(body) != stored {
+        return Err(corrupt(
+            "RNG checkpoint: CRC32C mismatch (the bytes were changed)",
+        ));
+    }
+    if version != FORMAT_VERSION {
+        return Err(corrupt(format!(
+            "RNG checkpoint format version {version}; this library reads version {FORMAT_VERSION}"
+        )));
+    }
+    if algorithm != ALGORITHM_PHILOX4X32_10 {
+        return Err(corrupt(format!(
+            "RNG checkpoint of algorithm {algorithm}; this library knows Philox4x32-10 ({ALGORITHM_PHILOX4X32_10})"
+        )));
+    }
+    let payload = &body[HEADER..];
+    for (i, st) in payload.chunks_exact(STATE).enumerate() {
+        let pos = u32::from_le_bytes(st[40..44].try_into().expect("4 bytes"));
+        if pos > 3 {
+            return Err(corrupt(format!(
+                "RNG checkpoint: state {i} has position {pos}"
+            )));
+        }
+    }
+    Ok((seed, payload))
 }
 
 struct Writer<'a> {

@@ -127,3 +127,33 @@ impl PhiloxState {
 pub fn uniform(x: u32) -> f32 {
     (x as f32).mul_add(TWO_POW_32_INV, TWO_POW_32_INV / 2.0)
 }
+
+impl PhiloxState {
+    /// `curand_normal(&state)`: normals come in pairs, the second kept in the
+    /// state. Raw draws and the state's flags match cuRAND exactly; the floats
+    /// themselves differ from the device's by a few ulps (see [`box_muller`]).
+    pub fn next_normal(&mut self) -> f32 {
+        if self.boxmuller_flag != 1 {
+            let (x, y) = (self.next_u32(), self.next_u32());
+            let (a, b) = box_muller(x, y);
+            self.boxmuller_extra = b;
+            self.boxmuller_flag = 1;
+            return a;
+        }
+        self.boxmuller_flag = 0;
+        self.boxmuller_extra
+    }
+}
+
+/// cuRAND's Box-Muller transform of two 32-bit outputs, in f32 with the same
+/// fused multiply-adds. The device computes the sine and cosine with the
+/// hardware's `__sincosf` and its own `logf`, which the host cannot reproduce
+/// bit for bit: host normals are within about 4e-6 of the device's.
+pub fn box_muller(x: u32, y: u32) -> (f32, f32) {
+    const TWO_PI_INV: f32 = TWO_POW_32_INV * 6.283_185_5;
+    let u = (x as f32).mul_add(TWO_POW_32_INV, TWO_POW_32_INV / 2.0);
+    let v = (y as f32).mul_add(TWO_PI_INV, TWO_PI_INV / 2.0);
+    let r = (-2.0f32 * u.ln()).sqrt();
+    let (s, c) = v.sin_cos();
+    (s * r, c * r)
+}

@@ -610,6 +610,14 @@ pub(crate) fn memory(
     });
 }
 
+/// An RNG save or restore of `n` states was enqueued on `stream`.
+pub(crate) fn rng_event(what: &str, stream: &Stream, n: usize) {
+    thread_instant(what, "rng", |a| {
+        a.u64("stream", stream.id);
+        a.u64("states", n as u64);
+    });
+}
+
 /// Forgets a destroyed stream's recordings.
 pub(crate) fn stream_gone(id: u64) {
     let st = STATE.load(Ordering::Relaxed);

@@ -1,0 +1,157 @@
+//! Where the RNG's work runs: the library's own kernels (kernels/rng.ptx, loaded
+//! once per device on first use) on cuda, and the Rust Philox in a host job on the
+//! host backend. Both write the same bits (normals: see `philox::box_muller`).
+
+use super::philox::PhiloxState;
+use super::{Distribution, Layout};
+use crate::backend::{BackendKind, LaunchDims};
+use crate::device::Device;
+use crate::error::Result;
+use crate::module::{Function, Module};
+use crate::ops;
+use crate::stream::Stream;
+use crate::sync::Access;
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// The PTX of kernels/rng.cu (built with nvcc; the GPU suite checks it is current).
+static RNG_PTX: &[u8] = concat!(include_str!("../../kernels/rng.ptx"), "\0").as_bytes();
+
+const BLOCK: u32 = 256;
+
+struct Kernels {
+    init: Arc<Function>,
+    draw: [Arc<Function>; 3],
+}
+
+fn kernels(device: &Arc<Device>) -> Result<Arc<Kernels>> {
+    static LOADED: OnceLock<Mutex<HashMap<u32, Arc<Kernels>>>> = OnceLock::new();
+    let mut map = LOADED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(k) = map.get(&device.ordinal()) {
+        return Ok(k.clone());
+    }
+    let module = Module::load(device, RNG_PTX)
+        .map_err(|e| e.context("loading the RNG kernels (kernels/rng.ptx)"))?;
+    let f = |name: &CStr| module.function(name);
+    let k = Arc::new(Kernels {
+        init: f(c"sluice_rng_kernel_init")?,
+        draw: [
+            f(c"sluice_rng_kernel_u32")?,
+            f(c"sluice_rng_kernel_uniform")?,
+            f(c"sluice_rng_kernel_normal")?,
+        ],
+    });
+    map.insert(device.ordinal(), k.clone());
+    Ok(k)
+}
+
+fn dims(n: usize) -> LaunchDims {
+    let grid = n.div_ceil(BLOCK as usize).clamp(1, 1 << 20) as u32;
+    LaunchDims {
+        grid: [grid, 1, 1],
+        block: [BLOCK, 1, 1],
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Sets `n` states at `states` to `curand_init(seed, i, 0)`, as one op over `set`.
+pub(super) fn init(
+    stream: &Stream,
+    states: u64,
+    n: usize,
+    seed: u64,
+    set: &[Access<'_>],
+) -> Result<()> {
+    match stream.device.kind() {
+        BackendKind::Cuda => {
+            let k = kernels(&stream.device)?;
+            let (mut p, mut n64, mut s, mut first) = (states, n as u64, seed, 0u64);
+            let mut args = [
+                &mut p as *mut u64 as *mut c_void,
+                &mut n64 as *mut u64 as *mut c_void,
+                &mut s as *mut u64 as *mut c_void,
+                &mut first as *mut u64 as *mut c_void,
+            ];
+            // SAFETY: four 8-byte parameters, as the kernel declares them; the
+            // states buffer holds n states and is in `set` as written.
+            unsafe { ops::launch_set(stream, &k.init, dims(n), args.as_mut_ptr(), set) }
+        }
+        BackendKind::Host => ops::host_callback_set(
+            stream,
+            move || {
+                // SAFETY: the buffer holds n states and outlives the op (its sync
+                // object orders the free after it).
+                let st = unsafe { std::slice::from_raw_parts_mut(states as *mut PhiloxState, n) };
+                for (i, s) in st.iter_mut().enumerate() {
+                    *s = PhiloxState::new(seed, i as u64, 0);
+                }
+                0
+            },
+            set,
+        ),
+    }
+}
+
+/// Draws `count` values of `dist` from each of `n` states into `out` (32-bit words,
+/// in `layout`), as one op over `set`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn generate(
+    stream: &Stream,
+    states: u64,
+    n: usize,
+    dist: Distribution,
+    out: u64,
+    count: usize,
+    layout: Layout,
+    set: &[Access<'_>],
+) -> Result<()> {
+    let layout_arg = match layout {
+        Layout::SampleMajor => 0u32,
+        Layout::StateMajor => 1u32,
+    };
+    match stream.device.kind() {
+        BackendKind::Cuda => {
+            let k = kernels(&stream.device)?;
+            let f = &k.draw[dist as usize - 1];
+            let (mut p, mut n64, mut o, mut c, mut l) =
+                (states, n as u64, out, count as u64, layout_arg);
+            let mut args = [
+                &mut p as *mut u64 as *mut c_void,
+                &mut n64 as *mut u64 as *mut c_void,
+                &mut o as *mut u64 as *mut c_void,
+                &mut c as *mut u64 as *mut c_void,
+                &mut l as *mut u32 as *mut c_void,
+            ];
+            // SAFETY: the kernel's five parameters (8, 8, 8, 8 and 4 bytes); the
+            // output range was checked to hold n * count words.
+            unsafe { ops::launch_set(stream, f, dims(n), args.as_mut_ptr(), set) }
+        }
+        BackendKind::Host => ops::host_callback_set(
+            stream,
+            move || {
+                // SAFETY: as in `init`; `out` holds n * count 32-bit words.
+                let st = unsafe { std::slice::from_raw_parts_mut(states as *mut PhiloxState, n) };
+                let o = unsafe { std::slice::from_raw_parts_mut(out as *mut u32, n * count) };
+                for (i, s) in st.iter_mut().enumerate() {
+                    for j in 0..count {
+                        let v = match dist {
+                            Distribution::U32 => s.next_u32(),
+                            Distribution::Uniform => s.next_uniform().to_bits(),
+                            Distribution::Normal => s.next_normal().to_bits(),
+                        };
+                        match layout {
+                            Layout::SampleMajor => o[j * n + i] = v,
+                            Layout::StateMajor => o[i * count + j] = v,
+                        }
+                    }
+                }
+                0
+            },
+            set,
+        ),
+    }
+}
