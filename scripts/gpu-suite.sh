@@ -122,7 +122,9 @@ rng_part() {
   cp "$dir/rng.ptx" "$out/rng.ptx"
   if cmp -s "$dir/rng.ptx" kernels/rng.ptx; then note "rng: kernels/rng.ptx is current"
   else note "rng: kernels/rng.ptx differs from a fresh nvcc -ptx (new one in rng.ptx)"; fi
-  "$dir/rng_vs_curand" vectors 0x243F6A8885A308D3 8 9 "$out/curand_philox_8x9.bin"
+  "$dir/rng_vs_curand" vectors 0x243F6A8885A308D3 8 9 "$dir/small.bin"
+  if cmp -s "$dir/small.bin" tests/data/curand_philox_8x9.bin; then note "rng: tests/data/curand_philox_8x9.bin is cuRAND's"
+  else note "rng: tests/data/curand_philox_8x9.bin differs from cuRAND's draws"; fi
   "$dir/rng_vs_curand" vectors 0x13198A2E03707344 4099 37 "$dir/curand_ref.bin" \
     && export SLUICE_CURAND_REF="$dir/curand_ref.bin:0x13198A2E03707344:4099:37"
 }
@@ -159,6 +161,11 @@ run() {
     # The prefetcher against raw double buffering, a blocking copy and PyTorch's idiom.
     OUT=$out timeout 240 bash benches/prefetch/run.sh > "$out/prefetch.md" 2>&1
     note "prefetch bench: rc=$? $(grep -cE 'PASS' "$out/prefetch.md") PASS, $(grep -cE 'FAIL' "$out/prefetch.md") FAIL"
+  fi
+  if has rng && [ -f benches/rng/run.sh ]; then
+    # Generation against cuRAND, save against D2D, serialize against pinned D2H.
+    timeout 240 bash benches/rng/run.sh > "$out/rng.md" 2>&1
+    note "rng bench: rc=$? $(grep -c 'PASS' "$out/rng.md") PASS, $(grep -c 'FAIL' "$out/rng.md") FAIL"
   fi
   if has opcost && [ -x .gpu/opcost ]; then
     SLUICE_BACKEND=cuda OPCOST_REAL_DRIVER=1 timeout 120 .gpu/opcost > "$out/opcost.md" 2>&1
@@ -240,7 +247,7 @@ run() {
   # The device tool brings back only a few files: keep the main ones, pack the rest.
   (
     cd "$out" || exit
-    keep="summary.txt bench.md bench-base.md prefetch.md compare.txt rng.ptx curand_philox_8x9.bin"
+    keep="summary.txt bench.md bench-base.md prefetch.md compare.txt rng.md rng.ptx"
     others=$(ls -A | grep -vxF -f <(tr ' ' '\n' <<<"$keep") || true)
     if [ -n "$others" ]; then
       # shellcheck disable=SC2086 # a list of plain file names

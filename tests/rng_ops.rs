@@ -449,3 +449,24 @@ fn bad_arguments_get_clear_errors() {
         assert!(Rng::create(&s, 1, usize::MAX / 2).is_err());
     }
 }
+
+#[test]
+fn a_large_checkpoint_downloads_in_pieces_with_one_checksum() {
+    let k = kit();
+    let s = k.stream();
+    let n = 300_000; // 19.2 MB of states: three 8 MiB pieces
+    let rng = Rng::create(&s, 8, n).unwrap();
+    let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
+    rng.save(&s, &ckpt).unwrap();
+    let mut bytes = vec![0u8; ckpt.serialized_len()];
+    ckpt.serialize_into(&mut bytes).unwrap();
+    let back = sluice::rng::checkpoint::Checkpoint::deserialize(&bytes).unwrap();
+    assert_eq!(back.states.len(), n);
+    for i in [0, 1, 131_071, 131_072, 262_144, n - 1] {
+        assert_eq!(
+            back.states[i],
+            PhiloxState::new(8, i as u64, 0),
+            "state {i}"
+        );
+    }
+}

@@ -253,34 +253,11 @@ impl RngCheckpoint {
                 out.len()
             )));
         }
-        let device = self.states.device.clone();
-        let io = io_stream(&device)?;
-        let bytes = self.n * STATE_BYTES;
-        let staging = Buffer::alloc_pinned(&device, bytes)?;
-        let w = [staging.sync.clone()];
-        let r = [self.states.sync.clone()];
-        let set = access_set(&r, &w);
-        let src = self.states.range(0, bytes, "checkpoint")?;
-        let backend = &device.backend;
-        let rec = crate::engine::run_op_recorded(
-            &io,
-            OpKind::Copy(crate::counters::CopyDir::D2H, bytes as u64),
-            &set,
-            || backend.memcpy_async(staging.addr, src, bytes, io.raw()),
-        )?;
-        match rec {
-            Some(r) => r.synchronize()?,
-            None => io.synchronize()?,
-        }
-        let host = staging
-            .host_ptr()
-            .expect("pinned memory has a host address");
-        // SAFETY: the copy into the staging block completed above.
-        let payload = unsafe { std::slice::from_raw_parts(host as *const u8, bytes) };
+        let io = io_stream(&self.states.device)?;
         let (head, rest) = out.split_at_mut(checkpoint::PAYLOAD_OFFSET);
         head.copy_from_slice(&checkpoint::header(self.n, self.seed()));
-        let (body, tail) = rest.split_at_mut(bytes);
-        let crc = copy_and_crc(crc32c::crc32c(head), payload, body);
+        let (body, tail) = rest.split_at_mut(self.n * STATE_BYTES);
+        let crc = download_with_crc(&self.states, &io, body, crc32c::crc32c(head))?;
         tail.copy_from_slice(&crc.to_le_bytes());
         Ok(())
     }
@@ -307,35 +284,73 @@ impl RngCheckpoint {
     }
 }
 
-/// Copies `src` into `dst` and returns the CRC32C continued from `crc` over it;
-/// large payloads in parallel chunks whose CRCs are combined.
-fn copy_and_crc(crc: u32, src: &[u8], dst: &mut [u8]) -> u32 {
-    const CHUNK: usize = 8 << 20;
-    if src.len() < 2 * CHUNK {
-        dst.copy_from_slice(src);
-        return crc32c::crc32c_append(crc, dst);
+/// Pieces of a download: each one copy into a pinned slot, then copied out and
+/// checksummed on the host while the next pieces are on the wire.
+const PIECE: usize = 8 << 20;
+const MAX_WORKERS: usize = 8;
+
+/// Copies `src` into `body` (device to host) and returns the CRC32C continued from
+/// `crc` over it. The copies are ordered on `io` after the last write of `src` and
+/// nothing else; up to 8 host threads each own a pinned slot, copy a piece into it,
+/// and move it out with its checksum while other pieces are copied.
+fn download_with_crc(src: &Buffer, io: &Stream, body: &mut [u8], crc: u32) -> Result<u32> {
+    let len = body.len();
+    let pieces = len.div_ceil(PIECE);
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, MAX_WORKERS)
+        .min(pieces);
+    let slots = (0..workers)
+        .map(|_| Buffer::alloc_pinned(&src.device, PIECE.min(len)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut crcs = vec![(0u32, 0usize); pieces];
+    let mut per_worker: Vec<Vec<(usize, &mut [u8], &mut (u32, usize))>> =
+        (0..workers).map(|_| Vec::new()).collect();
+    for (k, (dst, c)) in body.chunks_mut(PIECE).zip(crcs.iter_mut()).enumerate() {
+        per_worker[k % workers].push((k, dst, c));
     }
-    let threads = std::thread::available_parallelism()
-        .map_or(4, |n| n.get())
-        .min(16);
-    let per = src.len().div_ceil(threads).next_multiple_of(64);
-    let parts: Vec<(u32, usize)> = std::thread::scope(|s| {
-        let handles: Vec<_> = src
-            .chunks(per)
-            .zip(dst.chunks_mut(per))
-            .map(|(a, b)| {
-                s.spawn(move || {
-                    b.copy_from_slice(a);
-                    (crc32c::crc32c(b), b.len())
+    let piece = |slot: &Buffer, k: usize, dst: &mut [u8]| -> Result<u32> {
+        let (r, w) = ([src.sync.clone()], [slot.sync.clone()]);
+        let from = src.range(k * PIECE, dst.len(), "checkpoint")?;
+        let rec = crate::engine::run_op_recorded(
+            io,
+            OpKind::Copy(crate::counters::CopyDir::D2H, dst.len() as u64),
+            &access_set(&r, &w),
+            || {
+                io.device
+                    .backend
+                    .memcpy_async(slot.addr, from, dst.len(), io.raw())
+            },
+        )?;
+        match rec {
+            Some(r) => r.synchronize()?,
+            None => io.synchronize()?,
+        }
+        let host = slot.host_ptr().expect("pinned memory has a host address");
+        // SAFETY: the copy into the slot completed above; the slot is this
+        // thread's alone.
+        let staged = unsafe { std::slice::from_raw_parts(host as *const u8, dst.len()) };
+        dst.copy_from_slice(staged);
+        Ok(crc32c::crc32c(dst))
+    };
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = per_worker
+            .into_iter()
+            .zip(&slots)
+            .map(|(jobs, slot)| {
+                scope.spawn(move || -> Result<()> {
+                    for (k, dst, out) in jobs {
+                        *out = (piece(slot, k, dst)?, dst.len());
+                    }
+                    Ok(())
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().expect("a copy thread panicked"))
-            .collect()
-    });
-    parts
+            .try_for_each(|h| h.join().expect("a download thread panicked"))
+    })?;
+    Ok(crcs
         .into_iter()
-        .fold(crc, |acc, (c, len)| crc32c::crc32c_combine(acc, c, len))
+        .fold(crc, |acc, (c, n)| crc32c::crc32c_combine(acc, c, n)))
 }
