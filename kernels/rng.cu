@@ -95,3 +95,106 @@ extern "C" __global__ void sluice_rng_kernel_normal(sluice_rng_state* states, u6
                                              u64 count, u32 layout) {
   generate<KIND_NORMAL>(states, n, (u32*)out, count, layout);
 }
+
+// Many threads per state, for few states: `parts` threads share each state, thread
+// t drawing draws [j0, j1) of state t % n with j0 = (t / n) * per_part. They only
+// read the states; sluice_rng_kernel_advance_* then moves each state past `count`
+// draws, exactly where `count` calls of curand / curand_uniform / curand_normal
+// leave it. A Philox output depends only on the counter, so any draw is reachable
+// with one skipahead.
+template <int KIND>
+__device__ __forceinline__ void generate_split(const sluice_rng_state* states, u64 n, u32* out,
+                                               u64 count, u32 layout, u64 parts, u64 per_part) {
+  u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+  if (t >= n * parts) return;
+  u64 i = t % n, j0 = (t / n) * per_part;
+  u64 j1 = j0 + per_part < count ? j0 + per_part : count;
+  if (j0 >= j1) return;
+  const u64 step = layout == 0 ? n : 1;
+  u32* o = out + (layout == 0 ? i : i * count);
+  sluice_rng_state s = states[i];
+  u64 j = j0;
+  if (KIND != KIND_NORMAL) {
+    sluice_rng_skipahead(j0, &s);
+    for (; j < j1; ++j) {
+      unsigned int x = sluice_rng_next(&s);
+      o[j * step] = KIND == KIND_U32 ? x : __float_as_uint(sluice_rng_u32_to_uniform(x));
+    }
+    return;
+  }
+  // Normals: with a pending second normal, draw 0 is it; then draw j uses pair
+  // (j - f) / 2 of the raw outputs, element (j - f) % 2.
+  u64 f = s.boxmuller_flag == 1 ? 1 : 0;
+  if (j == 0 && f) {
+    o[0] = __float_as_uint(s.boxmuller_extra);
+    j = 1;
+  }
+  if (j >= j1) return;
+  u64 m = j - f;
+  sluice_rng_skipahead(2 * (m / 2), &s);
+  float a, b;
+  unsigned int x = sluice_rng_next(&s), y = sluice_rng_next(&s);
+  sluice_rng_box_muller(x, y, &a, &b);
+  bool have = m % 2 == 0;  // (a, b) is the pair of draw j
+  if (!have) {
+    o[j * step] = __float_as_uint(b);
+    ++j;
+  }
+  while (j < j1) {
+    if (!have) {
+      x = sluice_rng_next(&s);
+      y = sluice_rng_next(&s);
+      sluice_rng_box_muller(x, y, &a, &b);
+    }
+    have = false;
+    o[j * step] = __float_as_uint(a);
+    if (++j < j1) {
+      o[j * step] = __float_as_uint(b);
+      ++j;
+    }
+  }
+}
+
+// Moves each state past `count` draws of KIND, as generate_split drew them.
+template <int KIND>
+__device__ __forceinline__ void advance(sluice_rng_state* states, u64 n, u64 count) {
+  for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n;
+       i += (u64)gridDim.x * blockDim.x) {
+    if (count == 0) return;
+    sluice_rng_state s = states[i];
+    if (KIND != KIND_NORMAL) {
+      sluice_rng_skipahead(count, &s);
+    } else {
+      u64 m = count;
+      if (s.boxmuller_flag == 1) {
+        s.boxmuller_flag = 0;
+        m -= 1;
+      }
+      if (m > 0) {
+        u64 pairs = (m + 1) / 2;
+        sluice_rng_skipahead(2 * (pairs - 1), &s);
+        unsigned int x = sluice_rng_next(&s), y = sluice_rng_next(&s);
+        float a, b;
+        sluice_rng_box_muller(x, y, &a, &b);
+        s.boxmuller_extra = b;
+        s.boxmuller_flag = m % 2 == 1 ? 1 : 0;
+      }
+    }
+    states[i] = s;
+  }
+}
+
+#define SLUICE_RNG_SPLIT(NAME, KIND, T)                                                        \
+  extern "C" __global__ void sluice_rng_kernel_##NAME##_split(                                 \
+      const sluice_rng_state* states, u64 n, T* out, u64 count, u32 layout, u64 parts,         \
+      u64 per_part) {                                                                          \
+    generate_split<KIND>(states, n, (u32*)out, count, layout, parts, per_part);                \
+  }                                                                                            \
+  extern "C" __global__ void sluice_rng_kernel_##NAME##_advance(sluice_rng_state* states, u64 n, \
+                                                               u64 count) {                   \
+    advance<KIND>(states, n, count);                                                           \
+  }
+
+SLUICE_RNG_SPLIT(u32, KIND_U32, u32)
+SLUICE_RNG_SPLIT(uniform, KIND_UNIFORM, float)
+SLUICE_RNG_SPLIT(normal, KIND_NORMAL, float)

@@ -196,6 +196,43 @@ static Draws run_sluice(unsigned long long seed, unsigned long long n, unsigned 
   return d;
 }
 
+// The split kernels (several threads per state), sample-major; normals in two
+// calls so that the second starts with a pending second normal when c1 is odd.
+static Draws run_split(unsigned long long seed, unsigned long long n, unsigned long long count,
+                       unsigned long long parts, unsigned long long c1) {
+  sluice_rng_state* st;
+  unsigned *raw, *uni, *nor;
+  size_t m = n * count;
+  CK(cudaMalloc(&st, n * 64));
+  CK(cudaMalloc(&raw, m * 4 + 4));
+  CK(cudaMalloc(&uni, m * 4 + 4));
+  CK(cudaMalloc(&nor, m * 4 + 4));
+  auto per = [&](unsigned long long c) { return (c + parts - 1) / parts; };
+  unsigned grid = (unsigned)((n * parts + 127) / 128);
+  sluice_rng_kernel_init<<<(n + 127) / 128, 128>>>(st, n, seed, 0);
+  sluice_rng_kernel_u32_split<<<grid, 128>>>(st, n, raw, count, 0, parts, per(count));
+  sluice_rng_kernel_u32_advance<<<(n + 127) / 128, 128>>>(st, n, count);
+  sluice_rng_kernel_uniform_split<<<grid, 128>>>(st, n, (float*)uni, count, 0, parts, per(count));
+  sluice_rng_kernel_uniform_advance<<<(n + 127) / 128, 128>>>(st, n, count);
+  sluice_rng_kernel_normal_split<<<grid, 128>>>(st, n, (float*)nor, c1, 0, parts, per(c1));
+  sluice_rng_kernel_normal_advance<<<(n + 127) / 128, 128>>>(st, n, c1);
+  sluice_rng_kernel_normal_split<<<grid, 128>>>(st, n, (float*)nor + c1 * n, count - c1, 0, parts,
+                                                per(count - c1));
+  sluice_rng_kernel_normal_advance<<<(n + 127) / 128, 128>>>(st, n, count - c1);
+  CK(cudaDeviceSynchronize());
+  Draws d{std::vector<unsigned>(m), std::vector<unsigned>(m), std::vector<unsigned>(m),
+          std::vector<unsigned char>(n * 64)};
+  CK(cudaMemcpy(d.raw.data(), raw, m * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(d.uni.data(), uni, m * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(d.nor.data(), nor, m * 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(d.states.data(), st, n * 64, cudaMemcpyDeviceToHost));
+  cudaFree(st);
+  cudaFree(raw);
+  cudaFree(uni);
+  cudaFree(nor);
+  return d;
+}
+
 static int compare(const char* what, const Draws& a, const Draws& b) {
   int bad = 0;
   const std::vector<unsigned>* xs[] = {&a.raw, &a.uni, &a.nor};
@@ -242,6 +279,15 @@ int main(int argc, char** argv) {
         snprintf(what, sizeof what, "kernels seed %llx n %llu c %llu L%u", c.seed, c.n, c.count,
                  layout);
         bad += compare(what, run_sluice(c.seed, c.n, c.count, layout, c.grid), ref);
+      }
+      for (unsigned long long parts : {2ull, 3ull, 7ull}) {
+        for (unsigned long long c1 : {c.count / 2 | 1, c.count / 2 & ~1ull}) {
+          if (c1 > c.count) continue;
+          char what[96];
+          snprintf(what, sizeof what, "split n %llu c %llu parts %llu c1 %llu", c.n, c.count,
+                   parts, c1);
+          bad += compare(what, run_split(c.seed, c.n, c.count, parts, c1), ref);
+        }
       }
     }
     printf(bad ? "FAIL\n" : "PASS\n");
