@@ -22,8 +22,17 @@ const BLOCK: u32 = 256;
 
 struct Kernels {
     init: Arc<Function>,
+    /// One thread per state, which also advances it.
     draw: [Arc<Function>; 3],
+    /// Several threads per state (reading it), then one that advances it.
+    split: [Arc<Function>; 3],
+    advance: [Arc<Function>; 3],
 }
+
+/// Threads a draw aims for: a few waves of a large GPU.
+const TARGET_THREADS: usize = 512 << 10;
+/// The fewest draws a split thread makes (each starts with one skipahead).
+const MIN_DRAWS_PER_THREAD: usize = 16;
 
 fn kernels(device: &Arc<Device>) -> Result<Arc<Kernels>> {
     static LOADED: OnceLock<Mutex<HashMap<u32, Arc<Kernels>>>> = OnceLock::new();
@@ -43,6 +52,16 @@ fn kernels(device: &Arc<Device>) -> Result<Arc<Kernels>> {
             f(c"sluice_rng_kernel_u32")?,
             f(c"sluice_rng_kernel_uniform")?,
             f(c"sluice_rng_kernel_normal")?,
+        ],
+        split: [
+            f(c"sluice_rng_kernel_u32_split")?,
+            f(c"sluice_rng_kernel_uniform_split")?,
+            f(c"sluice_rng_kernel_normal_split")?,
+        ],
+        advance: [
+            f(c"sluice_rng_kernel_u32_advance")?,
+            f(c"sluice_rng_kernel_uniform_advance")?,
+            f(c"sluice_rng_kernel_normal_advance")?,
         ],
     });
     map.insert(device.ordinal(), k.clone());
@@ -116,19 +135,47 @@ pub(super) fn generate(
     match stream.device.kind() {
         BackendKind::Cuda => {
             let k = kernels(&stream.device)?;
-            let f = &k.draw[dist as usize - 1];
+            let d = dist as usize - 1;
+            let parts = TARGET_THREADS
+                .div_ceil(n)
+                .min(count / MIN_DRAWS_PER_THREAD)
+                .max(1);
             let (mut p, mut n64, mut o, mut c, mut l) =
                 (states, n as u64, out, count as u64, layout_arg);
+            let (mut parts64, mut per) = (parts as u64, count.div_ceil(parts) as u64);
+            let arg = |v: &mut u64| v as *mut u64 as *mut c_void;
+            if parts == 1 {
+                let mut args = [
+                    arg(&mut p),
+                    arg(&mut n64),
+                    arg(&mut o),
+                    arg(&mut c),
+                    &mut l as *mut u32 as *mut c_void,
+                ];
+                // SAFETY: the kernel's five parameters (8, 8, 8, 8 and 4 bytes); the
+                // output range was checked to hold n * count words.
+                return unsafe {
+                    ops::launch_set(stream, &k.draw[d], dims(n), args.as_mut_ptr(), set)
+                };
+            }
             let mut args = [
-                &mut p as *mut u64 as *mut c_void,
-                &mut n64 as *mut u64 as *mut c_void,
-                &mut o as *mut u64 as *mut c_void,
-                &mut c as *mut u64 as *mut c_void,
+                arg(&mut p),
+                arg(&mut n64),
+                arg(&mut o),
+                arg(&mut c),
                 &mut l as *mut u32 as *mut c_void,
+                arg(&mut parts64),
+                arg(&mut per),
             ];
-            // SAFETY: the kernel's five parameters (8, 8, 8, 8 and 4 bytes); the
-            // output range was checked to hold n * count words.
-            unsafe { ops::launch_set(stream, f, dims(n), args.as_mut_ptr(), set) }
+            // SAFETY: the split kernel's seven parameters (4 bytes for the layout, 8
+            // for the others); as above for the ranges.
+            unsafe {
+                ops::launch_set(stream, &k.split[d], dims(n * parts), args.as_mut_ptr(), set)
+            }?;
+            let (mut p2, mut n2, mut c2) = (states, n as u64, count as u64);
+            let mut args = [arg(&mut p2), arg(&mut n2), arg(&mut c2)];
+            // SAFETY: three 8-byte parameters; the states hold n states.
+            unsafe { ops::launch_set(stream, &k.advance[d], dims(n), args.as_mut_ptr(), set) }
         }
         BackendKind::Host => ops::host_callback_set(
             stream,
