@@ -44,6 +44,11 @@
 
 
 /**
+ * Keys a cache holds unless told otherwise.
+ */
+#define DEFAULT_MAX_ENTRIES 1024
+
+/**
  * Version of the C ABI. Bumped on any incompatible change.
  */
 #define SLUICE_ABI_VERSION 1
@@ -580,6 +585,11 @@ typedef struct sluice_counters_t {
    * Graph cache runs executed eagerly.
    */
   uint64_t graph_cache_eager;
+  /**
+   * Graph cache entries evicted, least recently used first, to keep a cache
+   * under its maximum (`SLUICE_GRAPH_CACHE_MAX`).
+   */
+  uint64_t graph_cache_evictions;
   /**
    * Executable graphs updated in place.
    */
@@ -1231,6 +1241,16 @@ struct sluice_error_t *sluice_graph_cache_run(struct sluice_graph_cache_t cache,
  */
 struct sluice_error_t *sluice_graph_cache_stats(struct sluice_graph_cache_t cache,
                                                 struct sluice_graph_cache_stats_t *stats_out);
+
+/**
+ * Keeps at most `max_entries` keys in the cache (0: no limit), evicting the least
+ * recently used keys beyond that, now and on later inserts. A new cache holds
+ * `SLUICE_GRAPH_CACHE_MAX` keys, else 1024. An evicted key runs eagerly again on
+ * its next run, then is captured again; its graph is freed after the launches
+ * already enqueued. Evictions are counted in `sluice_counters_t`.
+ */
+struct sluice_error_t *sluice_graph_cache_set_max_entries(struct sluice_graph_cache_t cache,
+                                                          size_t max_entries);
 
 /**
  * Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).

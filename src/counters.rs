@@ -85,6 +85,9 @@ counters! {
     graph_cache_captures,
     /// Graph cache runs executed eagerly.
     graph_cache_eager,
+    /// Graph cache entries evicted, least recently used first, to keep a cache
+    /// under its maximum (`SLUICE_GRAPH_CACHE_MAX`).
+    graph_cache_evictions,
     /// Executable graphs updated in place.
     graph_updates,
     /// Executable graph updates that fell back to re-instantiation.
@@ -153,6 +156,7 @@ pub(crate) struct DeviceCounters {
     pub(crate) graph_cache_hits: AtomicU64,
     pub(crate) graph_cache_captures: AtomicU64,
     pub(crate) graph_cache_eager: AtomicU64,
+    pub(crate) graph_cache_evictions: AtomicU64,
     pub(crate) graph_updates: AtomicU64,
     pub(crate) graph_update_fallbacks: AtomicU64,
     pub(crate) prefetch_producer_waits: AtomicU64,
@@ -246,6 +250,7 @@ impl Device {
         c.graph_cache_hits += get(&d.graph_cache_hits);
         c.graph_cache_captures += get(&d.graph_cache_captures);
         c.graph_cache_eager += get(&d.graph_cache_eager);
+        c.graph_cache_evictions += get(&d.graph_cache_evictions);
         c.graph_updates += get(&d.graph_updates);
         c.graph_update_fallbacks += get(&d.graph_update_fallbacks);
         c.prefetch_producer_waits += get(&d.prefetch_producer_waits);

@@ -446,3 +446,52 @@ fn ops_outside_a_capture_still_wait_for_real_readers() {
     );
     drop(g);
 }
+
+#[test]
+fn graph_cache_evicts_the_least_recently_used_key() {
+    let k = kit();
+    let s = k.stream();
+    let (x, acc) = (k.buffer(&s, W), k.buffer(&s, W));
+    k.fill(&s, &x, 1, 0);
+    k.fill(&s, &acc, 0, 0);
+    let cache = GraphCache::new(&k.dev);
+    assert_eq!(cache.max_entries(), 1024);
+    cache.set_max_entries(2);
+    let before = k.dev.counters().graph_cache_evictions;
+    let mut bodies = 0;
+    let mut run = |key: u64| {
+        cache
+            .run(key, &s, &mut || {
+                bodies += 1;
+                k.add(&s, &acc, &x, 0);
+                Ok(())
+            })
+            .unwrap()
+    };
+    for key in [1, 2, 1, 2, 1] {
+        run(key); // 1 and 2 warm up, are captured, 1 replays
+    }
+    run(3); // 2 is the least recently used
+    let st = cache.stats();
+    assert_eq!((st.entries, st.evictions), (2, 1));
+    run(1); // still cached: a replay
+    run(2); // evicted: eager again
+    let st = cache.stats();
+    assert_eq!((st.entries, st.evictions), (2, 2), "{st:?}");
+    assert_eq!(
+        st.eager, 4,
+        "keys 1, 2, 3 warm up, and 2 again after its eviction"
+    );
+    assert_eq!(st.replayed, 2);
+    assert_eq!(bodies, 4 + 2);
+    assert_eq!(k.dev.counters().graph_cache_evictions - before, 2);
+    // Every run added once, whatever path it took.
+    assert!(k.read(&s, &acc).iter().all(|&v| v == 8));
+    cache.set_max_entries(1);
+    assert_eq!(cache.stats().entries, 1);
+    cache.set_max_entries(0);
+    for key in 10..2000 {
+        cache.run(key, &s, &mut || Ok(())).unwrap();
+    }
+    assert_eq!(cache.stats().entries, 1991, "0 means no limit");
+}

@@ -121,6 +121,22 @@ func (c *GraphCache) Run(key uint64, s *Stream, body func(*Stream) error) error 
 	return err
 }
 
+// SetMaxEntries keeps at most max keys in the cache (0: no limit), evicting the
+// least recently used keys beyond that. A new cache holds SLUICE_GRAPH_CACHE_MAX
+// keys, else 1024. An evicted key runs eagerly again, then is captured again.
+func (c *GraphCache) SetMaxEntries(max int) error {
+	if max < 0 {
+		return argError(CodeInvalidArgument, "GraphCache.SetMaxEntries", "max is %d, negative", max)
+	}
+	h, err := c.h.raw("GraphCache.SetMaxEntries")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_graph_cache_set_max_entries(h, C.size_t(max))
+	runtime.KeepAlive(c)
+	return check(e, &c.h)
+}
+
 // Stats returns the cache's counters.
 func (c *GraphCache) Stats() (GraphCacheStats, error) {
 	h, err := c.h.raw("GraphCache.Stats")

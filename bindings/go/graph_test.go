@@ -780,3 +780,32 @@ func TestGraphCloseRacesWithLaunch(t *testing.T) {
 		}
 	}
 }
+
+func TestGraphCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	d := openDev(t)
+	s := testStream(t, d)
+	restoreGraphs(t)
+	must(t, SetGraphsEnabled(true))
+	c, err := NewGraphCache(d)
+	must(t, err)
+	defer c.Close()
+	must(t, c.SetMaxEntries(2))
+	if err := c.SetMaxEntries(-1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("SetMaxEntries(-1) = %v, want ErrInvalidArgument", err)
+	}
+	before, err := d.Counters()
+	must(t, err)
+	for _, key := range []uint64{1, 2, 3} {
+		must(t, c.Run(key, s, func(*Stream) error { return nil }))
+	}
+	st, err := c.Stats()
+	must(t, err)
+	if st.Entries != 2 {
+		t.Fatalf("entries = %d after 3 keys with max 2", st.Entries)
+	}
+	after, err := d.Counters()
+	must(t, err)
+	if after.GraphCacheEvictions-before.GraphCacheEvictions != 1 {
+		t.Fatalf("evictions counted %d, want 1", after.GraphCacheEvictions-before.GraphCacheEvictions)
+	}
+}

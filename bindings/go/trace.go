@@ -111,6 +111,9 @@ type Counters struct {
 	GraphCacheCaptures uint64
 	// GraphCacheEager counts graph cache runs executed eagerly.
 	GraphCacheEager uint64
+	// GraphCacheEvictions counts graph cache keys evicted, least recently used
+	// first, to keep a cache under its maximum.
+	GraphCacheEvictions uint64
 	// GraphUpdates counts executable graphs updated in place.
 	GraphUpdates uint64
 	// GraphUpdateFallbacks counts executable graph updates that fell back to
@@ -156,6 +159,7 @@ func countersFromC(c *C.sluice_counters_t) Counters {
 		GraphCacheHits:           uint64(c.graph_cache_hits),
 		GraphCacheCaptures:       uint64(c.graph_cache_captures),
 		GraphCacheEager:          uint64(c.graph_cache_eager),
+		GraphCacheEvictions:      uint64(c.graph_cache_evictions),
 		GraphUpdates:             uint64(c.graph_updates),
 		GraphUpdateFallbacks:     uint64(c.graph_update_fallbacks),
 		PrefetchProducerWaits:    uint64(c.prefetch_producer_waits),

@@ -57,6 +57,9 @@ pub struct sluice_counters_t {
     pub graph_cache_captures: u64,
     /// Graph cache runs executed eagerly.
     pub graph_cache_eager: u64,
+    /// Graph cache entries evicted, least recently used first, to keep a cache
+    /// under its maximum (`SLUICE_GRAPH_CACHE_MAX`).
+    pub graph_cache_evictions: u64,
     /// Executable graphs updated in place.
     pub graph_updates: u64,
     /// Executable graph updates that fell back to re-instantiation.
@@ -99,6 +102,7 @@ impl From<Counters> for sluice_counters_t {
             graph_cache_hits: c.graph_cache_hits,
             graph_cache_captures: c.graph_cache_captures,
             graph_cache_eager: c.graph_cache_eager,
+            graph_cache_evictions: c.graph_cache_evictions,
             graph_updates: c.graph_updates,
             graph_update_fallbacks: c.graph_update_fallbacks,
             prefetch_producer_waits: c.prefetch_producer_waits,

@@ -287,6 +287,22 @@ pub extern "C" fn sluice_graph_cache_stats(
     })
 }
 
+/// Keeps at most `max_entries` keys in the cache (0: no limit), evicting the least
+/// recently used keys beyond that, now and on later inserts. A new cache holds
+/// `SLUICE_GRAPH_CACHE_MAX` keys, else 1024. An evicted key runs eagerly again on
+/// its next run, then is captured again; its graph is freed after the launches
+/// already enqueued. Evictions are counted in `sluice_counters_t`.
+#[no_mangle]
+pub extern "C" fn sluice_graph_cache_set_max_entries(
+    cache: sluice_graph_cache_t,
+    max_entries: usize,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_cache_set_max_entries", || {
+        get(cache)?.set_max_entries(max_entries);
+        Ok(())
+    })
+}
+
 /// Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_set_enabled(enabled: bool) -> *mut sluice_error_t {

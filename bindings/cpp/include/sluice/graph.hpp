@@ -431,6 +431,15 @@ class GraphCacheApi {
     run(std::nothrow, key, stream, std::forward<F>(body)).value();
   }
   GraphCacheStats stats() const { return stats(std::nothrow).value(); }
+
+  /// Keeps at most `max_entries` keys (0: no limit), evicting the least recently
+  /// used ones beyond that. A new cache holds SLUICE_GRAPH_CACHE_MAX keys, else 1024.
+  Result<void> set_max_entries(std::nothrow_t, std::size_t max_entries) const {
+    return detail::check(sluice_graph_cache_set_max_entries(h(), max_entries));
+  }
+  void set_max_entries(std::size_t max_entries) const {
+    set_max_entries(std::nothrow, max_entries).value();
+  }
 #endif
 
  private:
