@@ -35,7 +35,12 @@ impl Module {
         }))
     }
 
+    /// Finds a kernel by name. An empty name is `InvalidArgument` and a missing one
+    /// `NotFound`, before the driver sees either.
     pub fn function(self: &Arc<Self>, name: &CStr) -> Result<Arc<Function>> {
+        if name.is_empty() {
+            return Err(Error::invalid_argument("kernel function name is empty"));
+        }
         let raw = self.device.backend.module_function(self.raw, name)?;
         Ok(Arc::new(Function {
             device: self.device.clone(),

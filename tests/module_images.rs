@@ -240,6 +240,13 @@ fn corrupt_images_fail_with_module_load_and_lose_nothing() {
     if k.is_cuda() {
         let m = Module::load(&k.dev, PTX).expect("PTX after corrupt images");
         fill_and_add(&k, &s, &m, "PTX after corrupt images");
+        // A name is the caller's error, never the driver's.
+        let e = m.function(c"").err().expect("an empty name found a kernel");
+        assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
+        assert!(e.message.contains("empty"), "{e}");
+        let e = m.function(c"no_such_kernel").err().expect("found no_such_kernel");
+        assert_eq!(e.code, ErrorCode::NotFound, "{e}");
+        assert!(e.message.contains("no_such_kernel"), "{e}");
     } else {
         let e = Module::load(&k.dev, PTX).err().expect("host loaded PTX");
         assert_eq!(e.code, ErrorCode::Unsupported, "{e}");
