@@ -244,7 +244,10 @@ fn corrupt_images_fail_with_module_load_and_lose_nothing() {
         let e = m.function(c"").err().expect("an empty name found a kernel");
         assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
         assert!(e.message.contains("empty"), "{e}");
-        let e = m.function(c"no_such_kernel").err().expect("found no_such_kernel");
+        let e = m
+            .function(c"no_such_kernel")
+            .err()
+            .expect("found no_such_kernel");
         assert_eq!(e.code, ErrorCode::NotFound, "{e}");
         assert!(e.message.contains("no_such_kernel"), "{e}");
     } else {
