@@ -1878,9 +1878,14 @@ struct sluice_error_t *sluice_sync_info(struct sluice_sync_t sync,
  * foreign work on `sluice_stream_raw(stream)`, then call `sluice_op_end`.
  * Ownership: the caller owns the new op handle until `sluice_op_end` consumes it.
  *
- * Thread safety: ops from many threads may run at once. A conflicting op that
- * another thread begins while this one is open is not ordered against it; order
- * such ops yourself. The foreign work is enqueued outside sluice's per-stream push
+ * Thread safety: ops from many threads may run at once. Two conflicting foreign
+ * ops cannot both be open (neither has a recording the other could wait for):
+ * beginning an op that writes an object another open op reads or writes, or reads
+ * an object another open op writes, fails with `SLUICE_ERROR_INVALID_STATE` and
+ * changes nothing; end the first op before beginning the second. Library ops
+ * (copies, launches) do not see open foreign ops: they order against what was
+ * published, so publish with `sluice_op_end` before they use the object. The
+ * foreign work is enqueued outside sluice's per-stream push
  * lock: the CUDA driver can break stream order when a graph is launched on a
  * stream while another thread enqueues on it, so do not launch graphs as foreign
  * work on a stream that other threads use at the same time.

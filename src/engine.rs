@@ -520,6 +520,8 @@ fn run_op_inner(
 pub(crate) struct SeenState {
     version: u64,
     writes: u64,
+    /// The op counts as open on the object (`open_reads` / `open_writes`).
+    open: bool,
 }
 
 type Seen = Small<SeenState, 4>;
@@ -529,6 +531,7 @@ impl SeenState {
         SeenState {
             version: st.version,
             writes: st.writes,
+            open: false,
         }
     }
 
@@ -549,9 +552,17 @@ impl SeenState {
 
 /// Begins a foreign op: issues the waits for its accesses (with the objects
 /// locked, so the waits are ordered against library ops on them). Returns what it
-/// saw of each object, for [`op_end`]. `kind` names it in traces.
+/// saw of each object, for [`op_end`]. `kind` names it in traces. With
+/// `track_open`, the op counts as open on its objects until [`op_end`], and a
+/// conflicting foreign op still open on one of them is an `InvalidState` error:
+/// two such ops cannot be ordered (neither has a recording yet).
 #[inline(always)]
-pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>], kind: OpKind<'_>) -> Result<Seen> {
+pub(crate) fn op_begin(
+    stream: &Stream,
+    set: &[Access<'_>],
+    kind: OpKind<'_>,
+    track_open: bool,
+) -> Result<Seen> {
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
             cap.op_begin(stream, set, kind)?;
@@ -559,13 +570,18 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>], kind: OpKind<'_>) ->
         }
     }
     let locked = Locked::new(set);
+    if track_open {
+        for a in locked.set {
+            // SAFETY: locked.
+            let st = unsafe { a.state() };
+            if st.open_writes > 0 || (a.write() && st.open_reads > 0) {
+                return Err(open_conflict(a, st));
+            }
+        }
+    }
     let mut need = Waits::new();
     collect_waits(stream, &locked, &mut need)?;
     let mut seen = Seen::with_capacity(set.len());
-    for a in locked.set {
-        // SAFETY: locked.
-        seen.push(SeenState::of(unsafe { a.state() }));
-    }
     let obs = trace::observe();
     let waits = if need.recs.is_empty() && !obs.on() {
         0 // nothing to enqueue: no push lock
@@ -580,7 +596,67 @@ pub(crate) fn op_begin(stream: &Stream, set: &[Access<'_>], kind: OpKind<'_>) ->
     if waits != 0 {
         stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
     }
+    for a in locked.set {
+        // SAFETY: locked.
+        let st = unsafe { a.state() };
+        let mut s = SeenState::of(st);
+        if track_open {
+            s.open = true;
+            if a.write() {
+                st.open_writes += 1;
+            } else {
+                st.open_reads += 1;
+            }
+        }
+        seen.push(s);
+    }
     Ok(seen)
+}
+
+#[cold]
+fn open_conflict(a: &Access<'_>, st: &SyncState) -> Error {
+    let (mine, theirs) = (
+        if a.write() { "write" } else { "read" },
+        if st.open_writes > 0 {
+            "writes"
+        } else {
+            "reads"
+        },
+    );
+    Error::new(
+        ErrorCode::InvalidState,
+        format!(
+            "sync object #{} is {theirs} by a foreign op that is still open; this op would {mine} it, \
+             and two open foreign ops cannot be ordered: end the first (sluice_op_end) before \
+             beginning the second",
+            a.obj().id
+        ),
+    )
+}
+
+/// Marks the op closed on its objects; `st` locked by the caller.
+fn close_open(st: &mut SyncState, write: bool, seen: &SeenState) {
+    if seen.open {
+        if write {
+            st.open_writes = st.open_writes.saturating_sub(1);
+        } else {
+            st.open_reads = st.open_reads.saturating_sub(1);
+        }
+    }
+}
+
+/// Marks the op closed on its objects when it will not publish through the locked
+/// block of [`op_end`].
+#[cold]
+fn close_open_locked(set: &[Access<'_>], seen: &[SeenState]) {
+    if seen.len() != set.len() || !seen.iter().any(|s| s.open) {
+        return;
+    }
+    let locked = Locked::new(set);
+    for (a, s) in locked.set.iter().zip(seen) {
+        // SAFETY: locked.
+        close_open(unsafe { a.state() }, a.write(), s);
+    }
 }
 
 /// Ends a foreign op: records one event, then locks the objects and publishes it
@@ -598,6 +674,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     }
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
+            close_open_locked(set, seen);
             cap.op_end(stream, set)?;
             return after_op(stream);
         }
@@ -606,7 +683,14 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     let rec = {
         let mut push = stream.push_lock();
         let obs = trace::observe();
-        let rec = stream.record_in(&mut push, false, set.len(), 0)?;
+        let rec = match stream.record_in(&mut push, false, set.len(), 0) {
+            Ok(r) => r,
+            Err(e) => {
+                drop(push);
+                close_open_locked(set, seen);
+                return Err(e);
+            }
+        };
         if obs.on() {
             let kind = OpKind::ForeignEnd;
             trace::op_done(&mut push, stream, obs, kind, Waited::None, Some(&rec));
@@ -615,6 +699,12 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     };
     {
         let locked = Locked::new(set);
+        if seen.len() == set.len() {
+            for (a, s) in locked.set.iter().zip(seen) {
+                // SAFETY: locked.
+                close_open(unsafe { a.state() }, a.write(), s);
+            }
+        }
         let current = seen.len() == set.len()
             && locked.set.iter().zip(seen).all(|(a, s)| {
                 // SAFETY: locked.
@@ -672,7 +762,7 @@ impl ForeignOp {
     ) -> Result<ForeignOp> {
         let seen = {
             let set = crate::sync::access_set(&reads, &writes);
-            op_begin(stream, &set, OpKind::ForeignBegin("op begin"))?
+            op_begin(stream, &set, OpKind::ForeignBegin("op begin"), true)?
         };
         Ok(ForeignOp {
             stream: stream.clone(),

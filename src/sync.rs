@@ -31,6 +31,9 @@ pub(crate) struct SyncState {
     /// Bumped by every published write (a foreign read compares it instead of
     /// reading the writer's recording).
     pub(crate) writes: u64,
+    /// Foreign ops open now (begun, not ended) that read / write the object.
+    pub(crate) open_reads: u32,
+    pub(crate) open_writes: u32,
 }
 
 /// A per-object dependency record: stands for a buffer, or for foreign memory.

@@ -439,3 +439,57 @@ fn a_foreign_op_open_across_a_conflicting_write_keeps_the_bookkeeping_true() {
         "a later reader overtook the write"
     );
 }
+
+#[test]
+fn conflicting_foreign_ops_open_at_once_are_refused_not_raced() {
+    let k = kit();
+    let (s1, s2) = (k.stream(), k.stream());
+    let x = SyncObject::new();
+    let y = SyncObject::new();
+    let conflict = |e: sluice::Error| {
+        assert_eq!(e.code, sluice::ErrorCode::InvalidState, "{e}");
+        assert!(e.message.contains("still open"), "{e}");
+        assert!(e.message.contains(&format!("#{}", x.id)), "{e}");
+    };
+    // An open writer refuses every other op on the object, on any stream.
+    let w = ForeignOp::begin(&s1, vec![], vec![x.clone()]).unwrap();
+    conflict(
+        ForeignOp::begin(&s2, vec![], vec![x.clone()])
+            .err()
+            .unwrap(),
+    );
+    conflict(
+        ForeignOp::begin(&s2, vec![x.clone()], vec![])
+            .err()
+            .unwrap(),
+    );
+    conflict(
+        ForeignOp::begin(&s1, vec![x.clone(), y.clone()], vec![])
+            .err()
+            .unwrap(),
+    );
+    // Other objects are free, and a refused begin left nothing open on y.
+    let on_y = ForeignOp::begin(&s2, vec![], vec![y.clone()]).unwrap();
+    on_y.end().unwrap();
+    w.end().unwrap();
+    // Readers share; a writer waits for none of them: it is refused while any is open.
+    let r1 = ForeignOp::begin(&s1, vec![x.clone()], vec![]).unwrap();
+    let r2 = ForeignOp::begin(&s2, vec![x.clone()], vec![]).unwrap();
+    conflict(
+        ForeignOp::begin(&s2, vec![], vec![x.clone()])
+            .err()
+            .unwrap(),
+    );
+    r1.end().unwrap();
+    conflict(
+        ForeignOp::begin(&s1, vec![], vec![x.clone()])
+            .err()
+            .unwrap(),
+    );
+    drop(r2); // dropping an op ends it
+    let w2 = ForeignOp::begin(&s2, vec![], vec![x.clone()]).unwrap();
+    w2.end().unwrap();
+    // The write after the readers waited for both and replaced them.
+    assert_eq!(x.reader_count(), 0);
+    assert!(x.has_writer());
+}

@@ -205,7 +205,7 @@ impl Drop for Memory {
                     }
                     // Order the free after every outstanding use, on the device.
                     let set = [Access::new(ObjRef::new(&self.sync), true)];
-                    let _ = engine::op_begin(home, &set, OpKind::ForeignBegin("free"));
+                    let _ = engine::op_begin(home, &set, OpKind::ForeignBegin("free"), false);
                     if !home.cache_block(self.size, self.addr) {
                         let _ = home.push(|| backend.mem_free_async(self.addr, home.raw));
                     }

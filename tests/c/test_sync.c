@@ -610,3 +610,27 @@ TEST(engine_sync_mode_synchronizes_after_each_op) {
     CHECK_OK(sluice_stream_destroy(s));
     CHECK_OK(sluice_device_close(d));
 }
+
+TEST(conflicting_open_foreign_ops_are_refused) {
+    sluice_device_t d;
+    sluice_stream_t s1, s2;
+    REQUIRE(open_dev(&d));
+    REQUIRE(new_stream(d, &s1));
+    REQUIRE(new_stream(d, &s2));
+    sluice_sync_t x;
+    REQUIRE_OK(sluice_sync_create(&x));
+    sluice_op_t w, r, other = {0};
+    REQUIRE_OK(sluice_op_begin(s1, NULL, 0, &x, 1, &w));
+    CHECK_ERR_MSG(sluice_op_begin(s2, &x, 1, NULL, 0, &other), SLUICE_ERROR_INVALID_STATE,
+                  "still open");
+    CHECK_ERR_MSG(sluice_op_begin(s2, NULL, 0, &x, 1, &other), SLUICE_ERROR_INVALID_STATE,
+                  "sluice_op_end");
+    CHECK_EQ(other.bits, 0u);
+    CHECK_OK(sluice_op_end(w));
+    REQUIRE_OK(sluice_op_begin(s2, &x, 1, NULL, 0, &r));
+    CHECK_OK(sluice_op_end(r));
+    CHECK_OK(sluice_sync_destroy(x));
+    CHECK_OK(sluice_stream_destroy(s1));
+    CHECK_OK(sluice_stream_destroy(s2));
+    CHECK_OK(sluice_device_close(d));
+}
