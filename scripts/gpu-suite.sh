@@ -241,7 +241,7 @@ run() {
   fi
   if has torch && [ -d .gpu/sluice ]; then
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1
-    note "torch interop: rc=$? $(tail -1 "$out/torch.log")"
+    note "torch interop: rc=$? $(grep -c '^PASS' "$out/torch.log") of 2 PASS (sluice streams; adopted torch pool + raw CUDA streams)"
   fi
   echo "==== summary"; cat "$summary"
   # The device tool brings back only a few files: keep the main ones, pack the rest.

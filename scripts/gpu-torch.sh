@@ -10,5 +10,7 @@ cmake -S examples/cpp/torch_interop -B /tmp/build-torch -DCMAKE_BUILD_TYPE=Relea
 cmake --build /tmp/build-torch -j 16 > /tmp/torch-build.log 2>&1 || { tail -40 /tmp/torch-build.log; exit 1; }
 echo "== without Op scopes (may race; informational)"
 SLUICE_BACKEND=cuda /tmp/build-torch/torch_interop --no-deps || true
+echo "== with Op scopes, on streams sluice did not create (torch pool, cudaStreamCreate)"
+SLUICE_BACKEND=cuda /tmp/build-torch/torch_interop --wrap
 echo "== with Op scopes"
 SLUICE_BACKEND=cuda /tmp/build-torch/torch_interop

@@ -10,6 +10,9 @@
 // The result is compared exactly (integer math) with a serial run on one stream.
 //
 //   torch_interop            ordered run: prints PASS or FAIL (exit 1)
+//   torch_interop --wrap     the same, on streams sluice did not create: A is a
+//                            stream from torch's pool and B a raw cudaStreamCreate
+//                            stream, both adopted with Stream::wrap_external
 //   torch_interop --no-deps  the same without Op scopes: shows the race the
 //                            engine prevents (informational, exit 0)
 #include <sluice/sluice.hpp>
@@ -53,6 +56,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 int main(int argc, char** argv) {
   const bool ordered = !(argc > 1 && std::strcmp(argv[1], "--no-deps") == 0);
+  const bool wrap = argc > 1 && std::strcmp(argv[1], "--wrap") == 0;
   try {
     if (!torch::cuda::is_available()) {
       std::printf("FAIL: torch sees no CUDA device\n");
@@ -63,8 +67,17 @@ int main(int argc, char** argv) {
 
     sluice::Device dev = sluice::Device::open(sluice::Backend::cuda, 0);
     std::printf("sluice %s on %s\n", sluice::version(), dev.props().name.c_str());
-    sluice::Stream sa = sluice::Stream::create(dev, sluice::StreamFlags::non_blocking);
-    sluice::Stream sb = sluice::Stream::create(dev, sluice::StreamFlags::non_blocking);
+    cudaStream_t raw_b = nullptr;
+    if (wrap && cudaStreamCreateWithFlags(&raw_b, cudaStreamNonBlocking) != cudaSuccess) {
+      std::printf("FAIL: cudaStreamCreateWithFlags\n");
+      return 1;
+    }
+    c10::cuda::CUDAStream torch_a = c10::cuda::getStreamFromPool(false, device);
+    sluice::Stream sa = wrap ? sluice::Stream::wrap_external(dev, torch_a.stream())
+                             : sluice::Stream::create(dev, sluice::StreamFlags::non_blocking);
+    sluice::Stream sb = wrap ? sluice::Stream::wrap_external(dev, raw_b)
+                             : sluice::Stream::create(dev, sluice::StreamFlags::non_blocking);
+    if (wrap) std::printf("streams: A is torch's pool stream, B a raw cudaStreamCreate stream\n");
     c10::cuda::CUDAStream ta = torch_view(sa, device);
     c10::cuda::CUDAStream tb = torch_view(sb, device);
 
@@ -140,7 +153,8 @@ int main(int argc, char** argv) {
                           a_waits >= static_cast<std::uint64_t>(kRounds - 1);
     const bool no_host_sync = a1.engine_syncs == a0.engine_syncs && b1.engine_syncs == b0.engine_syncs;
     if (same && waits_ok && no_host_sync) {
-      std::printf("PASS: torch on two sluice streams matches the serial run exactly\n");
+      std::printf("PASS: torch on two %s streams matches the serial run exactly\n",
+                  wrap ? "adopted (torch pool, raw CUDA)" : "sluice");
       return 0;
     }
     std::printf("FAIL: results %s, waits %s, host syncs %s\n", same ? "match" : "DIFFER",
