@@ -417,8 +417,9 @@ func TestRNGReplayedGraphDrawsLikeEagerDraws(t *testing.T) {
 	wantBytes(t, "the last replay's save vs the eager states", saves[2], serialize(t, eagerCkpt))
 }
 
-// The graph keeps the RNG and the checkpoint reachable: wrappers dropped
-// after the capture are not cleaned up while the graph can still be launched.
+// A graph goes on drawing and saving after the wrappers of its RNG and
+// checkpoint were dropped and collected (the graph keeps them reachable, and
+// the library keeps the memory for the graph).
 func TestRNGGraphKeepsItsObjects(t *testing.T) {
 	d := openDev(t)
 	s := testStream(t, d)
