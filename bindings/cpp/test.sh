@@ -95,6 +95,7 @@ check_install() {
   cmake --install "$BUILD/main" --prefix "$PREFIX"
   local lib="$PREFIX/lib"
   for f in include/sluice.h include/sluice/sluice.hpp include/sluice/detail/handle.hpp \
+           include/sluice/rng.hpp include/sluice/rng.cuh \
            lib/libsluice.so.0.1.1 lib/libsluice.a lib/pkgconfig/sluice.pc \
            lib/cmake/sluice/sluiceConfig.cmake lib/cmake/sluice/sluiceConfigVersion.cmake; do
     [ -e "$PREFIX/$f" ] || { echo "missing $f"; return 1; }
@@ -109,6 +110,7 @@ check_install() {
   fi
   echo "SONAME: $soname"
   [ "$soname" = libsluice.so.0 ]
+  cmp "$ROOT/include/sluice/rng.cuh" "$PREFIX/include/sluice/rng.cuh"
   ls -l "$lib"
 }
 step "install: layout, symlink chain, SONAME libsluice.so.0" check_install

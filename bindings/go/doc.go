@@ -10,7 +10,7 @@
 // Each type wraps one C handle: Device, Stream, Event, Buffer (device
 // memory), PinnedBuffer (pinned host memory), HostBuffer (registered host
 // memory), SyncObject, Op, Module, Function, Graph, GraphExec,
-// GraphCache, Prefetcher and Batch.
+// GraphCache, Prefetcher, Batch, RNG and RNGCheckpoint.
 //
 //   - Close releases the handle. It is idempotent, and safe to call while
 //     other goroutines use the object: each call either sees the object or
@@ -20,7 +20,8 @@
 //     without Close. It is a safety net; call Close.
 //   - Children keep their parents alive: an Event its Stream, a Stream and a
 //     Buffer their Device, a Function its Module, a Graph, GraphExec and
-//     GraphCache their Device. The library does the same on its side, so
+//     GraphCache their Device, an RNG its Stream and Device, an
+//     RNGCheckpoint its Device. The library does the same on its side, so
 //     cleanups may run in any order.
 //   - Closing a stream or freeing a buffer with work in flight is safe: the
 //     work completes and the memory stays valid until then.

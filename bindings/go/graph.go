@@ -95,6 +95,23 @@ func (s *Stream) captureKeep(sets ...[]Syncable) {
 	}
 }
 
+// captureKeepObjects notes objects that are not Syncable (an RNG, an RNG
+// checkpoint) used by an op on s, if s is capturing.
+func (s *Stream) captureKeepObjects(xs ...any) {
+	cs := s.root().capture.Load()
+	if cs == nil {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.ended {
+		return
+	}
+	for _, x := range xs {
+		cs.add(x)
+	}
+}
+
 // BeginCapture begins capturing a graph on the stream: the ops issued on it
 // from now on are recorded into a graph instead of run, until EndCapture.
 // Other streams join the capture (fork) by waiting (WaitEvent) on an event

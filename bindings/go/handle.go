@@ -50,6 +50,10 @@ func destroy[T cHandle](c T) *C.sluice_error_t {
 		return C.sluice_prefetcher_destroy(c)
 	case C.sluice_batch_t:
 		return C.sluice_batch_release(c)
+	case C.sluice_rng_t:
+		return C.sluice_rng_destroy(c)
+	case C.sluice_rng_checkpoint_t:
+		return C.sluice_rng_checkpoint_destroy(c)
 	}
 	panic("sluice: destroy has no case for this handle type")
 }

@@ -259,6 +259,40 @@ int main(int argc, char** argv) {
     CHECK(sluice::set_counters_enabled(std::nothrow, false).ok());
   }
 
+  // The RNG through the Result API: draws, save, serialize, deserialize, restore,
+  // and corrupt bytes refused.
+  {
+    sluice::Result<sluice::Rng> rng = sluice::Rng::create(std::nothrow, *a, 42, 16);
+    CHECK(rng.ok());
+    sluice::Result<sluice::Buffer> draws = sluice::Buffer::alloc(std::nothrow, *a, 16 * 4 * 4);
+    CHECK(draws.ok());
+    sluice::Result<sluice::RngCheckpoint> ck = sluice::RngCheckpoint::create(std::nothrow, *a, *rng);
+    CHECK(ck.ok() && rng->save(std::nothrow, *a, *ck).ok());
+    CHECK(rng->generate(std::nothrow, *a, sluice::RngDistribution::normal,
+                        sluice::RngLayout::state_major, *draws, 0, 4)
+              .ok());
+    sluice::Result<std::vector<std::uint32_t>> first =
+        sluice::read_vector<std::uint32_t>(std::nothrow, *a, *draws, 0, 64);
+    sluice::Result<std::vector<std::uint8_t>> bytes = ck->serialize(std::nothrow);
+    CHECK(first.ok() && bytes.ok());
+    sluice::Result<sluice::RngCheckpoint> back =
+        sluice::RngCheckpoint::deserialize(std::nothrow, *dev, *bytes);
+    CHECK(back.ok() && rng->restore(std::nothrow, *a, *back).ok());
+    CHECK(rng->generate(std::nothrow, *a, sluice::RngDistribution::normal,
+                        sluice::RngLayout::state_major, *draws, 0, 4)
+              .ok());
+    sluice::Result<std::vector<std::uint32_t>> again =
+        sluice::read_vector<std::uint32_t>(std::nothrow, *a, *draws, 0, 64);
+    CHECK(again.ok() && first.ok() && *again == *first);
+    std::vector<std::uint8_t> corrupt = *bytes;
+    corrupt[corrupt.size() / 2] ^= 1;
+    CHECK(sluice::RngCheckpoint::deserialize(std::nothrow, *dev, corrupt).code() ==
+          sluice::ErrorCode::corrupt_data);
+    CHECK(rng->generate(std::nothrow, *a, sluice::RngDistribution::u32,
+                        sluice::RngLayout::sample_major, *draws, 2, 1)
+              .code() == sluice::ErrorCode::invalid_argument);
+  }
+
   sluice::StreamRef stale = *a;
   CHECK(a->close(std::nothrow).ok());
   CHECK(stale.query(std::nothrow).code() == sluice::ErrorCode::invalid_handle);

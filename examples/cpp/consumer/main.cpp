@@ -2,6 +2,15 @@
 // host -> device -> host round trip checked element by element.
 #include <sluice/sluice.hpp>
 
+// The RNG's device header comes from the same include directory, so a CUDA
+// translation unit (nvcc) of this project can #include <sluice/rng.cuh> for its
+// own kernels; it is CUDA C++, so here we only check that it is there.
+#if defined(__has_include)
+#if !__has_include(<sluice/rng.cuh>)
+#error "sluice/rng.cuh is not on the include path next to sluice/sluice.hpp"
+#endif
+#endif
+
 #include <cstdint>
 #include <cstdio>
 #include <numeric>

@@ -2,10 +2,11 @@
 //
 // Every C handle type has a move-only owning class (Device, Stream, Event, Buffer,
 // SyncObject, Op, Module, Function, Graph, GraphExec, GraphCache, Prefetcher,
-// Batch; Capture is the scope of an open graph capture, Fill that of a prefetcher
-// slot being filled) and, where handles are passed around, a trivially copyable
-// non-owning view (DeviceRef, StreamRef, EventRef, BufferRef, SyncRef, GraphRef,
-// GraphExecRef, GraphCacheRef, PrefetcherRef). Every fallible operation has a
+// Batch, Rng, RngCheckpoint; Capture is the scope of an open graph capture, Fill
+// that of a prefetcher slot being filled) and, where handles are passed around, a
+// trivially copyable non-owning view (DeviceRef, StreamRef, EventRef, BufferRef,
+// SyncRef, GraphRef, GraphExecRef, GraphCacheRef, PrefetcherRef, RngRef,
+// RngCheckpointRef). Every fallible operation has a
 // throwing form and a `std::nothrow`-tagged form returning [[nodiscard]]
 // sluice::Result<T>; under -fno-exceptions only the latter exists. Traces,
 // counters and logs (sluice::trace, sluice::counters, sluice::log) are
@@ -28,6 +29,7 @@
 #include "sluice/module.hpp"
 #include "sluice/graph.hpp"
 #include "sluice/prefetcher.hpp"
+#include "sluice/rng.hpp"
 #include "sluice/trace.hpp"
 
 #endif  // SLUICE_CPP_SLUICE_HPP
