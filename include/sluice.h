@@ -1638,8 +1638,10 @@ struct sluice_error_t *sluice_prefetcher_stats(struct sluice_prefetcher_t prefet
 /**
  * Makes a generator of `n_states` states with `seed` on the device of `stream`:
  * the states' memory is allocated and initialised in order on `stream` (no host
- * sync). Errors: `SLUICE_ERROR_INVALID_ARGUMENT` for 0 states or during capture;
- * `SLUICE_ERROR_OUT_OF_RANGE` when the states do not fit.
+ * sync). Errors: `SLUICE_ERROR_INVALID_ARGUMENT` for 0 states;
+ * `SLUICE_ERROR_OUT_OF_RANGE` when the states do not fit; during a capture, the
+ * allocation is refused (`SLUICE_ERROR_CAPTURE_UNSUPPORTED`) and the capture fails:
+ * make generators and checkpoints before capturing.
  * Ownership: the caller destroys the new handle with `sluice_rng_destroy`.
  */
 struct sluice_error_t *sluice_rng_create(struct sluice_stream_t stream,
@@ -1693,7 +1695,8 @@ struct sluice_error_t *sluice_rng_states(struct sluice_rng_t rng,
 
 /**
  * Makes a checkpoint with room for `rng`'s states, allocated in order on `stream`.
- * Not allowed during capture: make checkpoints first, then save into them.
+ * Not allowed during capture (`SLUICE_ERROR_CAPTURE_UNSUPPORTED`, and the capture
+ * fails): make checkpoints first, then save into them.
  * Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
  */
 struct sluice_error_t *sluice_rng_checkpoint_create(struct sluice_stream_t stream,

@@ -27,8 +27,10 @@ pub struct sluice_rng_checkpoint_t {
 
 /// Makes a generator of `n_states` states with `seed` on the device of `stream`:
 /// the states' memory is allocated and initialised in order on `stream` (no host
-/// sync). Errors: `SLUICE_ERROR_INVALID_ARGUMENT` for 0 states or during capture;
-/// `SLUICE_ERROR_OUT_OF_RANGE` when the states do not fit.
+/// sync). Errors: `SLUICE_ERROR_INVALID_ARGUMENT` for 0 states;
+/// `SLUICE_ERROR_OUT_OF_RANGE` when the states do not fit; during a capture, the
+/// allocation is refused (`SLUICE_ERROR_CAPTURE_UNSUPPORTED`) and the capture fails:
+/// make generators and checkpoints before capturing.
 /// Ownership: the caller destroys the new handle with `sluice_rng_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_rng_create(
@@ -126,7 +128,8 @@ pub extern "C" fn sluice_rng_states(
 }
 
 /// Makes a checkpoint with room for `rng`'s states, allocated in order on `stream`.
-/// Not allowed during capture: make checkpoints first, then save into them.
+/// Not allowed during capture (`SLUICE_ERROR_CAPTURE_UNSUPPORTED`, and the capture
+/// fails): make checkpoints first, then save into them.
 /// Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
 #[no_mangle]
 pub extern "C" fn sluice_rng_checkpoint_create(
