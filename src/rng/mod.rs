@@ -304,8 +304,9 @@ fn download_with_crc(src: &Buffer, io: &Stream, body: &mut [u8], crc: u32) -> Re
         .map(|_| Buffer::alloc_pinned(&src.device, PIECE.min(len)))
         .collect::<Result<Vec<_>>>()?;
     let mut crcs = vec![(0u32, 0usize); pieces];
-    let mut per_worker: Vec<Vec<(usize, &mut [u8], &mut (u32, usize))>> =
-        (0..workers).map(|_| Vec::new()).collect();
+    // Per worker: (piece index, its bytes, its CRC and length).
+    type Piece<'a> = (usize, &'a mut [u8], &'a mut (u32, usize));
+    let mut per_worker: Vec<Vec<Piece<'_>>> = (0..workers).map(|_| Vec::new()).collect();
     for (k, (dst, c)) in body.chunks_mut(PIECE).zip(crcs.iter_mut()).enumerate() {
         per_worker[k % workers].push((k, dst, c));
     }
