@@ -384,7 +384,12 @@ fn push_op_with(
         // Before the op's recording, so nothing waiting on it runs before the end.
         trace::device_end(stream, dev, kind, enqueued.is_ok(), Some(push.seq + 1));
     }
-    let rec = match enqueued.and_then(|()| stream.record_in(&mut push, false, refs, waits)) {
+    // A match, not `and_then`: a closure here is not always inlined.
+    let recorded = match enqueued {
+        Ok(()) => stream.record_in(&mut push, false, refs, waits),
+        Err(e) => Err(e),
+    };
+    let rec = match recorded {
         Ok(r) => r,
         Err(e) => {
             stream.stats.waits.fetch_add(waits, Ordering::Relaxed);

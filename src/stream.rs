@@ -40,8 +40,9 @@ pub struct Stream {
     pub(crate) capture: CaptureSlot,
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
+    /// Bumped by every `set_label`: traced ops read the label only when it moved.
+    label_version: AtomicU64,
     /// Freed device blocks (size, address) reusable in this stream's order.
-    /// Freed device blocks reusable in this stream's order.
     pub(crate) block_cache: BlockCache,
 }
 
@@ -67,6 +68,7 @@ impl Stream {
             stats: StreamStats::default(),
             capture: CaptureSlot::default(),
             label: Mutex::new(None),
+            label_version: AtomicU64::new(0),
             block_cache: BlockCache::default(),
         });
         device.register_stream(&s);
@@ -112,6 +114,12 @@ impl Stream {
 
     pub fn set_label(&self, label: Option<&str>) {
         *self.label.lock().unwrap_or_else(|p| p.into_inner()) = label.map(Arc::from);
+        self.label_version.fetch_add(1, Ordering::Release);
+    }
+
+    /// How many times the label was set (read by traced ops).
+    pub(crate) fn label_version(&self) -> u64 {
+        self.label_version.load(Ordering::Acquire)
     }
 
     /// The stream's label, if set.

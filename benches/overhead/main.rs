@@ -3,10 +3,12 @@
 //!
 //! Run: `cargo bench --bench overhead` (or the built binary directly).
 //! `SLUICE_BENCH_QUICK=1` cuts iteration counts about 10x; `SLUICE_BENCH_ONLY=ping-pong`
-//! runs only the ping-pong chain; `SLUICE_BENCH_STRICT=1`
+//! runs only the ping-pong chain (a comma-separated list of table names selects
+//! several: per-call, ops, graphs, ping-pong, trace-cost); `SLUICE_BENCH_STRICT=1`
 //! exits 1 when a goal fails. Without a CUDA device it prints
-//! "no CUDA device: skipping" and exits 0. How every row is measured is in
-//! docs/benchmarks-method.md.
+//! "no CUDA device: skipping" and, when `SLUICE_BENCH_ONLY` names trace-cost, runs
+//! that table on the host backend (sluice's own cost on this CPU); it exits 0. How
+//! every row is measured is in docs/benchmarks-method.md.
 //!
 //! Every sluice and driver call is checked; any failure, and any wrong result of a
 //! verified copy or kernel, aborts the run with a message (exit 1), so a table is
@@ -25,6 +27,7 @@ mod graphs;
 mod ops;
 mod per_call;
 mod ping_pong;
+mod trace_cost;
 
 use harness::*;
 use sluice::backend::cuda::{self, Driver};
@@ -42,7 +45,48 @@ const TABLES: &[Table] = &[
     Table("ops", ops::run),
     Table("graphs", graphs::run),
     Table("ping-pong", ping_pong::run),
+    Table("trace-cost", trace_cost::run),
 ];
+
+/// Whether `SLUICE_BENCH_ONLY` (a comma-separated list of table names; unset: all)
+/// selects table `name`.
+fn selected(name: &str) -> bool {
+    match std::env::var("SLUICE_BENCH_ONLY") {
+        Ok(v) if !v.trim().is_empty() => v.split(',').any(|t| t.trim() == name),
+        _ => true,
+    }
+}
+
+/// Selected explicitly (not just by default): the host-backend run of a table.
+fn named(name: &str) -> bool {
+    std::env::var("SLUICE_BENCH_ONLY").is_ok_and(|v| v.split(',').any(|t| t.trim() == name))
+}
+
+fn cfg_from_env() -> Cfg {
+    let quick = std::env::var("SLUICE_BENCH_QUICK").is_ok_and(|v| v == "1");
+    Cfg {
+        quick,
+        reps: if quick { 5 } else { 7 },
+    }
+}
+
+/// Without a CUDA device: the trace-cost table on the host backend, when asked for.
+fn no_cuda() {
+    println!("no CUDA device: skipping");
+    if named("trace-cost") {
+        println!(
+            "\n# sluice overhead benchmark, host backend (SLUICE_BENCH_ONLY=trace-cost)\n\n\
+             - sluice {}{}\n",
+            cstr(sluice_version()),
+            if cfg!(debug_assertions) {
+                ", DEBUG BUILD: timings are not representative"
+            } else {
+                ""
+            }
+        );
+        trace_cost::run_host(cfg_from_env());
+    }
+}
 
 fn main() {
     // Ignore cargo's `--bench` and any filter arguments.
@@ -50,27 +94,22 @@ fn main() {
     let err = sluice_device_count(BackendKind::Cuda as u32, &mut count);
     if let Some(reason) = error_text(err) {
         eprintln!("({reason})");
-        println!("no CUDA device: skipping");
+        no_cuda();
         return;
     }
     if count == 0 {
-        println!("no CUDA device: skipping");
+        no_cuda();
         return;
     }
     let d: &'static Driver =
         cuda::driver().unwrap_or_else(|e| fail(&format!("cuda::driver(): {e}")));
 
-    let quick = std::env::var("SLUICE_BENCH_QUICK").is_ok_and(|v| v == "1");
     let strict = std::env::var("SLUICE_BENCH_STRICT").is_ok_and(|v| v == "1");
-    let cfg = Cfg {
-        quick,
-        reps: if quick { 5 } else { 7 },
-    };
+    let cfg = cfg_from_env();
+    let quick = cfg.quick;
     // The raw rows run on sluice's own CUstreams, so both sides use the same
     // hardware queues; SLUICE_BENCH_SEPARATE_STREAMS=1 gives raw its own streams.
     let separate_streams = std::env::var_os("SLUICE_BENCH_SEPARATE_STREAMS").is_some();
-    // SLUICE_BENCH_ONLY=ping-pong runs that table alone (for repeated A/B runs).
-    let only_ping_pong = std::env::var("SLUICE_BENCH_ONLY").is_ok_and(|v| v == "ping-pong");
 
     let mut b = Bench::open(d, cfg, separate_streams);
 
@@ -128,7 +167,8 @@ fn main() {
     self_test::run(&b);
     probes::run(&b);
     for Table(name, run) in TABLES {
-        if only_ping_pong && *name != "ping-pong" {
+        // SLUICE_BENCH_ONLY=ping-pong runs that table alone (for repeated A/B runs).
+        if !selected(name) {
             continue;
         }
         run(&mut b);

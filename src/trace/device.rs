@@ -8,6 +8,7 @@
 
 use crate::device::Device;
 use crate::stream::Stream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 struct Calib {
@@ -22,8 +23,8 @@ struct Calib {
 struct Sample {
     calib: usize,
     stream: u64,
-    track: String,
-    name: String,
+    label: Option<Arc<str>>,
+    name: &'static str,
     seq: Option<u64>,
     start: u64,
     end: u64,
@@ -33,20 +34,23 @@ struct Sample {
 pub(crate) struct DeviceSpan {
     pub(crate) stream: u64,
     pub(crate) track: String,
-    pub(crate) name: String,
+    pub(crate) name: &'static str,
     pub(crate) seq: Option<u64>,
     pub(crate) ts: u64,
     pub(crate) dur: u64,
 }
 
 pub(crate) struct DeviceTrace {
-    every: u64,
-    n: u64,
     calibs: Vec<Calib>,
     pending: Vec<Sample>,
 }
 
 static DEV: Mutex<Option<DeviceTrace>> = Mutex::new(None);
+/// Sample every this many ops (0: off); read without `DEV`'s lock, so that the ops
+/// not sampled take no lock.
+static EVERY: AtomicU64 = AtomicU64::new(0);
+/// Ops seen since sampling started.
+static SEEN: AtomicU64 = AtomicU64::new(0);
 
 fn lock() -> MutexGuard<'static, Option<DeviceTrace>> {
     DEV.lock().unwrap_or_else(|p| p.into_inner())
@@ -56,8 +60,6 @@ fn lock() -> MutexGuard<'static, Option<DeviceTrace>> {
 /// already open (others are calibrated at their first sample, inside its span).
 pub(crate) fn enable(every: u32) {
     let mut dt = (every > 0).then(|| DeviceTrace {
-        every: every as u64,
-        n: 0,
         calibs: Vec::new(),
         pending: Vec::new(),
     });
@@ -68,7 +70,10 @@ pub(crate) fn enable(every: u32) {
             }
         }
     }
-    *lock() = dt;
+    let mut g = lock();
+    *g = dt;
+    SEEN.store(0, Ordering::Relaxed);
+    EVERY.store(every as u64, Ordering::Relaxed);
 }
 
 impl DeviceTrace {
@@ -156,7 +161,7 @@ impl DeviceTrace {
                 let ts = c.host_ns as f64 + from as f64 * 1e6;
                 out.push(DeviceSpan {
                     stream: s.stream,
-                    track: s.track,
+                    track: super::sink::stream_track_name(s.stream, s.label.as_deref()),
                     name: s.name,
                     seq: s.seq,
                     ts: ts.max(0.0) as u64,
@@ -189,19 +194,20 @@ impl DeviceTrace {
 /// Records the start event of a sampled op on `stream` (after its waits, before its
 /// work). Returns the event, or 0 when the op is not sampled.
 pub(crate) fn begin(stream: &Stream) -> u64 {
-    if stream.is_capturing() {
+    let every = EVERY.load(Ordering::Relaxed);
+    if every == 0 || stream.is_capturing() {
+        return 0;
+    }
+    if every > 1 && SEEN.fetch_add(1, Ordering::Relaxed) % every != 0 {
         return 0;
     }
     let mut g = lock();
     let Some(dt) = g.as_mut() else { return 0 };
-    dt.n += 1;
-    if (dt.n - 1) % dt.every != 0 {
-        return 0;
-    }
     let ci = match dt.calib(&stream.device) {
         Ok(i) => i,
         Err(e) => {
             *g = None;
+            EVERY.store(0, Ordering::Relaxed);
             drop(g);
             crate::log::warn(|| format!("device spans are off: calibration failed: {e}"));
             return 0;
@@ -211,7 +217,7 @@ pub(crate) fn begin(stream: &Stream) -> u64 {
 }
 
 /// Records the end event of a sampled op and queues the sample.
-pub(crate) fn end(stream: &Stream, start: u64, name: &str, seq: Option<u64>, track: String) {
+pub(crate) fn end(stream: &Stream, start: u64, name: &'static str, seq: Option<u64>) {
     let mut g = lock();
     let Some(dt) = g.as_mut() else {
         // Tracing stopped in between.
@@ -230,8 +236,8 @@ pub(crate) fn end(stream: &Stream, start: u64, name: &str, seq: Option<u64>, tra
         Some(end) => dt.pending.push(Sample {
             calib: ci,
             stream: stream.id,
-            track,
-            name: name.to_string(),
+            label: stream.label(),
+            name,
             seq,
             start,
             end,
@@ -263,6 +269,7 @@ pub(crate) fn poll() -> Vec<DeviceSpan> {
 /// Stops sampling and resolves what is left: waiting for it, and destroying the
 /// events, unless the process is exiting (then only what already completed).
 pub(crate) fn finish(at_exit: bool) -> Vec<DeviceSpan> {
+    EVERY.store(0, Ordering::Relaxed);
     let Some(mut dt) = lock().take() else {
         return Vec::new();
     };

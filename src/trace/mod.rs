@@ -15,6 +15,7 @@
 //! Locks: a push lock, then the sink's or the device samples'; the sink's, then
 //! the device samples' or the file's. Logging only tries the sink's.
 
+mod buf;
 mod device;
 mod sink;
 
@@ -25,9 +26,10 @@ use crate::event::{PoolInner, Recording};
 use crate::log::LogLevel;
 use crate::memory::BufferKind;
 use crate::stream::Stream;
-use sink::{Json, Sink, PID_DEVICE, PID_STREAMS, PID_THREADS};
+use buf::{Rec, GENERATION};
+use sink::{Json, Sink, PID_DEVICE, PID_THREADS};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -42,8 +44,8 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 /// Serialises starts and stops (a stop resolves device spans after releasing SINK).
 static CONTROL: Mutex<()> = Mutex::new(());
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-static EPOCH: OnceLock<Instant> = OnceLock::new();
+/// The trace clock's origin (`mono_ns`).
+static EPOCH: OnceLock<u64> = OnceLock::new();
 
 /// Options of a trace.
 #[derive(Clone, Copy, Debug, Default)]
@@ -74,10 +76,24 @@ fn env_flag(name: &str) -> bool {
     )
 }
 
+/// CLOCK_MONOTONIC (`Instant`'s clock) in ns, without `Instant`'s checked
+/// `Duration` arithmetic (it showed in profiles of traced ops).
+#[inline(always)]
+fn mono_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes the timespec it is given; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Nanoseconds since the trace clock's origin, plus 2 (so a span start is never
 /// 0 or 1, see [`Obs`]).
 pub(crate) fn now_ns() -> u64 {
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 2
+    let origin = *EPOCH.get_or_init(mono_ns);
+    mono_ns().saturating_sub(origin) + 2
 }
 
 /// What one op saw of the switch: 0 off, 1 counting only, else tracing and the
@@ -177,29 +193,56 @@ fn init() {
 /// thread, the exit hook).
 fn open(path: PathBuf, opts: TraceOptions) -> Result<Sink> {
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
-    EPOCH.get_or_init(Instant::now);
-    let s = Sink::create(path.clone(), generation).map_err(|e| {
+    EPOCH.get_or_init(mono_ns);
+    let s = Sink::create(path.clone(), generation, now_ns()).map_err(|e| {
         Error::invalid_argument(format!("cannot write trace {}: {e}", path.display()))
     })?;
+    // What an earlier trace left in the threads' buffers.
+    buf::clear_all();
     device::enable(opts.device_every);
     register_exit_hook();
-    let _ = std::thread::Builder::new()
+    let flusher = std::thread::Builder::new()
         .name("sluice-trace".into())
         .spawn(move || flush_loop(generation));
+    *flusher_slot() = flusher.ok().map(|h| h.thread().clone());
     crate::log::info(|| format!("trace started: {}", path.display()));
     Ok(s)
 }
 
-/// Writes resolved device spans and the buffer to the file every 100 ms, so that
-/// a crash loses little and ops do not write the file; ends when its trace stops.
+/// The flush thread of the current trace, for ops whose buffer filled to wake.
+static FLUSHER: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
+
+fn flusher_slot() -> MutexGuard<'static, Option<std::thread::Thread>> {
+    FLUSHER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Wakes the flush thread (a thread's record buffer filled up).
+pub(crate) fn wake_flusher() {
+    if let Some(t) = flusher_slot().as_ref() {
+        t.unpark();
+    }
+}
+
+/// Formats every thread's buffered records now (a buffer overflowed and the flush
+/// thread is behind). Called by an op, under its push lock, with no other lock.
+pub(crate) fn drain_now() {
+    let cut = now_ns();
+    with_sink(|s| s.drain(cut));
+}
+
+/// Formats the threads' records and writes them, the resolved device spans and the
+/// buffer to the file every 100 ms (or when a thread's buffer fills), so that a
+/// crash loses little and ops neither format nor write; ends when its trace stops.
 fn flush_loop(generation: u64) {
     loop {
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::park_timeout(Duration::from_millis(100));
+        let cut = now_ns();
         let mut g = sink();
         let s = match g.as_mut() {
             Some(s) if s.generation == generation => s,
             _ => return,
         };
+        s.drain(cut);
         // Under the sink's lock, so that a stop cannot come between the two.
         device_spans(s, device::poll());
         let out = s.out.clone();
@@ -266,6 +309,7 @@ fn stop_inner(at_exit: bool) -> Result<()> {
         s
     };
     let Some(mut s) = taken else { return Ok(()) };
+    s.drain(u64::MAX);
     device_spans(&mut s, device::finish(at_exit));
     let path = s.path.clone();
     let r = s.finish();
@@ -279,8 +323,10 @@ fn stop_inner(at_exit: bool) -> Result<()> {
 /// its file. Does nothing when no trace is written.
 pub fn flush() -> Result<()> {
     init();
+    let cut = now_ns();
     let mut g = sink();
     let Some(s) = g.as_mut() else { return Ok(()) };
+    s.drain(cut);
     device_spans(s, device::poll());
     let err = s.flush();
     drop(g);
@@ -330,36 +376,6 @@ pub enum OpKind<'a> {
     WaitEvent,
 }
 
-impl OpKind<'_> {
-    fn name(&self) -> &str {
-        match self {
-            OpKind::Copy(CopyDir::H2D, _) => "copy H2D",
-            OpKind::Copy(CopyDir::D2H, _) => "copy D2H",
-            OpKind::Copy(CopyDir::D2D, _) => "copy D2D",
-            OpKind::Copy(CopyDir::H2H, _) => "copy H2H",
-            OpKind::Memset(_) => "memset",
-            OpKind::Launch(name) => name,
-            OpKind::HostFn => "host fn",
-            OpKind::GraphLaunch(_) => "graph launch",
-            OpKind::ForeignBegin(what) => what,
-            OpKind::ForeignEnd => "op end",
-            OpKind::Record => "record",
-            OpKind::WaitEvent => "wait event",
-        }
-    }
-
-    fn cat(&self) -> &'static str {
-        match self {
-            OpKind::Copy(..) | OpKind::Memset(_) => "copy",
-            OpKind::Launch(_) => "launch",
-            OpKind::HostFn => "host",
-            OpKind::GraphLaunch(_) => "graph",
-            OpKind::ForeignBegin(_) | OpKind::ForeignEnd => "foreign",
-            OpKind::Record | OpKind::WaitEvent => "event",
-        }
-    }
-}
-
 /// The recordings an op waited on.
 pub(crate) enum Waited<'a> {
     None,
@@ -367,11 +383,6 @@ pub(crate) enum Waited<'a> {
     Set(&'a Waits),
     /// An explicit event wait.
     One(&'a Recording),
-}
-
-/// The stream's track name: its label and id.
-fn stream_track(stream: &Stream) -> String {
-    sink::stream_track_name(stream.id, stream.label().as_deref())
 }
 
 /// Counts and traces one op; called under the stream's push lock when `obs.on()`.
@@ -401,54 +412,20 @@ pub(crate) fn op_done(
     }
     let t0 = obs.0;
     let t1 = now_ns().max(t0 + 2);
-    let seq = rec.map(|r| r.seq);
-    let label = stream.label();
     let mut from: smallvec::SmallVec<[(u64, u64); 4]> = smallvec::SmallVec::new();
     match waited {
         Waited::None => {}
         Waited::Set(w) => from.extend(w.recordings().map(|r| (r.stream_id(), r.seq))),
         Waited::One(r) => from.push((r.stream_id(), r.seq)),
     }
-    let me = stream.id;
-    let mid = t0 + (t1 - t0) / 2;
-    let captured = stream.is_capturing();
-    with_sink(|s| {
-        s.stream_track(PID_STREAMS, me, label);
-        for &(src, src_seq) in &from {
-            if let Some(at) = s.recall(src, src_seq) {
-                let id = s.new_flow();
-                s.event("s", "wait", "wait", PID_STREAMS, src, at, |j| {
-                    j.u64("id", id)
-                });
-                s.event("f", "wait", "wait", PID_STREAMS, me, mid, |j| {
-                    j.u64("id", id);
-                    j.str("bp", "e");
-                });
-            }
-        }
-        s.event("X", kind.name(), kind.cat(), PID_STREAMS, me, t0, |j| {
-            j.ts("dur", t1 - t0);
-            j.args(|a| {
-                if let Some(q) = seq {
-                    a.u64("seq", q);
-                }
-                match kind {
-                    OpKind::Copy(_, n) | OpKind::Memset(n) => a.u64("bytes", n),
-                    OpKind::GraphLaunch(id) => a.u64("graph_exec", id),
-                    _ => {}
-                }
-                if !from.is_empty() {
-                    a.u64("waits", from.len() as u64);
-                }
-                if captured {
-                    a.u64("captured", 1);
-                }
-            });
-        });
-        if let Some(q) = seq {
-            s.remember(me, q, mid);
-        }
-    });
+    let read = || stream.label();
+    let label = buf::LabelSrc {
+        stream: stream.id,
+        version: stream.label_version(),
+        read: &read,
+    };
+    let seq = rec.map_or(0, |r| r.seq);
+    buf::op(t0, t1, label, &kind, seq, stream.is_capturing(), &from);
 }
 
 /// Records the start event of a device sample when this op is sampled (after its
@@ -465,7 +442,7 @@ pub(crate) fn device_begin(stream: &Stream) -> u64 {
 #[inline(never)]
 pub(crate) fn device_end(stream: &Stream, dev: u64, kind: OpKind<'_>, ok: bool, seq: Option<u64>) {
     if ok {
-        device::end(stream, dev, kind.name(), seq, stream_track(stream));
+        device::end(stream, dev, buf::static_name(&kind), seq);
     } else {
         device::abandon(stream, dev);
     }
@@ -474,7 +451,7 @@ pub(crate) fn device_end(stream: &Stream, dev: u64, kind: OpKind<'_>, ok: bool, 
 fn device_spans(s: &mut Sink, spans: Vec<device::DeviceSpan>) {
     for d in spans {
         s.track(PID_DEVICE, d.stream, &d.track, d.stream);
-        s.event("X", &d.name, "device", PID_DEVICE, d.stream, d.ts, |j| {
+        s.event("X", d.name, "device", PID_DEVICE, d.stream, d.ts, |j| {
             j.ts("dur", d.dur.max(1));
             j.args(|a| {
                 if let Some(q) = d.seq {
@@ -491,19 +468,18 @@ pub(crate) fn capture_mark(stream: &Stream, begin: bool, capture: u64, ok: bool)
     if state() & TRACE == 0 {
         return;
     }
-    let label = stream.label();
     let t = now_ns();
-    with_sink(|s| {
-        s.stream_track(PID_STREAMS, stream.id, label);
-        let ph = if begin { "B" } else { "E" };
-        s.event(ph, "capture", "graph", PID_STREAMS, stream.id, t, |j| {
-            if !begin {
-                j.args(|a| {
-                    a.u64("capture", capture);
-                    a.u64("ok", ok as u64);
-                });
-            }
-        });
+    buf::other(Rec::Label {
+        t0: t,
+        stream: stream.id,
+        label: stream.label(),
+    });
+    buf::other(Rec::Capture {
+        t,
+        stream: stream.id,
+        begin,
+        capture,
+        ok,
     });
 }
 
@@ -622,7 +598,10 @@ pub(crate) fn rng_event(what: &str, stream: &Stream, n: usize) {
 pub(crate) fn stream_gone(id: u64) {
     let st = STATE.load(Ordering::Relaxed);
     if st & TRACE != 0 && st & UNSET == 0 {
-        with_sink(|s| s.forget_stream(id));
+        buf::other(Rec::Gone {
+            t: now_ns(),
+            stream: id,
+        });
     }
 }
 

@@ -4,6 +4,7 @@
 //! prefix that Perfetto and chrome://tracing still open (the closing `]` is
 //! optional in that format), and appending `]` makes it strict JSON.
 
+use super::buf::{self, ArgKind, Rec};
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::Write;
@@ -72,10 +73,17 @@ pub(crate) struct Sink {
     next_flow: u64,
     /// Which start this sink belongs to (the flush thread of an older one stops).
     pub(crate) generation: u64,
+    /// When the trace started: older records (of ops that saw an earlier trace)
+    /// are not written.
+    start_ns: u64,
+    /// Records that started after a drain's cutoff, for the next drain.
+    carry: Vec<Rec>,
+    /// The empty buffer a drain hands each thread in exchange for its records.
+    spare_recs: Vec<Rec>,
 }
 
 impl Sink {
-    pub(crate) fn create(path: PathBuf, generation: u64) -> std::io::Result<Sink> {
+    pub(crate) fn create(path: PathBuf, generation: u64, start_ns: u64) -> std::io::Result<Sink> {
         let file = File::create(&path)?;
         let mut s = Sink {
             out: Arc::new(Mutex::new(Out {
@@ -92,6 +100,9 @@ impl Sink {
             recent: HashMap::default(),
             next_flow: 1,
             generation,
+            start_ns,
+            carry: Vec::new(),
+            spare_recs: Vec::new(),
         };
         for (pid, name) in [
             (PID_STREAMS, "sluice streams (host enqueue)"),
@@ -192,6 +203,101 @@ impl Sink {
     pub(crate) fn new_flow(&mut self) -> u64 {
         self.next_flow += 1;
         self.next_flow - 1
+    }
+
+    /// Formats the records of every thread's buffer that started before `cut`
+    /// (see `buf`), in time order; keeps the others for the next drain.
+    pub(crate) fn drain(&mut self, cut: u64) {
+        let mut batch = std::mem::take(&mut self.carry);
+        let had = batch.len();
+        buf::take_all(&mut batch, &mut self.spare_recs);
+        if batch.len() == had && had == 0 {
+            return;
+        }
+        // Stable: an op's records stay together and in order (they share its time).
+        batch.sort_by_key(Rec::t0);
+        let keep = batch.partition_point(|r| r.t0() < cut);
+        self.carry = batch.split_off(keep);
+        let mut waits: smallvec::SmallVec<[(u64, u64); 4]> = smallvec::SmallVec::new();
+        for r in batch {
+            match r {
+                Rec::Wait { src, seq, .. } => waits.push((src, seq)),
+                Rec::Label { stream, label, .. } => {
+                    self.stream_track(PID_STREAMS, stream, label);
+                }
+                Rec::Op(o) => {
+                    if o.t0 >= self.start_ns {
+                        self.op(&o, &waits);
+                    }
+                    waits.clear();
+                }
+                Rec::Capture {
+                    t,
+                    stream,
+                    begin,
+                    capture,
+                    ok,
+                } => {
+                    if t < self.start_ns {
+                        continue;
+                    }
+                    let ph = if begin { "B" } else { "E" };
+                    self.event(ph, "capture", "graph", PID_STREAMS, stream, t, |j| {
+                        if !begin {
+                            j.args(|a| {
+                                a.u64("capture", capture);
+                                a.u64("ok", ok as u64);
+                            });
+                        }
+                    });
+                }
+                Rec::Gone { stream, .. } => self.forget_stream(stream),
+            }
+        }
+    }
+
+    /// One op's span, and an arrow from each traced recording it waited on.
+    fn op(&mut self, o: &buf::OpRec, from: &[(u64, u64)]) {
+        let me = o.stream;
+        let mid = o.t0 + (o.t1 - o.t0) / 2;
+        if !self.labels.contains_key(&(PID_STREAMS, me)) {
+            self.stream_track(PID_STREAMS, me, None);
+        }
+        for &(src, src_seq) in from {
+            if let Some(at) = self.recall(src, src_seq) {
+                let id = self.new_flow();
+                self.event("s", "wait", "wait", PID_STREAMS, src, at, |j| {
+                    j.u64("id", id)
+                });
+                self.event("f", "wait", "wait", PID_STREAMS, me, mid, |j| {
+                    j.u64("id", id);
+                    j.str("bp", "e");
+                });
+            }
+        }
+        let seq = o.seq;
+        self.event("X", o.name, o.cat.name(), PID_STREAMS, me, o.t0, |j| {
+            j.ts("dur", o.t1 - o.t0);
+            j.args(|a| {
+                if seq != 0 {
+                    a.u64("seq", seq);
+                }
+                match o.arg_kind {
+                    ArgKind::Bytes => a.u64("bytes", o.arg),
+                    ArgKind::GraphExec => a.u64("graph_exec", o.arg),
+                    ArgKind::None => {}
+                }
+                if !from.is_empty() {
+                    a.u64("waits", from.len() as u64);
+                }
+                if o.captured {
+                    a.u64("captured", 1);
+                }
+            });
+        });
+        if seq != 0 {
+            self.remember(me, seq, mid);
+        }
     }
 
     /// Writes the buffered events to the file now, with the sink's lock held.
