@@ -58,7 +58,7 @@ pub(crate) use c_enum;
 /// constants, so that cbindgen writes them into the header.
 #[doc(hidden)]
 pub fn constants_source() -> String {
-    let lists: [&[(&str, u32, &str)]; 7] = [
+    let lists: [&[(&str, u32, &str)]; 8] = [
         crate::backend::BackendKind::C_CONSTANTS,
         crate::backend::CaptureMode::C_CONSTANTS,
         crate::error::ErrorCode::C_CONSTANTS,
@@ -66,6 +66,7 @@ pub fn constants_source() -> String {
         crate::engine::EngineMode::C_CONSTANTS,
         crate::graph::GraphUpdate::C_CONSTANTS,
         crate::log::LogLevel::C_CONSTANTS,
+        crate::dlpack::DlpackFormat::C_CONSTANTS,
     ];
     let mut out = String::from(
         "//! The constants of the enums C sees. Generated from their `c_enum!` lists by\n\
