@@ -386,7 +386,7 @@ pub fn export(
     versioned: bool,
 ) -> Result<*mut c_void> {
     let desc = desc
-        .or_else(|| buf.tensor.clone())
+        .or_else(|| buf.tensor().cloned())
         .unwrap_or_else(|| TensorDesc::bytes(buf.size));
     let len = desc.byte_len()?;
     if len > buf.size as u64 {

@@ -163,7 +163,7 @@ pub extern "C" fn sluice_buffer_tensor(
     boundary("sluice_buffer_tensor", || {
         out_value(desc_out, "desc_out", || {
             with(buffer, |b| {
-                let t = b.tensor.as_ref().ok_or_else(|| {
+                let t = b.tensor().ok_or_else(|| {
                     Error::new(
                         ErrorCode::NotFound,
                         format!("{b:?} has no dtype or shape: it did not come from DLPack"),

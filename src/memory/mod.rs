@@ -58,7 +58,7 @@ pub struct Memory {
     /// Foreign buffers: the owner's release function.
     release: Option<Release>,
     /// The element type and shape, where the memory came with one (a DLPack import).
-    pub(crate) tensor: Option<crate::dlpack::TensorDesc>,
+    tensor: Option<crate::dlpack::TensorDesc>,
 }
 
 impl std::ops::Deref for Buffer {
@@ -218,6 +218,11 @@ impl Buffer {
 
     pub fn device(&self) -> &Arc<Device> {
         &self.device
+    }
+
+    /// The element type and shape the memory came with (a DLPack import).
+    pub fn tensor(&self) -> Option<&crate::dlpack::TensorDesc> {
+        self.tensor.as_ref()
     }
 
     /// Host address of pinned or registered memory.
