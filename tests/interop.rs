@@ -269,7 +269,8 @@ fn dlpack_import_refuses_what_it_cannot_represent_and_keeps_the_tensor() {
     let owner = Buffer::alloc(&s, 256).unwrap();
     s.synchronize().unwrap();
     let try_import = |t: *mut c_void| unsafe { dlpack::import(&k.dev, t, true, None) }.unwrap_err();
-    let cases: Vec<(Box<dyn Fn(*mut DLManagedTensorVersioned)>, ErrorCode, &str)> = vec![
+    type Mutate = Box<dyn Fn(*mut DLManagedTensorVersioned)>;
+    let cases: Vec<(Mutate, ErrorCode, &str)> = vec![
         (Box::new(|_| {}), ErrorCode::InvalidArgument, "not compact"),
         (
             Box::new(|m| unsafe { (*m).version.major = 2 }),
