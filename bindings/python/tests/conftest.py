@@ -11,3 +11,6 @@ if "SLUICE_LIBRARY" not in os.environ:
         if lib.exists():
             os.environ["SLUICE_LIBRARY"] = str(lib)
             break
+
+# A script for the GPU machine (scripts/gpu-suite.sh, part "python"), not a pytest module.
+collect_ignore = ["gpu_torch_test.py"]
