@@ -82,7 +82,7 @@ fn main() -> Result<(), sluice::Error> {
                 };
                 let (r, w) = ([slot.sync.clone()], [acc.sync.clone()]);
                 // SAFETY: the arguments match sluice_add(u32*, const u32*, u64).
-                unsafe { ops::launch(&compute, f, dims, argv.as_mut_ptr(), &r, &w)? };
+                unsafe { ops::launch(&compute, f, dims, &mut argv, &r, &w)? };
             }
             None => {
                 let (d, s) = (acc.addr as usize, slot.addr as usize);

@@ -220,6 +220,12 @@
 #define SLUICE_BUFFER_REGISTERED 3
 
 /**
+ * Buffer kind: device memory owned by someone else (`sluice_buffer_wrap_device`,
+ * or a DLPack import), released by its owner's function after its last use.
+ */
+#define SLUICE_BUFFER_FOREIGN 4
+
+/**
  * Engine mode: ops only enqueue work (the default).
  */
 #define SLUICE_ENGINE_ASYNC 0
@@ -288,6 +294,18 @@
  * RNG layout: `out[i * count + j]`, each state's draws together.
  */
 #define SLUICE_RNG_LAYOUT_STATE_MAJOR 2
+
+/**
+ * DLPack format: `DLManagedTensorVersioned` (DLPack 1.x; what `__dlpack__`
+ * gives as a "dltensor_versioned" capsule).
+ */
+#define SLUICE_DLPACK_VERSIONED 1
+
+/**
+ * DLPack format: `DLManagedTensor` (DLPack 0.x; a "dltensor" capsule), for
+ * consumers and producers that predate 1.0.
+ */
+#define SLUICE_DLPACK_UNVERSIONED 2
 
 /**
  * The most segments a batch may have.
@@ -695,11 +713,46 @@ typedef int32_t (*sluice_host_fn)(void *user_data);
 typedef void (*sluice_free_fn)(void *user_data);
 
 /**
+ * A tensor's element type and row-major shape, as DLPack describes it.
+ */
+typedef struct sluice_tensor_desc_t {
+  /**
+   * `DLDataTypeCode`: 0 int, 1 uint, 2 float, 4 bfloat, 5 complex, 6 bool, ...
+   */
+  uint8_t dtype_code;
+  /**
+   * Bits per lane; with `dtype_lanes`, a whole number of bytes.
+   */
+  uint8_t dtype_bits;
+  /**
+   * Lanes per element (1 for scalars).
+   */
+  uint16_t dtype_lanes;
+  /**
+   * Number of dimensions (0 for a scalar).
+   */
+  int32_t ndim;
+  /**
+   * `ndim` sizes, outermost first. As an output: valid while the buffer handle lives.
+   */
+  const int64_t *shape;
+  /**
+   * 1 when the producer marked the tensor read-only (sluice does not enforce it).
+   */
+  uint32_t read_only;
+} sluice_tensor_desc_t;
+
+/**
  * A log receiver: `level` is one of `SLUICE_LOG_*`, `message` is NUL-terminated
  * and valid during the call only. It is called on the thread that logs, possibly
  * while sluice holds locks: it must not call sluice.
  */
 typedef void (*sluice_log_fn)(uint32_t level, const char *message, void *user_data);
+
+/**
+ * The function that releases foreign memory: called once with its `user_data`.
+ */
+typedef void (*sluice_release_fn)(void *user_data);
 
 /**
  * What a buffer is and where it lives.
@@ -714,11 +767,17 @@ typedef struct sluice_buffer_info_t {
    */
   uint64_t size;
   /**
-   * Device address (`CUdeviceptr`) for device buffers; the host address otherwise.
+   * Device address (`CUdeviceptr`) for device and foreign buffers; the host
+   * address otherwise. On the host backend (`SLUICE_BACKEND_HOST`) every buffer's
+   * memory, "device" memory included, is ordinary host memory, and this address
+   * may be dereferenced on the host (after `sluice_sync_wait_read` or
+   * `sluice_sync_wait_write` on the buffer's sync object, as for pinned memory);
+   * on cuda a device address must not be.
    */
   uint64_t device_ptr;
   /**
-   * Host address for pinned and registered buffers; NULL for device buffers.
+   * Host address for pinned and registered buffers; NULL for device and foreign
+   * buffers (on either backend: use `device_ptr` on host, as above).
    */
   void *host_ptr;
 } sluice_buffer_info_t;
@@ -1367,6 +1426,86 @@ struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream
                                                    size_t num_writes);
 
 /**
+ * Imports a DLPack managed tensor as a buffer (a foreign buffer: `SLUICE_BUFFER_FOREIGN`).
+ * `tensor` points to a `DLManagedTensorVersioned` (`SLUICE_DLPACK_VERSIONED`, 1.x)
+ * or a `DLManagedTensor` (`SLUICE_DLPACK_UNVERSIONED`, 0.x). It must be compact
+ * and row-major (NULL strides, or strides that say so), of whole-byte elements, not
+ * empty, and on this device: `kDLCUDA` (or `kDLCUDAManaged`) with the device's
+ * ordinal on cuda, `kDLCPU` on host. Its shape and dtype are read back with
+ * `sluice_buffer_tensor`.
+ *
+ * Streams (the DLPack exchange): pass as `ready_on` the stream you named to the
+ * producer (`__dlpack__(stream=...)`); the producer made it wait for its work, and
+ * the buffer's first use on any other stream waits for `ready_on` on the device.
+ * `{0}` when the data is ready already.
+ *
+ * Ownership: on success the buffer owns the tensor and calls its deleter once,
+ * after the buffer is freed and its last use completed on the device (as for
+ * `sluice_buffer_wrap_device`'s `release_fn`); the caller owns the new handle and
+ * frees it with `sluice_buffer_free`. On error the caller still owns the tensor.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`tensor`, `buffer_out`, its data, or its
+ * shape with `ndim` > 0, NULL); `SLUICE_ERROR_INVALID_ARGUMENT` (an unknown
+ * `format`, a negative `ndim` or dimension, a strided layout, a sub-byte dtype, an
+ * empty tensor, or on cuda memory the driver does not know);
+ * `SLUICE_ERROR_UNSUPPORTED` (a major version other than 1);
+ * `SLUICE_ERROR_WRONG_DEVICE` (another device type, ordinal, or a `ready_on` of
+ * another device); `SLUICE_ERROR_OUT_OF_RANGE` (a size that overflows);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale device or stream).
+ */
+struct sluice_error_t *sluice_buffer_from_dlpack(struct sluice_device_t device,
+                                                 void *tensor,
+                                                 uint32_t format,
+                                                 struct sluice_stream_t ready_on,
+                                                 struct sluice_buffer_t *buffer_out);
+
+/**
+ * Exports `buffer` as a DLPack managed tensor, written to `*tensor_out`: a
+ * `DLManagedTensorVersioned*` (`SLUICE_DLPACK_VERSIONED`, version 1.1) or a
+ * `DLManagedTensor*` (`SLUICE_DLPACK_UNVERSIONED`). Its device is `kDLCPU` on
+ * host; on cuda `kDLCUDA` for device and foreign buffers and `kDLCUDAHost` for
+ * pinned and registered ones. Its dtype and shape are `desc` (NULL: the buffer's
+ * own, from a DLPack import, else 1-D `uint8` of the buffer's size); `desc`'s
+ * bytes must fit in the buffer, and its `shape` is copied.
+ *
+ * Streams (the DLPack exchange): with a `consumer` stream (the one the consumer
+ * named, wrapped with `sluice_stream_wrap_external` if it is not sluice's), that
+ * stream waits on the device for every pending write and read of the buffer;
+ * nothing blocks the host. With `{0}`, the call blocks until that work completed
+ * (what a CPU consumer needs). When the consumer calls the deleter, the consumer
+ * stream's end at that moment becomes a use of the buffer, so a later free waits
+ * for what the consumer enqueued before deleting.
+ *
+ * Ownership: the tensor holds a reference to the buffer (and to `consumer`) until
+ * its deleter runs; the buffer handle may be freed before that. Call the deleter
+ * exactly once (every DLPack consumer does).
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`tensor_out` NULL, or `desc->shape` NULL
+ * with `ndim` > 0); `SLUICE_ERROR_INVALID_ARGUMENT` (an unknown `format`, a
+ * negative `ndim` or dimension, a sub-byte dtype); `SLUICE_ERROR_OUT_OF_RANGE`
+ * (`desc` needs more bytes than the buffer has); `SLUICE_ERROR_WRONG_DEVICE`
+ * (`consumer` on another device); `SLUICE_ERROR_INVALID_HANDLE` (a stale buffer or
+ * stream); `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (no consumer while a capture uses
+ * the buffer).
+ */
+struct sluice_error_t *sluice_buffer_to_dlpack(struct sluice_buffer_t buffer,
+                                               struct sluice_stream_t consumer,
+                                               uint32_t format,
+                                               const struct sluice_tensor_desc_t *desc,
+                                               void **tensor_out);
+
+/**
+ * Writes the dtype and shape a buffer was imported with (`sluice_buffer_from_dlpack`).
+ * `desc_out->shape` stays valid while the buffer handle lives.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`desc_out` NULL); `SLUICE_ERROR_NOT_FOUND`
+ * (the buffer did not come from DLPack: it has no dtype or shape);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale buffer).
+ */
+struct sluice_error_t *sluice_buffer_tensor(struct sluice_buffer_t buffer,
+                                            struct sluice_tensor_desc_t *desc_out);
+
+/**
  * Sets the log level, one of `SLUICE_LOG_*` (overrides `SLUICE_LOG`; logging is
  * off by default).
  */
@@ -1414,6 +1553,41 @@ struct sluice_error_t *sluice_buffer_register_host(struct sluice_device_t device
                                                    struct sluice_buffer_t *buffer_out);
 
 /**
+ * Wraps device memory that someone else allocated and owns (for example a
+ * libtorch tensor's storage) as a buffer: `[device_ptr, device_ptr+len)`, with its
+ * own sync object, usable by copies, memsets and launches like any buffer.
+ *
+ * `release_fn(user_data)` (may be NULL) runs exactly once, after
+ * `sluice_buffer_free` of the handle (and the destruction of every graph that
+ * captured the buffer) AND after every use of the buffer that sluice ordered has
+ * completed on the device. It never blocks the freeing thread: when uses are still
+ * in flight it runs later on a library thread ("sluice-release"), otherwise inside
+ * the call that dropped the last reference. It may call sluice and CUDA; it must
+ * not wait for work that waits on this buffer. Work the owner enqueued itself,
+ * outside sluice, is not tracked: order it with `sluice_op_begin`/`sluice_op_end`
+ * on the buffer's sync object, as for any buffer.
+ *
+ * On cuda the range must be memory of `device`'s context, checked with
+ * `cuPointerGetAttribute`. On host any non-NULL address is taken: host-backend
+ * "device" memory is host memory.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`device_ptr` 0 or `buffer_out` NULL);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (`len` 0, or on cuda a pointer the driver does
+ * not know); `SLUICE_ERROR_OUT_OF_RANGE` (the range wraps, or runs past the end of
+ * its allocation); `SLUICE_ERROR_WRONG_DEVICE` (memory of another device);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale device). On any error `release_fn` is
+ * not called: the caller still owns the memory.
+ *
+ * Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
+ */
+struct sluice_error_t *sluice_buffer_wrap_device(struct sluice_device_t device,
+                                                 uint64_t device_ptr,
+                                                 size_t len,
+                                                 sluice_release_fn release_fn,
+                                                 void *user_data,
+                                                 struct sluice_buffer_t *buffer_out);
+
+/**
  * Frees a buffer handle. Ownership: the handle ends now; the memory is released
  * in stream order after every outstanding use (pinned memory returns to the pool),
  * or when the last graph that captured it is destroyed.
@@ -1428,8 +1602,14 @@ struct sluice_error_t *sluice_buffer_info(struct sluice_buffer_t buffer,
 
 /**
  * Writes a new handle to the buffer's sync object, for `sluice_op_begin` and the
- * host waits. Ownership: each call gives a new handle that the caller destroys
- * with `sluice_sync_destroy`; the buffer is unaffected.
+ * host waits.
+ *
+ * Ownership: each call gives a NEW handle, which the caller destroys with
+ * `sluice_sync_destroy`; calling it twice gives two handles to the same object and
+ * needs two destroys (`sluice_live_handles` counts both). Destroying a handle only
+ * ends that handle: the buffer and its other sync handles are unaffected. A sync
+ * handle keeps the object alive after `sluice_buffer_free`, but not the memory.
+ * Get it once per buffer and keep it beside the buffer handle.
  */
 struct sluice_error_t *sluice_buffer_sync(struct sluice_buffer_t buffer,
                                           struct sluice_sync_t *sync_out);
@@ -1510,8 +1690,18 @@ struct sluice_error_t *sluice_function_destroy(struct sluice_function_t function
 
 /**
  * Launches `function` on `stream` as one tracked op over `reads` and `writes`.
- * `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`;
- * `num_args` is its length, used for the NULL check.
+ * `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`, and
+ * `num_args` is its length. Where the driver reports a kernel's parameters
+ * (`cuFuncGetParamInfo`, CUDA 12.4 and newer drivers), `num_args` must equal their
+ * number; older drivers cannot tell, and there a wrong count is undefined
+ * behaviour in the driver, as with `cuLaunchKernel`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`dims` NULL, or `args`/`reads`/`writes`
+ * NULL with a non-zero length); `SLUICE_ERROR_INVALID_HANDLE` (a stale stream,
+ * function or sync handle); `SLUICE_ERROR_INVALID_ARGUMENT` (a zero grid or
+ * block dimension, or `num_args` different from the kernel's parameter count);
+ * `SLUICE_ERROR_WRONG_DEVICE` (the function's module is on another device);
+ * `SLUICE_ERROR_UNSUPPORTED` on host; `SLUICE_ERROR_DRIVER` for a refused launch.
  */
 struct sluice_error_t *sluice_stream_launch(struct sluice_stream_t stream,
                                             struct sluice_function_t function,

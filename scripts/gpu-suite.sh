@@ -3,7 +3,8 @@
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
 # Parts can be chosen with SLUICE_GPU_PARTS="rng rust c go cpp bench prefetch sanitize torch
-# stress repro probe" (the default; prefetch is benches/prefetch, built there with nvcc;
+# python stress repro probe" (the default; python runs bindings/python/tests/gpu_torch_test.py
+# with the GPU machine's PyTorch, and skips without it; prefetch is benches/prefetch, built there with nvcc;
 # rng checks the RNG's device code against cuRAND with nvcc and exports the reference
 # draws that the Rust RNG tests compare with),
 # plus "opcost" (sluice's own cost per call on the real
@@ -18,7 +19,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-parts=${SLUICE_GPU_PARTS:-"rng rust c go cpp bench prefetch sanitize torch stress repro probe"}
+parts=${SLUICE_GPU_PARTS:-"rng rust c go cpp bench prefetch sanitize torch python stress repro probe"}
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 build() {
@@ -242,6 +243,17 @@ run() {
   if has torch && [ -d .gpu/sluice ]; then
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1
     note "torch interop: rc=$? $(grep -c '^PASS' "$out/torch.log") of 2 PASS (sluice streams; adopted torch pool + raw CUDA streams)"
+  fi
+  if has python; then
+    # torch <-> sluice <-> torch through the Python package (DLPack and wrap_device),
+    # exact, with no host sync in between. Nothing to build: pure Python over .gpu/.
+    if python3 -c 'import torch' 2>/dev/null; then
+      SLUICE_BACKEND=cuda SLUICE_LIBRARY="$PWD/.gpu/libsluice.so" PYTHONPATH="$PWD/bindings/python" \
+        timeout 300 python3 bindings/python/tests/gpu_torch_test.py > "$out/python.log" 2>&1
+      note "python torch exchange: rc=$? $(grep -c '^PASS ' "$out/python.log") PASS, $(grep -c '^FAIL ' "$out/python.log") FAIL"
+    else
+      note "python torch exchange: skipped (no torch)"
+    fi
   fi
   echo "==== summary"; cat "$summary"
   # The device tool brings back only a few files: keep the main ones, pack the rest.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test on a fresh machine: Rust (fmt, clippy, tests on the host backend), the
-# header drift check, C under ASan/UBSan, C++ (GoogleTest, install, consumers,
-# Python ctypes), Go (vet, gofmt, race). Installs what it needs (cbindgen, graphviz).
+# header drift check, C under ASan/UBSan, Python (pytest with NumPy), C++ (GoogleTest,
+# install, consumers, Python ctypes), Go (vet, gofmt, race). Installs what it needs (cbindgen, graphviz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export SLUICE_BACKEND=${SLUICE_BACKEND:-host}
@@ -39,6 +39,18 @@ if SLUICE_BACKEND=host target/stress/stress ops=2000 break=1 seed=3 > /dev/null;
   echo "stress break=1 passed: the model check cannot see a missing read set" >&2
   exit 1
 fi
+
+step "python: the package's pytest suite on the host backend, with NumPy"
+# A venv under target/ (reused between runs) so that nothing is installed system-wide;
+# numpy and pytest come from pip only when the venv lacks them.
+PYVENV=target/pyvenv
+[ -x "$PYVENV/bin/python" ] || python3 -m venv "$PYVENV"
+"$PYVENV/bin/python" -c 'import numpy, pytest' 2>/dev/null \
+  || "$PYVENV/bin/pip" install -q --disable-pip-version-check numpy pytest
+"$PYVENV/bin/pip" install -q --disable-pip-version-check --no-deps --force-reinstall ./bindings/python
+cargo build --release --quiet --lib
+SLUICE_LIBRARY="$PWD/target/release/libsluice.so" "$PYVENV/bin/python" -m pytest -q -p no:cacheprovider \
+  bindings/python/tests
 
 if [ -x bindings/cpp/test.sh ]; then
   step "c++: GoogleTest, install, find_package and pkg-config consumers, python ctypes"

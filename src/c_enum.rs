@@ -58,7 +58,7 @@ pub(crate) use c_enum;
 /// constants, so that cbindgen writes them into the header.
 #[doc(hidden)]
 pub fn constants_source() -> String {
-    let lists: [&[(&str, u32, &str)]; 9] = [
+    let lists: [&[(&str, u32, &str)]; 10] = [
         crate::backend::BackendKind::C_CONSTANTS,
         crate::backend::CaptureMode::C_CONSTANTS,
         crate::error::ErrorCode::C_CONSTANTS,
@@ -68,6 +68,7 @@ pub fn constants_source() -> String {
         crate::log::LogLevel::C_CONSTANTS,
         crate::rng::Distribution::C_CONSTANTS,
         crate::rng::Layout::C_CONSTANTS,
+        crate::dlpack::DlpackFormat::C_CONSTANTS,
     ];
     let mut out = String::from(
         "//! The constants of the enums C sees. Generated from their `c_enum!` lists by\n\

@@ -116,7 +116,8 @@ pub enum CopyDir {
 impl CopyDir {
     /// The direction of a copy from `src` to `dst`.
     pub fn of(src: BufferKind, dst: BufferKind) -> CopyDir {
-        match (src == BufferKind::Device, dst == BufferKind::Device) {
+        let on_device = |k| matches!(k, BufferKind::Device | BufferKind::Foreign);
+        match (on_device(src), on_device(dst)) {
             (false, true) => CopyDir::H2D,
             (true, false) => CopyDir::D2H,
             (true, true) => CopyDir::D2D,

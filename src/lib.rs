@@ -10,6 +10,7 @@ pub mod c_enum;
 pub mod capture;
 pub mod counters;
 pub mod device;
+pub mod dlpack;
 pub mod engine;
 mod epoch;
 pub mod error;

@@ -20,6 +20,8 @@ pub struct Function {
     /// Keeps the module loaded while the function exists.
     _module: Arc<Module>,
     pub name: String,
+    /// The kernel's number of parameters where the driver can tell (CUDA 12.4+).
+    pub param_count: Option<usize>,
 }
 
 impl Module {
@@ -42,12 +44,30 @@ impl Module {
             return Err(Error::invalid_argument("kernel function name is empty"));
         }
         let raw = self.device.backend.module_function(self.raw, name)?;
+        let param_count = self.device.backend.function_param_count(raw)?;
         Ok(Arc::new(Function {
+            param_count,
             device: self.device.clone(),
             _module: self.clone(),
             raw,
             name: name.to_string_lossy().into_owned(),
         }))
+    }
+}
+
+impl Function {
+    /// Checks `given` launch arguments against the kernel's parameters, where the
+    /// driver reports their number (`cuFuncGetParamInfo`, CUDA 12.4+).
+    pub fn check_arg_count(&self, given: usize) -> Result<()> {
+        match self.param_count {
+            Some(n) if n != given => Err(Error::invalid_argument(format!(
+                "kernel '{}' takes {n} parameter{}, {given} argument{} given",
+                self.name,
+                if n == 1 { "" } else { "s" },
+                if given == 1 { " was" } else { "s were" },
+            ))),
+            _ => Ok(()),
+        }
     }
 }
 

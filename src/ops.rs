@@ -133,19 +133,32 @@ fn check_dims(d: &LaunchDims) -> Result<()> {
 
 /// Launches `func` on `stream` as one tracked op over `reads` and `writes`.
 ///
+/// `args` holds one pointer per kernel parameter; where the driver reports the
+/// kernel's parameter count (CUDA 12.4+), a different count is an `InvalidArgument`.
+///
 /// # Safety
-/// `args` must hold one valid pointer per kernel parameter, and the kernel may only
-/// touch memory it is allowed to.
+/// Each of `args` must point to a value of its parameter's type, and the kernel may
+/// only touch memory it is allowed to.
 pub unsafe fn launch(
     stream: &Stream,
     func: &Function,
     dims: LaunchDims,
-    args: *mut *mut c_void,
+    args: &mut [*mut c_void],
     reads: &[Arc<SyncObject>],
     writes: &[Arc<SyncObject>],
 ) -> Result<()> {
+    let n = args.len();
     // SAFETY: forwarded from the caller's contract.
-    unsafe { launch_set(stream, func, dims, args, &sync::access_set(reads, writes)) }
+    unsafe {
+        launch_set(
+            stream,
+            func,
+            dims,
+            args.as_mut_ptr(),
+            n,
+            &sync::access_set(reads, writes),
+        )
+    }
 }
 
 /// [`launch`] over an access set built by the caller.
@@ -158,12 +171,14 @@ pub(crate) unsafe fn launch_set(
     func: &Function,
     dims: LaunchDims,
     args: *mut *mut c_void,
+    num_args: usize,
     set: &[sync::Access<'_>],
 ) -> Result<()> {
     stream
         .device
         .same_device_with(&func.device, || format!("kernel '{}'", func.name))?;
     check_dims(&dims)?;
+    func.check_arg_count(num_args)?;
     engine::run_op(
         stream,
         OpKind::Launch(&func.name),

@@ -110,7 +110,7 @@ fn fill_and_add(k: &Kit, s: &Arc<Stream>, m: &Arc<Module>, label: &str) {
     ];
     let (r, w) = ([b.sync.clone()], [a.sync.clone()]);
     // SAFETY: args match sluice_fill(u32*, u64, u32); N words fit in `a`.
-    unsafe { ops::launch(s, &fill, dims(N), args.as_mut_ptr(), &[], &w) }
+    unsafe { ops::launch(s, &fill, dims(N), &mut args, &[], &w) }
         .unwrap_or_else(|e| panic!("{label}: {e}"));
 
     let (mut d, mut sp, mut n) = (a.addr, b.addr, N as u64);
@@ -120,7 +120,7 @@ fn fill_and_add(k: &Kit, s: &Arc<Stream>, m: &Arc<Module>, label: &str) {
         &mut n as *mut u64 as *mut c_void,
     ];
     // SAFETY: args match sluice_add(u32*, const u32*, u64); N words fit in both.
-    unsafe { ops::launch(s, &add, dims(N), args.as_mut_ptr(), &r, &w) }
+    unsafe { ops::launch(s, &add, dims(N), &mut args, &r, &w) }
         .unwrap_or_else(|e| panic!("{label}: {e}"));
 
     let got = k.read(s, &a);

@@ -165,7 +165,7 @@ step "consumer: FetchContent(sluice)" consumer_subproject "$WORK/c-fetch" -DSLUI
 python_ctypes() {
   set -e
   local out
-  out="$("$PY" "$ROOT/examples/python/sluice_ctypes.py" "$PREFIX/lib/libsluice.so")"
+  out="$("$PY" "$ROOT/bindings/python/examples/sluice_ctypes.py" "$PREFIX/lib/libsluice.so")"
   echo "$out"
   echo "$out" | tail -1 | grep -Eq '^[0-9]+ passed, 0 failed$'
 }

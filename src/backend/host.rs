@@ -473,6 +473,11 @@ impl MemoryApi for HostDevice {
 
     fn host_unregister(&self, _ptr: *mut u8) {}
 
+    fn check_foreign_range(&self, _ptr: u64, _len: usize) -> Result<()> {
+        // Host "device" memory is host memory: any address the caller vouches for.
+        Ok(())
+    }
+
     fn memcpy_async(&self, dst: u64, src: u64, len: usize, stream: u64) -> Result<()> {
         self.enqueue(
             stream,
@@ -523,6 +528,10 @@ impl ModuleApi for HostDevice {
 
     fn module_function(&self, _module: u64, _name: &CStr) -> Result<u64> {
         Err(Error::unsupported("module_function", "host"))
+    }
+
+    fn function_param_count(&self, _func: u64) -> Result<Option<usize>> {
+        Ok(None)
     }
 
     unsafe fn launch_kernel(

@@ -218,6 +218,9 @@ backend_api! {
         /// Copies from pageable host memory. Returns once `src` may be reused.
         fn memcpy_from_pageable(&self, dst: u64, src: &[u8], stream: u64) -> Result<()>;
         fn memset_async(&self, dst: u64, value: u8, len: usize, stream: u64) -> Result<()>;
+        /// Checks that `[ptr, ptr+len)` is memory of this device, allocated by someone
+        /// else (cuda: `cuPointerGetAttribute`; host: any address is accepted).
+        fn check_foreign_range(&self, ptr: u64, len: usize) -> Result<()>;
     }
 
     /// Modules and kernel launches (cuda; host returns Unsupported).
@@ -225,6 +228,9 @@ backend_api! {
         fn module_load(&self, image: &[u8]) -> Result<u64>;
         fn module_unload(&self, module: u64);
         fn module_function(&self, module: u64, name: &std::ffi::CStr) -> Result<u64>;
+        /// The kernel's number of parameters, where the driver can tell
+        /// (`cuFuncGetParamInfo`, CUDA 12.4+); `None` where it cannot.
+        fn function_param_count(&self, func: u64) -> Result<Option<usize>>;
         unsafe {
             /// # Safety
             /// `args` must point to one valid pointer per kernel parameter.

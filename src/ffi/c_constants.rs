@@ -89,6 +89,10 @@ pub const SLUICE_BUFFER_PINNED: u32 = 2;
 /// Buffer kind: caller-owned host memory registered with the device.
 pub const SLUICE_BUFFER_REGISTERED: u32 = 3;
 
+/// Buffer kind: device memory owned by someone else (`sluice_buffer_wrap_device`,
+/// or a DLPack import), released by its owner's function after its last use.
+pub const SLUICE_BUFFER_FOREIGN: u32 = 4;
+
 /// Engine mode: ops only enqueue work (the default).
 pub const SLUICE_ENGINE_ASYNC: u32 = 0;
 
@@ -130,3 +134,11 @@ pub const SLUICE_RNG_LAYOUT_SAMPLE_MAJOR: u32 = 1;
 
 /// RNG layout: `out[i * count + j]`, each state's draws together.
 pub const SLUICE_RNG_LAYOUT_STATE_MAJOR: u32 = 2;
+
+/// DLPack format: `DLManagedTensorVersioned` (DLPack 1.x; what `__dlpack__`
+/// gives as a "dltensor_versioned" capsule).
+pub const SLUICE_DLPACK_VERSIONED: u32 = 1;
+
+/// DLPack format: `DLManagedTensor` (DLPack 0.x; a "dltensor" capsule), for
+/// consumers and producers that predate 1.0.
+pub const SLUICE_DLPACK_UNVERSIONED: u32 = 2;

@@ -21,9 +21,15 @@ pub struct sluice_buffer_info_t {
     pub kind: u32,
     /// Size in bytes.
     pub size: u64,
-    /// Device address (`CUdeviceptr`) for device buffers; the host address otherwise.
+    /// Device address (`CUdeviceptr`) for device and foreign buffers; the host
+    /// address otherwise. On the host backend (`SLUICE_BACKEND_HOST`) every buffer's
+    /// memory, "device" memory included, is ordinary host memory, and this address
+    /// may be dereferenced on the host (after `sluice_sync_wait_read` or
+    /// `sluice_sync_wait_write` on the buffer's sync object, as for pinned memory);
+    /// on cuda a device address must not be.
     pub device_ptr: u64,
-    /// Host address for pinned and registered buffers; NULL for device buffers.
+    /// Host address for pinned and registered buffers; NULL for device and foreign
+    /// buffers (on either backend: use `device_ptr` on host, as above).
     pub host_ptr: *mut c_void,
 }
 
@@ -80,6 +86,53 @@ pub extern "C" fn sluice_buffer_register_host(
     })
 }
 
+/// The function that releases foreign memory: called once with its `user_data`.
+pub type sluice_release_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)>;
+
+/// Wraps device memory that someone else allocated and owns (for example a
+/// libtorch tensor's storage) as a buffer: `[device_ptr, device_ptr+len)`, with its
+/// own sync object, usable by copies, memsets and launches like any buffer.
+///
+/// `release_fn(user_data)` (may be NULL) runs exactly once, after
+/// `sluice_buffer_free` of the handle (and the destruction of every graph that
+/// captured the buffer) AND after every use of the buffer that sluice ordered has
+/// completed on the device. It never blocks the freeing thread: when uses are still
+/// in flight it runs later on a library thread ("sluice-release"), otherwise inside
+/// the call that dropped the last reference. It may call sluice and CUDA; it must
+/// not wait for work that waits on this buffer. Work the owner enqueued itself,
+/// outside sluice, is not tracked: order it with `sluice_op_begin`/`sluice_op_end`
+/// on the buffer's sync object, as for any buffer.
+///
+/// On cuda the range must be memory of `device`'s context, checked with
+/// `cuPointerGetAttribute`. On host any non-NULL address is taken: host-backend
+/// "device" memory is host memory.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`device_ptr` 0 or `buffer_out` NULL);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (`len` 0, or on cuda a pointer the driver does
+/// not know); `SLUICE_ERROR_OUT_OF_RANGE` (the range wraps, or runs past the end of
+/// its allocation); `SLUICE_ERROR_WRONG_DEVICE` (memory of another device);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale device). On any error `release_fn` is
+/// not called: the caller still owns the memory.
+///
+/// Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
+#[no_mangle]
+pub extern "C" fn sluice_buffer_wrap_device(
+    device: sluice_device_t,
+    device_ptr: u64,
+    len: usize,
+    release_fn: sluice_release_fn,
+    user_data: *mut c_void,
+    buffer_out: *mut sluice_buffer_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_buffer_wrap_device", || {
+        out_new(buffer_out, "buffer_out", || {
+            let d = get(device)?;
+            let release = release_fn.map(|f| crate::memory::Release::c_fn(f, user_data));
+            Buffer::wrap_device(&d, device_ptr, len, release, None, None)
+        })
+    })
+}
+
 /// Frees a buffer handle. Ownership: the handle ends now; the memory is released
 /// in stream order after every outstanding use (pinned memory returns to the pool),
 /// or when the last graph that captured it is destroyed.
@@ -113,8 +166,14 @@ pub extern "C" fn sluice_buffer_info(
 }
 
 /// Writes a new handle to the buffer's sync object, for `sluice_op_begin` and the
-/// host waits. Ownership: each call gives a new handle that the caller destroys
-/// with `sluice_sync_destroy`; the buffer is unaffected.
+/// host waits.
+///
+/// Ownership: each call gives a NEW handle, which the caller destroys with
+/// `sluice_sync_destroy`; calling it twice gives two handles to the same object and
+/// needs two destroys (`sluice_live_handles` counts both). Destroying a handle only
+/// ends that handle: the buffer and its other sync handles are unaffected. A sync
+/// handle keeps the object alive after `sluice_buffer_free`, but not the memory.
+/// Get it once per buffer and keep it beside the buffer handle.
 #[no_mangle]
 pub extern "C" fn sluice_buffer_sync(
     buffer: sluice_buffer_t,

@@ -22,6 +22,8 @@ pub use c_constants::*;
 mod counters;
 pub use counters::*;
 mod deprecated;
+mod dlpack;
+pub use dlpack::*;
 mod handles;
 mod log;
 pub(crate) use handles::{get, pinned, remove, stale, with, write_new, Castable};

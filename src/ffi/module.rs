@@ -90,8 +90,18 @@ pub extern "C" fn sluice_function_destroy(function: sluice_function_t) -> *mut s
 }
 
 /// Launches `function` on `stream` as one tracked op over `reads` and `writes`.
-/// `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`;
-/// `num_args` is its length, used for the NULL check.
+/// `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`, and
+/// `num_args` is its length. Where the driver reports a kernel's parameters
+/// (`cuFuncGetParamInfo`, CUDA 12.4 and newer drivers), `num_args` must equal their
+/// number; older drivers cannot tell, and there a wrong count is undefined
+/// behaviour in the driver, as with `cuLaunchKernel`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`dims` NULL, or `args`/`reads`/`writes`
+/// NULL with a non-zero length); `SLUICE_ERROR_INVALID_HANDLE` (a stale stream,
+/// function or sync handle); `SLUICE_ERROR_INVALID_ARGUMENT` (a zero grid or
+/// block dimension, or `num_args` different from the kernel's parameter count);
+/// `SLUICE_ERROR_WRONG_DEVICE` (the function's module is on another device);
+/// `SLUICE_ERROR_UNSUPPORTED` on host; `SLUICE_ERROR_DRIVER` for a refused launch.
 #[no_mangle]
 pub extern "C" fn sluice_stream_launch(
     stream: sluice_stream_t,
@@ -127,7 +137,7 @@ pub extern "C" fn sluice_stream_launch(
         let f = pinned(&pin, function)?;
         with_access_set(&pin, reads, num_reads, writes, num_writes, |set| {
             // SAFETY: the caller promises args match the kernel's parameters.
-            unsafe { crate::ops::launch_set(s, f, dims, argp, set) }
+            unsafe { crate::ops::launch_set(s, f, dims, argp, num_args, set) }
         })
     })
 }

@@ -1,10 +1,15 @@
 //! Buffers: device memory in stream order, pinned and registered host memory, each
 //! with its own sync object. Frees are ordered after every outstanding use. The
 //! pinned caching pool and the per-stream cache of freed device blocks are beside
-//! it; copies and memsets are tracked operations in [`crate::ops`].
+//! it; copies and memsets are tracked operations in [`crate::ops`]. Foreign device
+//! memory (wrapped, or imported through DLPack) is released by its owner's function
+//! after its last use (`foreign.rs`).
 
 pub(crate) mod block_cache;
+mod foreign;
 mod pinned;
+
+pub use foreign::Release;
 
 pub use pinned::{PinnedPool, PinnedStats, DEFAULT_PINNED_CACHE_LIMIT, PINNED_GRANULARITY};
 
@@ -26,6 +31,9 @@ c_enum! {
         Pinned = 2 => PINNED,
         /// Buffer kind: caller-owned host memory registered with the device.
         Registered = 3 => REGISTERED,
+        /// Buffer kind: device memory owned by someone else (`sluice_buffer_wrap_device`,
+        /// or a DLPack import), released by its owner's function after its last use.
+        Foreign = 4 => FOREIGN,
     }
 }
 
@@ -47,6 +55,10 @@ pub struct Memory {
     home: Option<Arc<Stream>>,
     /// Pinned buffers: the size of the underlying pool block.
     block_size: usize,
+    /// Foreign buffers: the owner's release function.
+    release: Option<Release>,
+    /// The element type and shape, where the memory came with one (a DLPack import).
+    tensor: Option<crate::dlpack::TensorDesc>,
 }
 
 impl std::ops::Deref for Buffer {
@@ -105,6 +117,8 @@ impl Buffer {
             sync: SyncObject::allocated_on(stream),
             home: Some(stream.clone()),
             block_size: 0,
+            release: None,
+            tensor: None,
         }))
     }
 
@@ -121,6 +135,8 @@ impl Buffer {
             sync: SyncObject::new(),
             home: None,
             block_size,
+            release: None,
+            tensor: None,
         }))
     }
 
@@ -146,6 +162,57 @@ impl Buffer {
             sync: SyncObject::new(),
             home: None,
             block_size: 0,
+            release: None,
+            tensor: None,
+        }))
+    }
+
+    /// Wraps device memory that someone else allocated and owns, as a buffer with its
+    /// own sync object. `release` runs once, after the buffer (and every graph that
+    /// captured it) is gone and every use ordered through its sync object completed on
+    /// the device; it never blocks the dropping thread and may run on a library
+    /// thread. On cuda the range must be memory of `device`.
+    ///
+    /// `ready_on`: the stream the memory's producer ordered its contents on, if any
+    /// (a DLPack import); the first use on another stream then waits for that
+    /// stream's work, like a fresh allocation.
+    ///
+    /// On failure `release` is not called: the caller keeps the memory.
+    pub fn wrap_device(
+        device: &Arc<Device>,
+        ptr: u64,
+        len: usize,
+        release: Option<Release>,
+        ready_on: Option<&Arc<Stream>>,
+        tensor: Option<crate::dlpack::TensorDesc>,
+    ) -> Result<Arc<Buffer>> {
+        check_size(len, "foreign device memory")?;
+        if ptr == 0 {
+            return Err(Error::new(
+                ErrorCode::NullArgument,
+                "device pointer is NULL",
+            ));
+        }
+        ptr.checked_add(len as u64)
+            .ok_or_else(|| Error::out_of_range("device range wraps around the address space"))?;
+        if let Some(s) = ready_on {
+            device.same_device(&s.device, "stream")?;
+        }
+        device.backend.check_foreign_range(ptr, len)?;
+        trace::memory("wrap", BufferKind::Foreign, len, None, None);
+        Ok(Buffer::from_memory(Memory {
+            device: device.clone(),
+            kind: BufferKind::Foreign,
+            addr: ptr,
+            size: len,
+            sync: match ready_on {
+                Some(s) => SyncObject::allocated_on(s),
+                None => SyncObject::new(),
+            },
+            home: None,
+            block_size: 0,
+            release,
+            tensor,
         }))
     }
 
@@ -153,10 +220,15 @@ impl Buffer {
         &self.device
     }
 
+    /// The element type and shape the memory came with (a DLPack import).
+    pub fn tensor(&self) -> Option<&crate::dlpack::TensorDesc> {
+        self.tensor.as_ref()
+    }
+
     /// Host address of pinned or registered memory.
     pub fn host_ptr(&self) -> Option<*mut u8> {
         match self.kind {
-            BufferKind::Device => None,
+            BufferKind::Device | BufferKind::Foreign => None,
             _ => Some(self.addr as *mut u8),
         }
     }
@@ -224,6 +296,11 @@ impl Drop for Memory {
                     let _ = r.wait_complete();
                 }
                 backend.host_unregister(self.addr as *mut u8);
+            }
+            BufferKind::Foreign => {
+                if let Some(r) = &self.release {
+                    foreign::release_after(self.sync.outstanding(), r);
+                }
             }
         }
     }

@@ -97,7 +97,7 @@ pub(super) fn init(
             ];
             // SAFETY: four 8-byte parameters, as the kernel declares them; the
             // states buffer holds n states and is in `set` as written.
-            unsafe { ops::launch_set(stream, &k.init, dims(n), args.as_mut_ptr(), set) }
+            unsafe { ops::launch_set(stream, &k.init, dims(n), args.as_mut_ptr(), args.len(), set) }
         }
         BackendKind::Host => ops::host_callback_set(
             stream,
@@ -155,7 +155,14 @@ pub(super) fn generate(
                 // SAFETY: the kernel's five parameters (8, 8, 8, 8 and 4 bytes); the
                 // output range was checked to hold n * count words.
                 return unsafe {
-                    ops::launch_set(stream, &k.draw[d], dims(n), args.as_mut_ptr(), set)
+                    ops::launch_set(
+                        stream,
+                        &k.draw[d],
+                        dims(n),
+                        args.as_mut_ptr(),
+                        args.len(),
+                        set,
+                    )
                 };
             }
             let mut args = [
@@ -170,12 +177,28 @@ pub(super) fn generate(
             // SAFETY: the split kernel's seven parameters (4 bytes for the layout, 8
             // for the others); as above for the ranges.
             unsafe {
-                ops::launch_set(stream, &k.split[d], dims(n * parts), args.as_mut_ptr(), set)
+                ops::launch_set(
+                    stream,
+                    &k.split[d],
+                    dims(n * parts),
+                    args.as_mut_ptr(),
+                    args.len(),
+                    set,
+                )
             }?;
             let (mut p2, mut n2, mut c2) = (states, n as u64, count as u64);
             let mut args = [arg(&mut p2), arg(&mut n2), arg(&mut c2)];
             // SAFETY: three 8-byte parameters; the states hold n states.
-            unsafe { ops::launch_set(stream, &k.advance[d], dims(n), args.as_mut_ptr(), set) }
+            unsafe {
+                ops::launch_set(
+                    stream,
+                    &k.advance[d],
+                    dims(n),
+                    args.as_mut_ptr(),
+                    args.len(),
+                    set,
+                )
+            }
         }
         BackendKind::Host => ops::host_callback_set(
             stream,

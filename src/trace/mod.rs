@@ -574,6 +574,7 @@ pub(crate) fn memory(
                 BufferKind::Device => "device",
                 BufferKind::Pinned => "pinned",
                 BufferKind::Registered => "registered",
+                BufferKind::Foreign => "foreign",
             },
         );
         a.u64("bytes", bytes as u64);

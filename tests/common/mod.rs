@@ -93,7 +93,7 @@ impl Kit {
                     &mut sp as *mut u64 as *mut c_void,
                 ];
                 // SAFETY: args match sluice_spin_fill's parameters.
-                unsafe { ops::launch(s, &f.spin_fill, dims(n), args.as_mut_ptr(), &[], &w) }
+                unsafe { ops::launch(s, &f.spin_fill, dims(n), &mut args, &[], &w) }
                     .expect("launch spin_fill");
             }
             None => {
@@ -195,7 +195,7 @@ impl Kit {
                 ];
                 let k = if add { &f.spin_add } else { &f.spin_copy };
                 // SAFETY: args match the kernel's parameters.
-                unsafe { ops::launch(s, k, dims(n), args.as_mut_ptr(), &r, &w) }.expect("launch");
+                unsafe { ops::launch(s, k, dims(n), &mut args, &r, &w) }.expect("launch");
             }
             None => {
                 let (da, sa) = (Addr(da), Addr(sa));

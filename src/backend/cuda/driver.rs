@@ -29,6 +29,10 @@ pub(super) const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_uint = 16;
 pub(super) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_uint = 75;
 pub(super) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_uint = 76;
 pub(super) const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
+pub(super) const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
+pub(super) const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_uint = 11;
+pub(super) const CU_POINTER_ATTRIBUTE_RANGE_SIZE: c_uint = 12;
+pub(super) const CUDA_ERROR_INVALID_VALUE: u32 = 1;
 pub(super) const CU_JIT_INFO_LOG_BUFFER: c_uint = 3;
 pub(super) const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_uint = 4;
 pub(super) const CU_JIT_ERROR_LOG_BUFFER: c_uint = 5;
@@ -50,7 +54,10 @@ pub(super) type HostFnPtr = Option<unsafe extern "C" fn(*mut c_void)>;
 
 /// Declares [`Driver`]: one field per driver entry point, named like the symbol.
 macro_rules! driver_api {
-    ($($name:ident: fn($($arg:ty),* $(,)?);)*) => {
+    (
+        required { $($name:ident: fn($($arg:ty),* $(,)?);)* }
+        optional { $($oname:ident: fn($($oarg:ty),* $(,)?);)* }
+    ) => {
         /// The CUDA driver, probed once per process by [`driver`]. Holds every entry
         /// point the backend calls, already looked up, so calls through it never panic.
         #[allow(non_snake_case)]
@@ -59,6 +66,10 @@ macro_rules! driver_api {
             $(
                 #[doc = concat!("`", stringify!($name), "`, returning the raw `CUresult`.")]
                 pub $name: unsafe extern "C" fn($($arg),*) -> u32,
+            )*
+            $(
+                #[doc = concat!("`", stringify!($oname), "` where the driver has it (newer drivers only).")]
+                pub $oname: Option<unsafe extern "C" fn($($oarg),*) -> u32>,
             )*
             version: c_int,
         }
@@ -91,6 +102,19 @@ macro_rules! driver_api {
                             std::mem::transmute::<*const c_void, unsafe extern "C" fn($($arg),*) -> u32>(p)
                         }
                     },)*
+                    $($oname: {
+                        let name = concat!(stringify!($oname), "\0").as_bytes();
+                        // SAFETY: as above; a missing symbol is None.
+                        match unsafe { lib.get::<*const c_void>(name) } {
+                            Ok(s) if !(*s).is_null() => {
+                                // SAFETY: non-null, and cuda.h declares this signature.
+                                Some(unsafe {
+                                    std::mem::transmute::<*const c_void, unsafe extern "C" fn($($oarg),*) -> u32>(*s)
+                                })
+                            }
+                            _ => None,
+                        }
+                    },)*
                 })
             }
         }
@@ -98,6 +122,7 @@ macro_rules! driver_api {
 }
 
 driver_api! {
+    required {
     // Called on the hot paths: kept together at the front of the table.
     cuCtxGetCurrent: fn(*mut CUcontext);
     cuStreamWaitEvent: fn(CUstream, CUevent, c_uint);
@@ -155,6 +180,12 @@ driver_api! {
     cuGraphNodeGetType: fn(CUgraphNode, *mut c_uint);
     cuGraphGetNodes: fn(CUgraph, *mut CUgraphNode, *mut usize);
     cuGraphDebugDotPrint: fn(CUgraph, *const c_char, c_uint);
+    cuPointerGetAttribute: fn(*mut c_void, c_uint, CUdeviceptr);
+    }
+    optional {
+        // CUDA 12.4+: the launch checks its argument count with it.
+        cuFuncGetParamInfo: fn(CUfunction, usize, *mut usize, *mut usize);
+    }
 }
 
 pub(super) fn no_driver(msg: impl Into<String>) -> Error {

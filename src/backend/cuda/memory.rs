@@ -4,9 +4,9 @@
 use super::device::{h, CudaDevice};
 use super::driver::*;
 use crate::backend::MemoryApi;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use cudarc::driver::sys::CUdeviceptr;
-use std::ffi::{c_uint, c_void};
+use std::ffi::{c_int, c_uint, c_void};
 use std::ptr::null_mut;
 
 impl MemoryApi for CudaDevice {
@@ -113,5 +113,64 @@ impl MemoryApi for CudaDevice {
         // SAFETY: the core checked the range.
         let res = unsafe { (d.cuMemsetD8Async)(dst, value, len, h(stream)) };
         d.check(res, "cuMemsetD8Async")
+    }
+
+    fn check_foreign_range(&self, ptr: u64, len: usize) -> Result<()> {
+        let d = self.bind()?;
+        let mut ordinal: c_int = -1;
+        // SAFETY: writes one int; a read-only query that fails for unknown pointers.
+        let res = unsafe {
+            (d.cuPointerGetAttribute)(
+                (&mut ordinal as *mut c_int).cast(),
+                CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            )
+        };
+        if res != CUDA_SUCCESS {
+            let mut e = d.err(
+                res,
+                format_args!(
+                    "0x{ptr:x} is not memory the CUDA driver knows (cuPointerGetAttribute)"
+                ),
+            );
+            e.code = crate::error::ErrorCode::InvalidArgument;
+            return Err(e);
+        }
+        if ordinal != self.ordinal as c_int {
+            return Err(Error::new(
+                crate::error::ErrorCode::WrongDevice,
+                format!(
+                    "0x{ptr:x} belongs to CUDA device {ordinal}, not to device {}",
+                    self.ordinal
+                ),
+            ));
+        }
+        let mut start: CUdeviceptr = 0;
+        let mut size: usize = 0;
+        // SAFETY: each writes one value of the attribute's type.
+        let r1 = unsafe {
+            (d.cuPointerGetAttribute)(
+                (&mut start as *mut CUdeviceptr).cast(),
+                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                ptr,
+            )
+        };
+        // SAFETY: as above.
+        let r2 = unsafe {
+            (d.cuPointerGetAttribute)(
+                (&mut size as *mut usize).cast(),
+                CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                ptr,
+            )
+        };
+        if r1 == CUDA_SUCCESS && r2 == CUDA_SUCCESS {
+            let end = start.saturating_add(size as u64);
+            if ptr.checked_add(len as u64).is_none_or(|e| e > end) {
+                return Err(Error::out_of_range(format!(
+                    "[0x{ptr:x}, +{len}) runs past the end of its allocation [0x{start:x}, +{size})"
+                )));
+            }
+        }
+        Ok(())
     }
 }

@@ -10,6 +10,10 @@ use cudarc::driver::sys::{CUfunction, CUmodule};
 use std::ffi::{c_uint, c_void, CStr};
 use std::ptr::null_mut;
 
+/// More parameters than a kernel can take (4 KiB of 1-byte parameters, 32 KiB on
+/// Volta+ with CUDA 12.1+), so the count loop always ends.
+const MAX_KERNEL_PARAMS: usize = 32 * 1024;
+
 impl ModuleApi for CudaDevice {
     fn module_load(&self, image: &[u8]) -> Result<u64> {
         let image = prepare_image(image)?;
@@ -78,6 +82,26 @@ impl ModuleApi for CudaDevice {
         }
         d.check(res, "cuModuleGetFunction")?;
         Ok(raw(f))
+    }
+
+    fn function_param_count(&self, func: u64) -> Result<Option<usize>> {
+        let d = self.bind()?;
+        let Some(info) = d.cuFuncGetParamInfo else {
+            return Ok(None);
+        };
+        // The driver answers CUDA_ERROR_INVALID_VALUE for the first index past the end.
+        for i in 0..=MAX_KERNEL_PARAMS {
+            let (mut off, mut size) = (0usize, 0usize);
+            // SAFETY: a live function; writes two size_t.
+            let res = unsafe { info(h(func), i, &mut off, &mut size) };
+            match res {
+                CUDA_SUCCESS => {}
+                CUDA_ERROR_INVALID_VALUE => return Ok(Some(i)),
+                // Not supported for this function or driver: no count.
+                _ => return Ok(None),
+            }
+        }
+        Ok(None)
     }
 
     #[inline(always)]

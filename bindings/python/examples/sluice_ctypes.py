@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """sluice from Python with ctypes alone: no bindings, no compiler.
 
-    python3 examples/python/sluice_ctypes.py [path/to/libsluice.so]
+    python3 bindings/python/examples/sluice_ctypes.py [path/to/libsluice.so]
 
 The library comes from argv[1], else $SLUICE_LIB, else target/release/libsluice.so
 of this repository. On the host backend it runs a small pipeline (two streams, a
