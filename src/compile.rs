@@ -93,7 +93,10 @@ impl Module {
         if source.is_empty() {
             return Err(Error::invalid_argument("source is empty"));
         }
-        if let Some(i) = options.iter().position(|o| o.is_empty() || o.contains('\0')) {
+        if let Some(i) = options
+            .iter()
+            .position(|o| o.is_empty() || o.contains('\0'))
+        {
             return Err(Error::invalid_argument(format!(
                 "option {i} is empty or contains a NUL byte"
             )));
@@ -137,7 +140,9 @@ impl Module {
         })?;
         if let Some(dir) = dir {
             if let Err(e) = kernel_cache::store(dir, &key, &image) {
-                crate::log::warn(|| format!("kernel cache: cannot store in {}: {e}", dir.display()));
+                crate::log::warn(|| {
+                    format!("kernel cache: cannot store in {}: {e}", dir.display())
+                });
                 if outcome == CacheOutcome::Rejected {
                     outcome = CacheOutcome::Miss;
                 }

@@ -145,7 +145,8 @@ pub fn encode(key: &Key, image: &[u8]) -> Vec<u8> {
 
 /// The image of a stored entry, or why the entry is refused.
 pub fn decode(key: &Key, bytes: &[u8]) -> Result<Vec<u8>, &'static str> {
-    let le32 = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let le32 =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     if bytes.len() < HEADER_LEN {
         return Err("shorter than its header");
     }

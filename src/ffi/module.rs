@@ -103,9 +103,8 @@ pub extern "C" fn sluice_module_compile(
                 }
                 // SAFETY: non-NULL; the caller promises a NUL-terminated string.
                 let s = unsafe { CStr::from_ptr(o) }.to_str();
-                s.map(str::to_owned).map_err(|_| {
-                    Error::invalid_argument(format!("options[{i}] is not UTF-8"))
-                })
+                s.map(str::to_owned)
+                    .map_err(|_| Error::invalid_argument(format!("options[{i}] is not UTF-8")))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let md = Module::compile(&get(device)?, src, name, &opts)?;

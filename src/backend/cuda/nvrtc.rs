@@ -10,8 +10,9 @@
 //!    `/usr/local/cuda/lib64` ([`search_dirs`]).
 //!
 //! NVRTC opens its builtins library (`libnvrtc-builtins.so.MAJOR.MINOR`) by name when
-//! it compiles. The probe opens the one beside libnvrtc first, so that the loader
-//! finds it already loaded even when libnvrtc's directory is not on the search path.
+//! it compiles. NVRTC 12 finds it beside itself (its RUNPATH is `$ORIGIN`); for
+//! versions that search only the loader's path the probe opens the one beside
+//! libnvrtc first, and the loader then matches the name to the loaded soname.
 
 use super::device::CudaDevice;
 use super::driver::log_text;
@@ -143,7 +144,9 @@ fn probe() -> Result<Nvrtc> {
     // SAFETY: writes two ints.
     let res = unsafe { (fns.nvrtcVersion)(&mut major, &mut minor) };
     if res != NVRTC_SUCCESS {
-        return Err(unavailable(format!("nvrtcVersion failed (nvrtcResult {res})")));
+        return Err(unavailable(format!(
+            "nvrtcVersion failed (nvrtcResult {res})"
+        )));
     }
     let mut n: c_int = 0;
     // SAFETY: writes one int.
@@ -357,9 +360,13 @@ impl Program<'_> {
 
     fn log(&self) -> String {
         let f = &self.nv.fns;
-        self.read(f.nvrtcGetProgramLogSize, f.nvrtcGetProgramLog, "nvrtcGetProgramLog")
-            .map(|b| log_text(&b))
-            .unwrap_or_default()
+        self.read(
+            f.nvrtcGetProgramLogSize,
+            f.nvrtcGetProgramLog,
+            "nvrtcGetProgramLog",
+        )
+        .map(|b| log_text(&b))
+        .unwrap_or_default()
     }
 }
 
@@ -554,6 +561,53 @@ mod tests {
             Some(Path::new("/usr/local/cuda/lib64"))
         );
         assert_eq!(builtins_name((12, 9)), "libnvrtc-builtins.so.12.9");
+    }
+
+    /// Runs where NVRTC is installed (it needs no GPU): PTX and a cubin, the built-in
+    /// header, and a syntax error's log.
+    #[test]
+    fn compiles_where_nvrtc_is_present() {
+        let Ok(nv) = nvrtc() else {
+            return;
+        };
+        let headers = crate::compile::BUILTIN_HEADERS;
+        let src = c"#include <sluice/rng.cuh>
+            extern \"C\" __global__ void k(unsigned* o) {
+                sluice_rng_state s; sluice_rng_init(1, threadIdx.x, 0, &s); o[threadIdx.x] = sluice_rng_next(&s);
+            }";
+        let plan = |target: &str, cubin: bool| CompilePlan {
+            options: vec![format!("--gpu-architecture={target}")],
+            target: target.to_string(),
+            cubin,
+            compiler: String::new(),
+            driver_version: 0,
+        };
+        let oldest = *nv.archs.first().expect("NVRTC names its architectures");
+        let ptx = nv
+            .compile(
+                src,
+                c"k.cu",
+                headers,
+                &plan(&format!("compute_{oldest}"), false),
+            )
+            .expect("PTX");
+        let text = String::from_utf8_lossy(&ptx);
+        assert!(text.contains(".entry k"), "{text}");
+        assert_eq!(ptx.last(), Some(&0), "PTX keeps its NUL");
+        let cubin = nv
+            .compile(src, c"k.cu", headers, &plan(&format!("sm_{oldest}"), true))
+            .expect("cubin");
+        assert!(cubin.starts_with(b"\x7fELF"));
+        let e = expect_err(nv.compile(
+            c"extern \"C\" __global__ void k() { int x = }",
+            c"bad.cu",
+            headers,
+            &plan(&format!("sm_{oldest}"), true),
+        ));
+        assert_eq!(e.code, ErrorCode::Compile);
+        assert!(e.message.contains("bad.cu("), "{}", e.message);
+        let e = expect_err(nv.compile(src, c"k.cu", &[], &plan(&format!("sm_{oldest}"), true)));
+        assert!(e.message.contains("sluice/rng.cuh"), "{}", e.message);
     }
 
     #[test]
