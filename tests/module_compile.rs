@@ -136,7 +136,7 @@ fn compile_launch_and_check() {
     // An explicit virtual architecture: PTX, compiled for the device by the driver.
     let (major, minor) = k.dev.props().expect("props").compute_capability;
     let arch = format!("--gpu-architecture=compute_{major}{minor}");
-    let m = Module::compile(&k.dev, SAXPY, None, &[arch.clone()])
+    let m = Module::compile(&k.dev, SAXPY, None, std::slice::from_ref(&arch))
         .unwrap_or_else(|e| panic!("{arch}: {e}"));
     run_saxpy(&k, &s, &m, &arch);
 
