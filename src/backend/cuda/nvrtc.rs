@@ -608,6 +608,10 @@ mod tests {
         assert!(e.message.contains("bad.cu("), "{}", e.message);
         let e = expect_err(nv.compile(src, c"k.cu", &[], &plan(&format!("sm_{oldest}"), true)));
         assert!(e.message.contains("sluice/rng.cuh"), "{}", e.message);
+        let mut bad = plan(&format!("sm_{oldest}"), true);
+        bad.options.push("--no-such-option".into());
+        let e = expect_err(nv.compile(src, c"k.cu", headers, &bad));
+        assert_eq!(e.code, ErrorCode::Compile, "{e:?}");
     }
 
     #[test]
