@@ -205,6 +205,12 @@
 #define SLUICE_ERROR_CORRUPT_DATA 21
 
 /**
+ * Compiling kernel source failed (`sluice_module_compile`); the message holds
+ * the compiler's log.
+ */
+#define SLUICE_ERROR_COMPILE 22
+
+/**
  * Buffer kind: device memory from the driver's stream-ordered pool.
  */
 #define SLUICE_BUFFER_DEVICE 1
@@ -1667,6 +1673,34 @@ struct sluice_error_t *sluice_module_load(struct sluice_device_t device,
                                           const void *image,
                                           size_t len,
                                           struct sluice_module_t *module_out);
+
+/**
+ * Compiles CUDA C `source` with NVRTC and loads the result on `device`.
+ *
+ * - `name`: the program's name in diagnostics; NULL or "" gives "sluice_kernel.cu".
+ * - `options`: `num_options` NUL-terminated compiler options, passed as they are
+ *   (NULL when `num_options` is 0). Without `--gpu-architecture` (or `-arch`) the
+ *   target is the device's own: a cubin for `sm_XY`, or PTX when NVRTC predates
+ *   the device.
+ * - Sources may `#include <sluice/rng.cuh>` with no include path. Kernels looked
+ *   up with `sluice_module_get_function` need `extern "C"` (NVRTC compiles C++).
+ * - Cache: with `SLUICE_KERNEL_CACHE=dir` compiled images are kept in `dir`, keyed
+ *   by the source, name, options, architecture, NVRTC version and driver version;
+ *   a damaged entry is ignored and rewritten. Options with include paths bypass it.
+ *
+ * Errors: a compile error gives `SLUICE_ERROR_COMPILE` with the compile log in the
+ * message. No NVRTC library (it is loaded at run time: libnvrtc.so.13/.12 on the
+ * library search path, or in `$CUDA_PATH/lib64`, `$CUDA_HOME/lib64`,
+ * `/usr/local/cuda/lib64`) or the host backend gives `SLUICE_ERROR_UNSUPPORTED`.
+ * Ownership: the strings are only read during the call; the caller owns the new
+ * handle and releases it with `sluice_module_unload`.
+ */
+struct sluice_error_t *sluice_module_compile(struct sluice_device_t device,
+                                             const char *source,
+                                             const char *name,
+                                             const char *const *options,
+                                             size_t num_options,
+                                             struct sluice_module_t *module_out);
 
 /**
  * Releases a module handle. Ownership: the module unloads once its functions'

@@ -48,6 +48,9 @@ c_enum! {
         Timeout = 20 => TIMEOUT,
         /// Serialized data failed its checks (magic, version, size, CRC).
         CorruptData = 21 => CORRUPT_DATA,
+        /// Compiling kernel source failed (`sluice_module_compile`); the message holds
+        /// the compiler's log.
+        Compile = 22 => COMPILE,
     }
 }
 

@@ -8,6 +8,7 @@ pub mod backend;
 #[doc(hidden)]
 pub mod c_enum;
 pub mod capture;
+pub mod compile;
 pub mod counters;
 pub mod device;
 pub mod dlpack;
@@ -19,6 +20,7 @@ pub mod graph;
 pub mod graph_cache;
 mod handle;
 mod inline;
+pub mod kernel_cache;
 pub mod log;
 pub mod memory;
 pub mod module;

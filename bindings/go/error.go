@@ -37,6 +37,7 @@ const (
 	CodeEndOfData          ErrorCode = C.SLUICE_ERROR_END_OF_DATA
 	CodeTimeout            ErrorCode = C.SLUICE_ERROR_TIMEOUT
 	CodeCorruptData        ErrorCode = C.SLUICE_ERROR_CORRUPT_DATA
+	CodeCompile            ErrorCode = C.SLUICE_ERROR_COMPILE
 )
 
 // String gives the constant name of the code, for example
@@ -124,6 +125,7 @@ var (
 	ErrEndOfData          = sentinel(CodeEndOfData)
 	ErrTimeout            = sentinel(CodeTimeout)
 	ErrCorruptData        = sentinel(CodeCorruptData)
+	ErrCompile            = sentinel(CodeCompile)
 )
 
 // takeError converts a C error into an *Error, copying everything into Go

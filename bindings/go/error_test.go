@@ -13,12 +13,12 @@ var allSentinels = []*Error{
 	ErrUnsupported, ErrNoDriver, ErrNoDevice, ErrDriver, ErrOutOfMemory,
 	ErrCaptureUnsupported, ErrCaptureFailed, ErrDeviceFault, ErrCallbackFailed,
 	ErrModuleLoad, ErrNotFound, ErrWrongDevice, ErrInvalidState, ErrEndOfData,
-	ErrTimeout, ErrCorruptData,
+	ErrTimeout, ErrCorruptData, ErrCompile,
 }
 
 func TestErrorsIsEveryCode(t *testing.T) {
-	if len(allSentinels) != int(CodeCorruptData) {
-		t.Fatalf("%d sentinels for %d codes", len(allSentinels), CodeCorruptData)
+	if len(allSentinels) != int(CodeCompile) {
+		t.Fatalf("%d sentinels for %d codes", len(allSentinels), CodeCompile)
 	}
 	for i, s := range allSentinels {
 		if s.Code != ErrorCode(i+1) {

@@ -10,12 +10,14 @@ import (
 	"math"
 	"runtime"
 	"strconv"
+	"strings"
 	"unsafe"
 )
 
-// Module is a loaded module (PTX, cubin or fatbin; sluice_module_t). Its
-// Functions keep it loaded, and it keeps its Device alive. Modules exist on
-// the cuda backend only: on host, LoadModule fails with ErrUnsupported.
+// Module is a loaded module (PTX, cubin or fatbin; sluice_module_t), or one
+// compiled from CUDA C with CompileModule. Its Functions keep it loaded, and
+// it keeps its Device alive. Modules exist on the cuda backend only: on host,
+// LoadModule and CompileModule fail with ErrUnsupported.
 type Module struct {
 	h   handle[C.sluice_module_t]
 	dev *Device
@@ -42,6 +44,64 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 	e := C.sluice_module_load(h, unsafe.Pointer(unsafe.SliceData(image)), C.size_t(len(image)), &m)
 	runtime.KeepAlive(d)
 	runtime.KeepAlive(image)
+	if err := check(e, &d.h); err != nil {
+		return nil, err
+	}
+	out := &Module{dev: d}
+	openHandle(out, &out.h, m)
+	return out, nil
+}
+
+// CompileModule compiles CUDA C source with NVRTC and loads the result
+// (sluice_module_compile). name names the program in the compile log ("" gives
+// "sluice_kernel.cu"); options go to NVRTC as they are. Without
+// --gpu-architecture (or -arch) the target is the device's own. The source may
+// #include <sluice/rng.cuh> with no include path. Kernels looked up with
+// Function need extern "C" (NVRTC compiles C++).
+//
+// A compile error gives ErrCompile with the compile log in the message; the
+// host backend, or a machine without NVRTC, gives ErrUnsupported. With
+// SLUICE_KERNEL_CACHE=dir compiled images are cached in dir. The *Module owns
+// the handle as for LoadModule.
+func (d *Device) CompileModule(source, name string, options ...string) (*Module, error) {
+	const op = "Device.CompileModule"
+	h, err := d.h.raw(op)
+	if err != nil {
+		return nil, err
+	}
+	for i, o := range options {
+		if strings.IndexByte(o, 0) >= 0 {
+			return nil, argError(CodeInvalidArgument, op, "option %d contains a NUL byte", i)
+		}
+	}
+	if strings.IndexByte(source, 0) >= 0 || strings.IndexByte(name, 0) >= 0 {
+		return nil, argError(CodeInvalidArgument, op, "the source or the name contains a NUL byte")
+	}
+	csrc := C.CString(source)
+	defer C.free(unsafe.Pointer(csrc))
+	var cname *C.char
+	if name != "" {
+		cname = C.CString(name)
+		defer C.free(unsafe.Pointer(cname))
+	}
+	// The option strings and the array of their pointers live in C memory.
+	var copts **C.char
+	if n := len(options); n > 0 {
+		arr := C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(uintptr(0))))
+		if arr == nil {
+			return nil, argError(CodeOutOfMemory, op, "no memory for %d options", n)
+		}
+		defer C.free(arr)
+		ptrs := unsafe.Slice((**C.char)(arr), n)
+		for i, o := range options {
+			ptrs[i] = C.CString(o)
+			defer C.free(unsafe.Pointer(ptrs[i]))
+		}
+		copts = &ptrs[0]
+	}
+	var m C.sluice_module_t
+	e := C.sluice_module_compile(h, csrc, cname, copts, C.size_t(len(options)), &m)
+	runtime.KeepAlive(d)
 	if err := check(e, &d.h); err != nil {
 		return nil, err
 	}

@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -99,5 +101,69 @@ func TestModule(t *testing.T) {
 	wantClosed(t, err)
 	if !errors.Is(err, ErrClosed) {
 		t.Fatal(err)
+	}
+}
+
+// compileSrc: y[i] = a*x[i] + OFFSET, with <sluice/rng.cuh> included to check
+// the built-in header.
+const compileSrc = `#include <sluice/rng.cuh>
+extern "C" __global__ void scale_offset(float* y, const float* x, float a, unsigned n) {
+	unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) y[i] = a * x[i] + OFFSET;
+}
+`
+
+func TestCompileModule(t *testing.T) {
+	d := openDev(t)
+	if backendOf(t, d) != BackendCUDA {
+		_, err := d.CompileModule(compileSrc, "scale_offset.cu", "-DOFFSET=1.0f")
+		wantCode(t, err, ErrUnsupported)
+		if !strings.Contains(err.Error(), "host") {
+			t.Fatalf("the error does not name the backend: %v", err)
+		}
+		_, err = d.CompileModule("", "")
+		wantCode(t, err, ErrInvalidArgument)
+		_, err = d.CompileModule(compileSrc, "", "bad\x00option")
+		wantCode(t, err, ErrInvalidArgument)
+		t.Skip("compiling needs the cuda backend")
+	}
+	cache := t.TempDir()
+	t.Setenv("SLUICE_KERNEL_CACHE", cache)
+	s := testStream(t, d)
+	const n = 5000
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(i % 311)
+	}
+	xb := alloc(t, s, 4*n)
+	yb := alloc(t, s, 4*n)
+	must(t, CopyFromHostSlice(s, xb, 0, x))
+	for round := 0; round < 2; round++ { // the second compile comes from the cache
+		m, err := d.CompileModule(compileSrc, "scale_offset.cu", "-DOFFSET=0.5f", "--std=c++17")
+		must(t, err)
+		f, err := m.Function("scale_offset")
+		must(t, err)
+		cfg := LaunchConfig{Grid: Dim3{X: (n + 255) / 256}, Block: Dim3{X: 256}}
+		must(t, f.Launch(s, cfg, []Syncable{xb}, []Syncable{yb}, yb, xb, float32(3), uint32(n)))
+		y := make([]float32, n)
+		must(t, CopyToHostSlice(s, y, yb, 0))
+		for i := range y {
+			if want := 3*x[i] + 0.5; y[i] != want {
+				t.Fatalf("round %d: y[%d] = %v, want %v", round, i, y[i], want)
+			}
+		}
+		must(t, f.Close())
+		must(t, m.Close())
+	}
+	entries, err := filepath.Glob(filepath.Join(cache, "*.sluicebin"))
+	must(t, err)
+	if len(entries) != 1 {
+		t.Fatalf("cache entries: %v", entries)
+	}
+
+	_, err = d.CompileModule("extern \"C\" __global__ void k(int* p) { *p = }", "broken.cu")
+	wantCode(t, err, ErrCompile)
+	if !strings.Contains(err.Error(), "broken.cu(") {
+		t.Fatalf("no compile log in: %v", err)
 	}
 }

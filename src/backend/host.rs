@@ -9,8 +9,8 @@
 //! - While a stream captures, jobs are recorded instead of run (see `capture_*`).
 
 use super::{
-    BackendKind, CaptureMode, DeviceApi, DeviceProps, EventApi, GraphApi, HostFn, LaunchDims,
-    MemoryApi, ModuleApi, StreamApi,
+    BackendKind, BuiltinHeader, CaptureMode, CompilePlan, DeviceApi, DeviceProps, EventApi,
+    GraphApi, HostFn, LaunchDims, MemoryApi, ModuleApi, StreamApi,
 };
 use crate::error::{Error, ErrorCode, Result};
 use std::collections::{HashSet, VecDeque};
@@ -516,6 +516,14 @@ impl MemoryApi for HostDevice {
     }
 }
 
+fn compile_unsupported() -> Error {
+    Error::new(
+        ErrorCode::Unsupported,
+        "compiling CUDA C (module_compile) is not supported on the host backend: \
+         it runs no kernels; use the cuda backend",
+    )
+}
+
 impl ModuleApi for HostDevice {
     fn module_load(&self, _image: &[u8]) -> Result<u64> {
         Err(Error::unsupported(
@@ -532,6 +540,20 @@ impl ModuleApi for HostDevice {
 
     fn function_param_count(&self, _func: u64) -> Result<Option<usize>> {
         Ok(None)
+    }
+
+    fn compile_plan(&self, _options: &[String]) -> Result<CompilePlan> {
+        Err(compile_unsupported())
+    }
+
+    fn compile(
+        &self,
+        _source: &CStr,
+        _name: &CStr,
+        _headers: &[BuiltinHeader],
+        _plan: &CompilePlan,
+    ) -> Result<Vec<u8>> {
+        Err(compile_unsupported())
     }
 
     unsafe fn launch_kernel(

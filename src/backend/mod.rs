@@ -43,6 +43,31 @@ pub struct DeviceProps {
     pub multiprocessor_count: i32,
 }
 
+/// How a backend compiles one program: decided before the compile, and part of the
+/// kernel cache's key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompilePlan {
+    /// The options passed to the compiler, the target architecture included.
+    pub options: Vec<String>,
+    /// The target, for example `sm_86` (a cubin) or `compute_90` (PTX).
+    pub target: String,
+    /// True when the compile produces a cubin, false for PTX.
+    pub cubin: bool,
+    /// The compiler and its version, for example `NVRTC 12.9`.
+    pub compiler: String,
+    /// The driver API version, for example 12090.
+    pub driver_version: i32,
+}
+
+/// A header that sources may `#include` by `name` without any include path.
+#[derive(Clone, Copy, Debug)]
+pub struct BuiltinHeader {
+    /// The include name, for example `sluice/rng.cuh`.
+    pub name: &'static std::ffi::CStr,
+    /// The header's text.
+    pub text: &'static std::ffi::CStr,
+}
+
 /// Kernel launch geometry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaunchDims {
@@ -231,6 +256,20 @@ backend_api! {
         /// The kernel's number of parameters, where the driver can tell
         /// (`cuFuncGetParamInfo`, CUDA 12.4+); `None` where it cannot.
         fn function_param_count(&self, func: u64) -> Result<Option<usize>>;
+        /// Decides how [`compile`](ModuleApi::compile) would build a program with these
+        /// options (the architecture defaults to the device's own). Fails where no
+        /// compiler is available.
+        fn compile_plan(&self, options: &[String]) -> Result<CompilePlan>;
+        /// Compiles CUDA C `source` to an image (cubin or PTX, as `plan` says).
+        /// `name` is the program's name in diagnostics. A compile error gives
+        /// `ErrorCode::Compile` with the compiler's log.
+        fn compile(
+            &self,
+            source: &std::ffi::CStr,
+            name: &std::ffi::CStr,
+            headers: &[BuiltinHeader],
+            plan: &CompilePlan,
+        ) -> Result<Vec<u8>>;
         unsafe {
             /// # Safety
             /// `args` must point to one valid pointer per kernel parameter.

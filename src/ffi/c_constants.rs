@@ -80,6 +80,10 @@ pub const SLUICE_ERROR_TIMEOUT: u32 = 20;
 /// Serialized data failed its checks (magic, version, size, CRC).
 pub const SLUICE_ERROR_CORRUPT_DATA: u32 = 21;
 
+/// Compiling kernel source failed (`sluice_module_compile`); the message holds
+/// the compiler's log.
+pub const SLUICE_ERROR_COMPILE: u32 = 22;
+
 /// Buffer kind: device memory from the driver's stream-ordered pool.
 pub const SLUICE_BUFFER_DEVICE: u32 = 1;
 

@@ -54,6 +54,65 @@ pub extern "C" fn sluice_module_load(
     })
 }
 
+/// Compiles CUDA C `source` with NVRTC and loads the result on `device`.
+///
+/// - `name`: the program's name in diagnostics; NULL or "" gives "sluice_kernel.cu".
+/// - `options`: `num_options` NUL-terminated compiler options, passed as they are
+///   (NULL when `num_options` is 0). Without `--gpu-architecture` (or `-arch`) the
+///   target is the device's own: a cubin for `sm_XY`, or PTX when NVRTC predates
+///   the device.
+/// - Sources may `#include <sluice/rng.cuh>` with no include path. Kernels looked
+///   up with `sluice_module_get_function` need `extern "C"` (NVRTC compiles C++).
+/// - Cache: with `SLUICE_KERNEL_CACHE=dir` compiled images are kept in `dir`, keyed
+///   by the source, name, options, architecture, NVRTC version and driver version;
+///   a damaged entry is ignored and rewritten. Options with include paths bypass it.
+///
+/// Errors: a compile error gives `SLUICE_ERROR_COMPILE` with the compile log in the
+/// message. No NVRTC library (it is loaded at run time: libnvrtc.so.13/.12 on the
+/// library search path, or in `$CUDA_PATH/lib64`, `$CUDA_HOME/lib64`,
+/// `/usr/local/cuda/lib64`) or the host backend gives `SLUICE_ERROR_UNSUPPORTED`.
+/// Ownership: the strings are only read during the call; the caller owns the new
+/// handle and releases it with `sluice_module_unload`.
+#[no_mangle]
+pub extern "C" fn sluice_module_compile(
+    device: sluice_device_t,
+    source: *const c_char,
+    name: *const c_char,
+    options: *const *const c_char,
+    num_options: usize,
+    module_out: *mut sluice_module_t,
+) -> *mut sluice_error_t {
+    boundary("sluice_module_compile", || {
+        let out = out_ptr(module_out, "module_out")?;
+        if source.is_null() {
+            return Err(Error::new(ErrorCode::NullArgument, "source is NULL"));
+        }
+        // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+        let src = unsafe { CStr::from_ptr(source) };
+        // SAFETY: NULL or, as the caller promises, a NUL-terminated string.
+        let name = (!name.is_null()).then(|| unsafe { CStr::from_ptr(name) });
+        let opts = slice_in(options, num_options, "options")?
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| {
+                if o.is_null() {
+                    return Err(Error::new(
+                        ErrorCode::NullArgument,
+                        format!("options[{i}] is NULL"),
+                    ));
+                }
+                // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+                let s = unsafe { CStr::from_ptr(o) }.to_str();
+                s.map(str::to_owned)
+                    .map_err(|_| Error::invalid_argument(format!("options[{i}] is not UTF-8")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let md = Module::compile(&get(device)?, src, name, &opts)?;
+        write_new(out, md);
+        Ok(())
+    })
+}
+
 /// Releases a module handle. Ownership: the module unloads once its functions'
 /// handles are destroyed too.
 #[no_mangle]

@@ -44,13 +44,14 @@ static const struct {
     CODE_ENTRY(SLUICE_ERROR_END_OF_DATA),
     CODE_ENTRY(SLUICE_ERROR_TIMEOUT),
     CODE_ENTRY(SLUICE_ERROR_CORRUPT_DATA),
+    CODE_ENTRY(SLUICE_ERROR_COMPILE),
 };
 #define NCODES (sizeof k_codes / sizeof k_codes[0])
 
 TEST(error_code_names_match_macros) {
-    CHECK_EQ(NCODES, 21);
+    CHECK_EQ(NCODES, 22);
     for (size_t i = 0; i < NCODES; i++) {
-        /* codes are stable: 1..21 in this order, never renumbered */
+        /* codes are stable: 1..22 in this order, never renumbered */
         CHECK_EQ(k_codes[i].code, i + 1);
         const char *n = sluice_error_code_name(k_codes[i].code);
         REQUIRE(n != NULL);
@@ -60,7 +61,7 @@ TEST(error_code_names_match_macros) {
 }
 
 TEST(error_code_name_unknown) {
-    const uint32_t unknown[] = {22, 23, 100, 1000, 0x7fffffffu, 0x80000000u, UINT32_MAX};
+    const uint32_t unknown[] = {23, 24, 100, 1000, 0x7fffffffu, 0x80000000u, UINT32_MAX};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         const char *n = sluice_error_code_name(unknown[i]);
         REQUIRE(n != NULL);

@@ -26,7 +26,7 @@ TEST(Error, IsARuntimeError) {
 }
 
 TEST(Error, CodeNamesMatchTheCApi) {
-  for (std::uint32_t c = 1; c <= SLUICE_ERROR_CORRUPT_DATA; ++c) {
+  for (std::uint32_t c = 1; c <= SLUICE_ERROR_COMPILE; ++c) {
     EXPECT_STREQ(sluice::code_name(static_cast<ErrorCode>(c)), sluice_error_code_name(c));
     EXPECT_TRUE(contains(sluice::code_name(static_cast<ErrorCode>(c)), "SLUICE_ERROR_"));
   }
@@ -46,6 +46,8 @@ TEST(Error, EnumMatchesMacros) {
   EXPECT_STREQ(sluice::code_name(ErrorCode::end_of_data), "SLUICE_ERROR_END_OF_DATA");
   EXPECT_EQ(static_cast<std::uint32_t>(ErrorCode::corrupt_data), 21u);
   EXPECT_STREQ(sluice::code_name(ErrorCode::corrupt_data), "SLUICE_ERROR_CORRUPT_DATA");
+  EXPECT_EQ(static_cast<std::uint32_t>(ErrorCode::compile), 22u);
+  EXPECT_STREQ(sluice::code_name(ErrorCode::compile), "SLUICE_ERROR_COMPILE");
 }
 
 TEST_F(SluiceTest, SameFailureThroughExceptionAndResult) {

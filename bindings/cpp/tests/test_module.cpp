@@ -1,5 +1,7 @@
 // Modules and launches: CUDA only; the host backend says so cleanly.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sluice_test.hpp"
 
@@ -35,4 +37,56 @@ TEST(LaunchDims, Linear) {
   EXPECT_EQ(raw.grid[0], 4u);
   EXPECT_EQ(raw.block[2], 1u);
   EXPECT_EQ(sluice::LaunchDims::linear(0, 128).grid[0], 1u);
+}
+
+// y[i] = a * x[i] + OFFSET; includes the built-in <sluice/rng.cuh>.
+static const char* const kCompileSource =
+    "#include <sluice/rng.cuh>\n"
+    "extern \"C\" __global__ void scale_offset(float* y, const float* x, float a, unsigned n) {\n"
+    "  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) y[i] = a * x[i] + OFFSET;\n"
+    "}\n";
+
+TEST_F(SluiceTest, ModuleCompileIsUnsupportedOnHost) {
+  auto r = sluice::Module::compile(std::nothrow, dev_, kCompileSource, "scale_offset.cu",
+                                   {"-DOFFSET=1.0f"});
+  ASSERT_EQ(r.code(), ErrorCode::unsupported);
+  EXPECT_TRUE(contains(r.error().message(), "host")) << r.error().message();
+  EXPECT_TRUE(contains(r.error().message(), "sluice_module_compile")) << r.error().message();
+  EXPECT_SLUICE_THROW(sluice::Module::compile(dev_, std::string(kCompileSource)),
+                      ErrorCode::unsupported);
+  EXPECT_EQ(sluice::Module::compile(std::nothrow, dev_, "").code(), ErrorCode::invalid_argument);
+  EXPECT_EQ(sluice::Module::compile(std::nothrow, dev_, static_cast<const char*>(nullptr)).code(),
+            ErrorCode::null_argument);
+}
+
+// On the device SLUICE_BACKEND names (cuda in the GPU suite): compile, launch, check;
+// a syntax error gives ErrorCode::compile with the log.
+TEST(ModuleCompile, RunsAKernelOnCuda) {
+  sluice::Device dev = sluice::Device::open_default();
+  if (dev.props().backend != sluice::Backend::cuda) GTEST_SKIP() << "cuda backend only";
+  sluice::Module m = sluice::Module::compile(dev, kCompileSource, "scale_offset.cu",
+                                             {"-DOFFSET=0.5f", "--std=c++17"});
+  sluice::Function f = m.function("scale_offset");
+  sluice::Stream s = sluice::Stream::create(dev);
+  constexpr unsigned n = 3001;
+  std::vector<float> x(n);
+  for (unsigned i = 0; i < n; ++i) x[i] = static_cast<float>(i % 97);
+  sluice::Buffer xb = sluice::Buffer::alloc(s, n * sizeof(float));
+  sluice::Buffer yb = sluice::Buffer::alloc(s, n * sizeof(float));
+  sluice::copy_from_host(s, xb, 0, x);
+  sluice::SyncObject xs = xb.sync();
+  sluice::SyncObject ys = yb.sync();
+  std::uint64_t py = yb.info().device_ptr;
+  std::uint64_t px = xb.info().device_ptr;
+  sluice::launch(s, f, sluice::LaunchDims::linear(n, 256), {xs}, {ys}, py, px, 2.0f, n);
+  std::vector<float> y(n);
+  sluice::copy_to_host(s, y, yb, 0);
+  for (unsigned i = 0; i < n; ++i) ASSERT_EQ(y[i], 2.0f * x[i] + 0.5f) << "y[" << i << "]";
+
+  auto bad = sluice::Module::compile(std::nothrow, dev,
+                                     "extern \"C\" __global__ void k(int* p) { *p = }",
+                                     "broken.cu");
+  ASSERT_EQ(bad.code(), ErrorCode::compile);
+  EXPECT_TRUE(contains(bad.error().message(), "broken.cu(")) << bad.error().message();
 }

@@ -8,6 +8,9 @@ of this repository. On the host backend it runs a small pipeline (two streams, a
 copy, a foreign op ordered by a sync object, a buffer-to-buffer copy, a read back),
 checks the bytes, and shows that stale, forged and wrong-type handles passed from
 Python come back as SLUICE_ERROR_INVALID_HANDLE (4) with a message, not a crash.
+It also shows how to call sluice_module_compile (CUDA C compiled with NVRTC, as
+CuPy's RawKernel does): on host that is SLUICE_ERROR_UNSUPPORTED (6); on a GPU a
+compile error is SLUICE_ERROR_COMPILE (22) with the compile log in the message.
 The last line is "N passed, M failed"; the exit status is non-zero on a failure.
 """
 
@@ -18,6 +21,8 @@ import sys
 SLUICE_BACKEND_HOST = 1
 SLUICE_ERROR_INVALID_HANDLE = 4
 SLUICE_ERROR_OUT_OF_RANGE = 5
+SLUICE_ERROR_UNSUPPORTED = 6
+SLUICE_ERROR_COMPILE = 22
 
 
 # Handles are typed one-field structs passed by value, as in sluice.h. One class
@@ -44,6 +49,10 @@ class Sync(Handle):
 
 
 class Op(Handle):
+    pass
+
+
+class Module(Handle):
     pass
 
 
@@ -105,6 +114,9 @@ def load(path):
         "sluice_op_begin": ([Stream, P(Sync), ctypes.c_size_t, P(Sync), ctypes.c_size_t,
                              P(Op)], ErrorPtr),
         "sluice_op_end": ([Op], ErrorPtr),
+        "sluice_module_compile": ([Device, ctypes.c_char_p, ctypes.c_char_p,
+                                   P(ctypes.c_char_p), ctypes.c_size_t, P(Module)], ErrorPtr),
+        "sluice_module_unload": ([Module], ErrorPtr),
     }
     for name, (argtypes, restype) in sig.items():
         fn = getattr(lib, name)
@@ -150,6 +162,17 @@ class Checks:
         else:
             self.failed += 1
             print(f"FAIL - {name} {detail}")
+
+
+def compile_module(lib, dev, source, name="kernel.cu", options=()):
+    """CUDA C to a Module with sluice_module_compile. Options are a char** array;
+    kernels need extern "C" to be found by name. Raises SluiceError on failure
+    (SLUICE_ERROR_COMPILE with the log, or SLUICE_ERROR_UNSUPPORTED on host)."""
+    opts = (ctypes.c_char_p * max(len(options), 1))(*[o.encode() for o in options])
+    m = Module()
+    check(lib, lib.sluice_module_compile(dev, source.encode(), name.encode(), opts,
+                                         len(options), ctypes.byref(m)))
+    return m
 
 
 def syncs(*objs):
@@ -242,6 +265,16 @@ def main():
         t("ctypes refuses a Buffer where a Stream is declared", False)
     except ctypes.ArgumentError:
         t("ctypes refuses a Buffer where a Stream is declared", True)
+
+    # Runtime compilation: the host backend has no kernels, and says so.
+    try:
+        m = compile_module(lib, dev, 'extern "C" __global__ void k(float* y) { y[0] = N; }',
+                           "k.cu", ["-DN=1.0f"])
+        check(lib, lib.sluice_module_unload(m))
+        t("compile on host -> SLUICE_ERROR_UNSUPPORTED", False, "it compiled")
+    except SluiceError as e:
+        t("compile on host -> SLUICE_ERROR_UNSUPPORTED",
+          e.code == SLUICE_ERROR_UNSUPPORTED and "host" in e.message, str(e))
 
     for err in (lib.sluice_sync_destroy(a_sync), lib.sluice_sync_destroy(x),
                 lib.sluice_buffer_free(a), lib.sluice_buffer_free(b),

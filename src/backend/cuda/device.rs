@@ -152,6 +152,22 @@ impl CudaDevice {
             .check(res, "binding the CUDA context (cuCtxSetCurrent)")
     }
 
+    /// The compute capability (major, minor).
+    pub(super) fn compute_capability(&self) -> Result<(i32, i32)> {
+        let d = self.drv;
+        let major = self.attribute(
+            d,
+            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
+        )?;
+        let minor = self.attribute(
+            d,
+            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)",
+        )?;
+        Ok((major, minor))
+    }
+
     fn attribute(&self, d: &Driver, attr: c_uint, what: &str) -> Result<i32> {
         let mut v: c_int = 0;
         // SAFETY: writes one int for a valid attribute id.
@@ -187,16 +203,7 @@ impl DeviceApi for CudaDevice {
         // SAFETY: writes one size_t.
         let res = unsafe { (d.cuDeviceTotalMem_v2)(&mut total, self.dev) };
         d.check(res, "cuDeviceTotalMem")?;
-        let major = self.attribute(
-            d,
-            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MAJOR)",
-        )?;
-        let minor = self.attribute(
-            d,
-            CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-            "cuDeviceGetAttribute(COMPUTE_CAPABILITY_MINOR)",
-        )?;
+        let (major, minor) = self.compute_capability()?;
         let sms = self.attribute(
             d,
             CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,

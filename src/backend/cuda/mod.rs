@@ -7,6 +7,8 @@
 //!   panic later, and a `CUresult` newer than cudarc's enum is never materialised.
 //! - Each [`CudaDevice`] retains its device's primary context and binds it on the
 //!   calling thread at every entry (callers may hop between OS threads).
+//! - `nvrtc.rs` loads NVRTC the same way, on the first compile, for
+//!   `sluice_module_compile`.
 
 mod device;
 mod driver;
@@ -15,6 +17,7 @@ mod graph;
 mod image;
 mod memory;
 mod module;
+mod nvrtc;
 mod stream;
 #[cfg(test)]
 mod tests;

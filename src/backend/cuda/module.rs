@@ -3,8 +3,8 @@
 use super::device::{h, raw, CudaDevice};
 use super::driver::*;
 use super::image::prepare_image;
-use crate::backend::LaunchDims;
-use crate::backend::ModuleApi;
+use super::nvrtc::nvrtc;
+use crate::backend::{BuiltinHeader, CompilePlan, LaunchDims, ModuleApi};
 use crate::error::{ErrorCode, Result};
 use cudarc::driver::sys::{CUfunction, CUmodule};
 use std::ffi::{c_uint, c_void, CStr};
@@ -102,6 +102,20 @@ impl ModuleApi for CudaDevice {
             }
         }
         Ok(None)
+    }
+
+    fn compile_plan(&self, options: &[String]) -> Result<CompilePlan> {
+        self.nvrtc_plan(options)
+    }
+
+    fn compile(
+        &self,
+        source: &CStr,
+        name: &CStr,
+        headers: &[BuiltinHeader],
+        plan: &CompilePlan,
+    ) -> Result<Vec<u8>> {
+        nvrtc()?.compile(source, name, headers, plan)
     }
 
     #[inline(always)]

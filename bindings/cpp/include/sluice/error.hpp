@@ -35,6 +35,7 @@ enum class ErrorCode : std::uint32_t {
   end_of_data = SLUICE_ERROR_END_OF_DATA,  ///< a prefetcher's input ended (next() maps it to nullopt)
   timeout = SLUICE_ERROR_TIMEOUT,          ///< a blocking call gave up after its timeout
   corrupt_data = SLUICE_ERROR_CORRUPT_DATA,  ///< serialized data failed its checks
+  compile = SLUICE_ERROR_COMPILE,            ///< compiling kernel source failed (the log is in the message)
 };
 
 /// The constant name of a code, e.g. "SLUICE_ERROR_INVALID_HANDLE" (static string).

@@ -2,6 +2,7 @@
 // backend reports ErrorCode::unsupported).
 //
 //   auto mod = sluice::Module::load(dev, ptx_text);
+//   auto mod = sluice::Module::compile(dev, cuda_c_source, "scale.cu", {"-DN=4"});
 //   auto fn = mod.function("scale");
 //   sluice::launch(stream, fn, sluice::LaunchDims::linear(n, 256),
 //                  /*reads=*/{x_sync}, /*writes=*/{y_sync}, x_ptr, y_ptr, n);
@@ -14,6 +15,7 @@
 #include <iterator>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "sluice/config.hpp"
 #include "sluice/detail/handle.hpp"
@@ -83,6 +85,35 @@ class Module : public detail::Owner<Module, sluice_module_t, sluice_module_unloa
     return load(std::nothrow, device, ptx.c_str(), ptx.size() + 1);
   }
 
+  /// Compiles CUDA C `source` with NVRTC and loads the result
+  /// (sluice_module_compile). `name` names the program in the compile log (nullptr
+  /// or "" gives "sluice_kernel.cu"); `options` go to NVRTC as they are. Without
+  /// --gpu-architecture (or -arch) the target is the device's own. The source may
+  /// `#include <sluice/rng.cuh>` with no include path; kernels looked up with
+  /// function() need `extern "C"`. A compile error gives ErrorCode::compile with
+  /// the compile log in the message; the host backend, or no NVRTC, gives
+  /// ErrorCode::unsupported. SLUICE_KERNEL_CACHE=dir caches compiled images.
+  static Result<Module> compile(std::nothrow_t, DeviceRef device, const char* source,
+                                const char* name = nullptr,
+                                const std::vector<std::string>& options = {}) {
+    std::vector<const char*> opts;
+    opts.reserve(options.size());
+    for (const std::string& o : options) opts.push_back(o.c_str());
+    sluice_module_t h{};
+    if (sluice_error_t* e = sluice_module_compile(device.raw(), source, name,
+                                                  opts.empty() ? nullptr : opts.data(),
+                                                  opts.size(), &h)) {
+      return Error::adopt(e);
+    }
+    return adopt(h);
+  }
+
+  static Result<Module> compile(std::nothrow_t, DeviceRef device, const std::string& source,
+                                const std::string& name = std::string(),
+                                const std::vector<std::string>& options = {}) {
+    return compile(std::nothrow, device, source.c_str(), name.c_str(), options);
+  }
+
   /// Looks up a kernel; a missing name gives ErrorCode::not_found. The returned
   /// Function owns a new handle, which keeps the module loaded until it is destroyed.
   Result<Function> function(std::nothrow_t, const char* name) const {
@@ -100,6 +131,15 @@ class Module : public detail::Owner<Module, sluice_module_t, sluice_module_unloa
   }
   static Module load(DeviceRef device, const std::string& ptx) {
     return load(std::nothrow, device, ptx).value();
+  }
+  static Module compile(DeviceRef device, const char* source, const char* name = nullptr,
+                        const std::vector<std::string>& options = {}) {
+    return compile(std::nothrow, device, source, name, options).value();
+  }
+  static Module compile(DeviceRef device, const std::string& source,
+                        const std::string& name = std::string(),
+                        const std::vector<std::string>& options = {}) {
+    return compile(std::nothrow, device, source, name, options).value();
   }
   Function function(const char* name) const { return function(std::nothrow, name).value(); }
 #endif
