@@ -80,7 +80,7 @@ fn run_saxpy(k: &Kit, s: &Arc<Stream>, m: &Arc<Module>, label: &str) {
     ];
     let (r, w) = ([x.sync.clone()], [y.sync.clone()]);
     // SAFETY: args match saxpy_i(float*, const float*, float, unsigned long long).
-    unsafe { ops::launch(s, &f, dims(N), args.as_mut_ptr(), &r, &w) }
+    unsafe { ops::launch(s, &f, dims(N), &mut args, &r, &w) }
         .unwrap_or_else(|e| panic!("{label}: {e}"));
     let got = floats(k, s, &y);
     for (i, v) in got.iter().enumerate() {
@@ -174,7 +174,7 @@ fn builtin_rng_header_matches_the_host_philox() {
     ];
     let w = [out.sync.clone()];
     // SAFETY: args match first_draws(unsigned*, unsigned long long, unsigned).
-    unsafe { ops::launch(&s, &f, dims(N), args.as_mut_ptr(), &[], &w) }.expect("launch");
+    unsafe { ops::launch(&s, &f, dims(N), &mut args, &[], &w) }.expect("launch");
     let got = k.read(&s, &out);
     for (i, v) in got.iter().enumerate() {
         let want = PhiloxState::new(seed, i as u64, 7).next_u32();
