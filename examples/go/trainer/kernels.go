@@ -36,7 +36,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, const float* __re
       if (TA) { m = e % BM; k = e / BM; } else { k = e % BK; m = e / BK; }
       const int gm = m0 + m, gk = k0 + k;
       float v = 0.0f;
-      if (gm < M && gk < K) v = TA ? A[(size_t)gk * M + gm] : A[(size_t)gm * K + gk];
+      if (gm < M && gk < K) v = TA ? A[(unsigned long long)gk * M + gm] : A[(unsigned long long)gm * K + gk];
       As[k][m] = v;
     }
 #pragma unroll
@@ -46,7 +46,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, const float* __re
       if (TB) { k = e % BK; n = e / BK; } else { n = e % BN; k = e / BN; }
       const int gn = n0 + n, gk = k0 + k;
       float v = 0.0f;
-      if (gn < N && gk < K) v = TB ? B[(size_t)gn * K + gk] : B[(size_t)gk * N + gn];
+      if (gn < N && gk < K) v = TB ? B[(unsigned long long)gn * K + gk] : B[(unsigned long long)gk * N + gn];
       Bs[k][n] = v;
     }
     __syncthreads();
@@ -70,7 +70,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, const float* __re
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int gn = n0 + tx + 16 * j;
-      if (gm < M && gn < N) C[(size_t)gm * N + gn] = acc[i][j];
+      if (gm < M && gn < N) C[(unsigned long long)gm * N + gn] = acc[i][j];
     }
   }
 }

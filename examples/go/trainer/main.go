@@ -63,7 +63,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.hidden, "hidden", 512, "hidden units")
 	flag.IntVar(&o.limit, "limit", 0, "use the first N training images (0: all 60000)")
 	flag.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images (0: all 10000)")
-	flag.Float64Var(&o.lr, "lr", 0.05, "learning rate")
+	flag.Float64Var(&o.lr, "lr", 0.1, "learning rate")
 	flag.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
 	flag.Float64Var(&o.wd, "wd", 0, "weight decay")
 	flag.Float64Var(&o.drop, "dropout", 0.1, "dropout probability of the hidden layer")
