@@ -82,6 +82,11 @@ for l in sys.stdin:
   fi
   if has c && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
   if has go && [ -x bindings/go/test.sh ]; then bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"; fi
+  # The carry limit is 64 MiB: the installed static library is not used there, and
+  # symbol tables are not needed to run.
+  [ -f .gpu/sluice/lib/libsluice.a ] && printf '!<arch>\n' > .gpu/sluice/lib/libsluice.a
+  find .gpu -type f -executable ! -name '*.so*' ! -name '*.sh' ! -name '*.py' -print0 \
+    | xargs -0 -r sh -c 'for f; do file -b "$f" | grep -q ELF && strip "$f"; done' _
   du -sh .gpu
 }
 
