@@ -492,7 +492,10 @@ fn run_op_inner(
     keep: bool,
 ) -> Result<Option<RecRef>> {
     if set.is_empty() {
-        push_untracked(stream, kind, enqueue)?;
+        if let Err(e) = push_untracked(stream, kind, enqueue) {
+            crate::capture::op_failed(stream, kind, &e);
+            return Err(e);
+        }
         after_op(stream)?;
         return Ok(None);
     }
