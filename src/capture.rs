@@ -475,12 +475,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
     let (reads, writes) = cap.access_sets();
     cap.release_objects();
     for (home, addr, recs) in frees {
-        let _ = home.push(|| {
-            for r in &recs {
-                home.wait_pushed(r)?;
-            }
-            home.device.backend.mem_free_async(addr, home.raw)
-        });
+        home.free_block(addr, &recs);
     }
     let discard = |raw: u64| stream.device.backend.graph_destroy(raw);
     if !unjoined.is_empty() {

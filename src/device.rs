@@ -141,9 +141,19 @@ impl Device {
             }
             !done
         });
-        // A capturing or faulted stream answers with an error: nothing to wait for.
-        if !matches!(b.stream_query(raw), Ok(false)) {
-            return;
+        match b.stream_query(raw) {
+            Ok(true) => return,
+            // A capturing stream: a record would join the capture.
+            Err(e)
+                if matches!(
+                    e.code,
+                    ErrorCode::CaptureFailed | ErrorCode::CaptureUnsupported
+                ) =>
+            {
+                return
+            }
+            // Busy, or unknown: mark its end.
+            _ => {}
         }
         let mark = b
             .event_create(false)
