@@ -195,6 +195,12 @@ impl HostDevice {
 }
 
 fn aligned_alloc(size: usize, align: usize) -> Result<*mut u8> {
+    if size > isize::MAX as usize {
+        return Err(Error::new(
+            ErrorCode::OutOfMemory,
+            format!("host allocation of {size} bytes is larger than any address space"),
+        ));
+    }
     let mut p: *mut c_void = std::ptr::null_mut();
     // SAFETY: posix_memalign writes p only on success; align is a power of two.
     let rc = unsafe { libc::posix_memalign(&mut p, align, size.max(1)) };
