@@ -343,21 +343,17 @@ fn prefetcher(dev: sluice_device_t) -> R {
         ck(sluice_prefetcher_next(p, s, 1000, &mut batch, &mut view))?;
         let mut got = vec![0u8; N];
         // On host, device memory is host memory: read the batch in stream order.
-        ck(sluice_stream_synchronize(s))
-            .and_then(|()| {
-                // SAFETY: the batch is leased and its copy completed.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        view.device_ptr[0] as *const u8,
-                        got.as_mut_ptr(),
-                        N,
-                    )
-                };
-                Ok(())
-            })
-            .and_then(|()| expect(got == data, "prefetched batch"))
-            .and_then(|()| ck(sluice_batch_release(batch)))
-            .inspect_err(|_| drop(ck(sluice_batch_release(batch))))?;
+        let synced = ck(sluice_stream_synchronize(s));
+        if synced.is_ok() {
+            // SAFETY: the batch is leased and its copy completed.
+            unsafe {
+                std::ptr::copy_nonoverlapping(view.device_ptr[0] as *const u8, got.as_mut_ptr(), N)
+            };
+        }
+        let released = ck(sluice_batch_release(batch));
+        synced?;
+        released?;
+        expect(got == data, "prefetched batch")?;
     }
     ck(sluice_prefetcher_close_input(p))
 }

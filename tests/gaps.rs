@@ -66,7 +66,7 @@ fn a_refused_host_callback_poisons_the_capture() {
     if !k.is_cuda() {
         faults::arm("launch_host_fn", 1, ErrorCode::CaptureUnsupported);
     }
-    let r = ops::host_callback(&s, || 0, &[], &[x.sync.clone()]);
+    let r = ops::host_callback(&s, || 0, &[], std::slice::from_ref(&x.sync));
     if !k.is_cuda() {
         assert_eq!(faults::disarm(), 1);
     }
