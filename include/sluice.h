@@ -44,11 +44,6 @@
 
 
 /**
- * Keys a cache holds unless told otherwise.
- */
-#define DEFAULT_MAX_ENTRIES 1024
-
-/**
  * Version of the C ABI. Bumped on any incompatible change.
  */
 #define SLUICE_ABI_VERSION 1

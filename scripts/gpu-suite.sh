@@ -14,6 +14,15 @@
 # SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit and runs it right
 # after the current one (A/B in the same run).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
+# Opt-in part "soak" (not in the default list): tests/stress in soak mode, 16 threads
+# of random traffic for SLUICE_GPU_SOAK_SECONDS (default 540, so that one device call
+# of 600 s holds it; the issue's 10 minutes: 600 where the call limit allows), every
+# run checked against the serial model; SLUICE_GPU_SOAK_SEED (default 1).
+# The "sanitize" part runs every Rust test binary (but the host-only faults and soak)
+# and the C suite under compute-sanitizer, each tool of SLUICE_GPU_SANITIZE_TOOLS
+# (default "memcheck initcheck racecheck synccheck") in turn, with SLUICE_TEST_QUICK=1,
+# within SLUICE_GPU_SANITIZE_BUDGET seconds in all (default 540; each run gets an equal
+# share of what is left); one summary line per tool.
 # $OUT ends with summary.txt, the benchmark tables and logs.tgz (every other log):
 # the device tool brings back only a few files.
 set -uo pipefail
@@ -28,7 +37,7 @@ build() {
   export CARGO_PROFILE_RELEASE_DEBUG=0
   cargo build --release --lib
   cp target/release/libsluice.so .gpu/
-  if has rust; then
+  if has rust || has sanitize; then
     # Rust integration tests and unit tests, as plain executables.
     cargo test --release --no-run --message-format=json 2>/dev/null \
       | python3 -c 'import json,sys
@@ -52,7 +61,7 @@ for l in sys.stdin:
     git -C "$wt" log --oneline -1 > .gpu/base/commit
     git worktree remove --force "$wt"
   fi
-  if has stress; then bash tests/stress/build.sh .gpu/stress/stress; fi
+  if has stress || has soak; then bash tests/stress/build.sh .gpu/stress/stress; fi
   if has repro && [ -d ../shared/repro/graph-launch-race ]; then
     mkdir -p .gpu/repro
     for p in op_end_stale_reader p5_many_graphs; do
@@ -80,7 +89,7 @@ for l in sys.stdin:
     mkdir -p .gpu/cpp && cp "$(find build/gpu-cpp -name sluice_cpp_tests -type f -executable | head -1)" .gpu/cpp/
     ln -sf libsluice.so .gpu/libsluice.so.0
   fi
-  if has c && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
+  if { has c || has sanitize; } && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
   if has go && [ -x bindings/go/test.sh ]; then bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"; fi
   # The carry limit is 64 MiB: the installed static library is not used there, and
   # symbol tables are not needed to run.
@@ -135,6 +144,47 @@ rng_part() {
     && export SLUICE_CURAND_REF="$dir/curand_ref.bin:0x13198A2E03707344:4099:37"
 }
 
+# Reports in a compute-sanitizer log: its ERROR SUMMARY count, or racecheck's hazards.
+sanitizer_reports() {
+  grep -oE '(ERROR SUMMARY|RACECHECK SUMMARY): [0-9]+' "$1" \
+    | awk '{s += $NF} END {print NR ? s : "?"}'
+}
+
+# Every Rust test binary and the C suite under each compute-sanitizer tool, within
+# one time budget for the whole part.
+sanitize_part() {
+  command -v compute-sanitizer >/dev/null || { note "sanitize: no compute-sanitizer, skipped"; return; }
+  local tools=${SLUICE_GPU_SANITIZE_TOOLS:-"memcheck initcheck racecheck synccheck"}
+  local budget=${SLUICE_GPU_SANITIZE_BUDGET:-540} t0 bins=() tool b n runs left share rc reports
+  for b in .gpu/rust/*; do
+    case $(basename "$b") in faults | soak) ;; *) bins+=("$b") ;; esac
+  done
+  [ -x .gpu/c/sluice_c_tests ] && bins+=(.gpu/c/sluice_c_tests)
+  t0=$(date +%s)
+  runs=$(( ${#bins[@]} * $(wc -w <<<"$tools") ))
+  for tool in $tools; do
+    local total=0 failed=0 timedout=0 unknown=0
+    for b in "${bins[@]}"; do
+      n=$(basename "$b")
+      left=$(( budget - ($(date +%s) - t0) ))
+      share=$(( left / (runs > 0 ? runs : 1) ))
+      runs=$((runs - 1))
+      if [ "$share" -lt 5 ]; then timedout=$((timedout + 1)); continue; fi
+      args=(--test-threads=1)
+      [ "$n" = sluice_c_tests ] && args=()
+      SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout "$share" compute-sanitizer --tool "$tool" \
+        --error-exitcode 99 "$b" "${args[@]}" > "$out/sanitize-$tool-$n.log" 2>&1
+      rc=$?
+      reports=$(sanitizer_reports "$out/sanitize-$tool-$n.log")
+      case $rc in 124 | 137) timedout=$((timedout + 1)) ;; 0) ;; *) failed=$((failed + 1)) ;; esac
+      if [ "$reports" = "?" ]; then unknown=$((unknown + 1)); else total=$((total + reports)); fi
+      [ "$rc" = 0 ] || note "  compute-sanitizer $tool $n: rc=$rc reports=$reports"
+    done
+    note "compute-sanitizer $tool: ${#bins[@]} binaries, $total reports, $failed failed," \
+      "$timedout out of time, $unknown without a summary"
+  done
+}
+
 run() {
   out=${OUT:-/tmp/sluice-gpu-out}; mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/.gpu:${LD_LIBRARY_PATH:-}"
@@ -181,6 +231,7 @@ run() {
     module_images
     for t in .gpu/rust/*; do
       n=$(basename "$t")
+      case $n in faults | soak) continue ;; esac # host-backend only
       SLUICE_BACKEND=cuda timeout 300 "$t" --test-threads=4 > "$out/rust-$n.log" 2>&1
       note "rust $n (cuda): rc=$? $(grep -E '^test result' "$out/rust-$n.log" | tail -1)"
     done
@@ -203,16 +254,7 @@ run() {
     note "  go prefetch: $(grep -oE 'go_eff_[0-9.x]+=[0-9.]+' "$out/go.log" | tr '\n' ' ')"
     note "  go trainer: $(grep -E '^RESULT (accuracy|resume_identical|steps_per_s)' "$out/go.log" | sed 's/^RESULT //' | tr '\n' ';')"
   fi
-  if has sanitize && command -v compute-sanitizer >/dev/null; then
-    for tool in racecheck synccheck; do
-      for n in engine graphs prefetch; do
-        [ -x ".gpu/rust/$n" ] || continue
-        SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout 150 compute-sanitizer --tool "$tool" \
-          --error-exitcode 99 ".gpu/rust/$n" --test-threads=1 > "$out/sanitize-$tool-$n.log" 2>&1
-        note "compute-sanitizer $tool $n: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize-$tool-$n.log" | tail -1)"
-      done
-    done
-  fi
+  if has sanitize; then sanitize_part; fi
   if has stress && [ -x .gpu/stress/stress ]; then
     # Every feature across threads against a serial model (tests/stress/stress.c).
     total=${SLUICE_GPU_STRESS_RUNS:-200}
@@ -222,6 +264,18 @@ run() {
         >> "$out/stress.log" 2>&1
     done
     note "stress: $(grep -c '^RESULT' "$out/stress.log") runs, $(grep '^RESULT' "$out/stress.log" | grep -vc ' failures=0') with failures or errors"
+  fi
+  if has soak && [ -x .gpu/stress/stress ]; then
+    # 16 threads of ops, captures, replays, allocation, prefetch and RNG draws, runs
+    # back to back, each checked bit for bit against a serial replay.
+    secs=${SLUICE_GPU_SOAK_SECONDS:-540}
+    STRESS_SECONDS=$secs SLUICE_BACKEND=cuda timeout $((secs + 50)) .gpu/stress/stress \
+      seed="${SLUICE_GPU_SOAK_SEED:-1}" > "$out/soak.log" 2>&1
+    rc=$?
+    note "soak ($secs s, 16 threads): rc=$rc $(grep -c '^RESULT' "$out/soak.log") runs," \
+      "$(grep '^RESULT' "$out/soak.log" | grep -vc ' failures=0') with failures or errors," \
+      "$(grep '^RESULT' "$out/soak.log" | awk '{for(i=1;i<=NF;i++){split($i,kv,"=");if(kv[1]=="ops"||kv[1]=="launches"||kv[1]=="rng_draws"||kv[1]=="prefetched"||kv[1]=="recaptured"||kv[1]=="reallocs")t[kv[1]]+=kv[2]}}END{for(k in t)printf "%s=%d ",k,t[k]}')"
+    note "  $(tail -1 "$out/soak.log")"
   fi
   if has repro && [ -d .gpu/repro ]; then
     # The reproducers of the race issue (../shared/repro), on this build.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test on a fresh machine: Rust (fmt, clippy, tests on the host backend), the
-# header drift check, C under ASan/UBSan, Python (pytest with NumPy), C++ (GoogleTest,
+# header drift check, C under ASan/UBSan and under valgrind, Python (pytest with NumPy), C++ (GoogleTest,
 # install, consumers, Python ctypes), Go (vet, gofmt, race). Installs what it needs (cbindgen, graphviz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,11 @@ cargo run --release --quiet --example pipeline 16 4
 
 step "c: tests under AddressSanitizer + UBSan"
 bash tests/c/run.sh
+
+step "c: tests under valgrind memcheck (0 errors; about 20 s here)"
+timeout 300 bash scripts/valgrind-c.sh > target/valgrind-c.log 2>&1 \
+  || { tail -60 target/valgrind-c.log; exit 1; }
+tail -1 target/valgrind-c.log
 
 step "stress: every feature across threads, checked against a serial model"
 bash tests/stress/build.sh target/stress/stress

@@ -175,7 +175,7 @@ impl Capture {
         let mut t = self.touched();
         let (idx, need) = self.prepare(&mut t, stream, set);
         let me = stream.id;
-        engine::push_op(
+        let r = engine::push_op(
             stream,
             kind,
             &need,
@@ -183,7 +183,19 @@ impl Capture {
             keep,
             enqueue,
             |rec, publish| publish_shadows(&mut t, set, &idx, me, rec, publish),
-        )
+        );
+        drop(t);
+        if let Err(e) = &r {
+            self.op_failed(kind, e);
+        }
+        r
+    }
+
+    /// An op of this capture failed: the graph would silently lack it, so ending
+    /// the capture must fail.
+    #[cold]
+    fn op_failed(&self, kind: OpKind<'_>, e: &Error) {
+        self.poison(&format!("{} ({e})", op_name(kind)));
     }
 
     /// `op_begin` on a stream taking part in this capture.
@@ -290,6 +302,30 @@ impl Capture {
 
     pub(crate) fn ctl(&self) -> std::sync::MutexGuard<'_, CaptureCtl> {
         self.ctl.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// An untracked op failed on `stream`: poisons its capture, if any.
+#[cold]
+pub(crate) fn op_failed(stream: &Stream, kind: OpKind<'_>, e: &Error) {
+    if let Some(cap) = stream.current_capture() {
+        cap.op_failed(kind, e);
+    }
+}
+
+/// What a refused op was, for the capture's error.
+#[cold]
+fn op_name(kind: OpKind<'_>) -> String {
+    match kind {
+        OpKind::Copy(..) => "a copy".into(),
+        OpKind::Memset(_) => "a memset".into(),
+        OpKind::Launch(name) => format!("the launch of '{name}'"),
+        OpKind::HostFn => "a host callback".into(),
+        OpKind::GraphLaunch(_) => "a graph launch".into(),
+        OpKind::ForeignBegin(what) => format!("'{what}'"),
+        OpKind::ForeignEnd => "an op end".into(),
+        OpKind::Record => "an event record".into(),
+        OpKind::WaitEvent => "an event wait".into(),
     }
 }
 
@@ -439,12 +475,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
     let (reads, writes) = cap.access_sets();
     cap.release_objects();
     for (home, addr, recs) in frees {
-        let _ = home.push(|| {
-            for r in &recs {
-                home.wait_pushed(r)?;
-            }
-            home.device.backend.mem_free_async(addr, home.raw)
-        });
+        home.free_block(addr, &recs);
     }
     let discard = |raw: u64| stream.device.backend.graph_destroy(raw);
     if !unjoined.is_empty() {

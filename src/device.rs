@@ -19,6 +19,9 @@ pub struct Device {
     /// First, so that the op path's driver calls read the device's first line.
     pub(crate) backend: DeviceBackend,
     streams: Mutex<Vec<Weak<Stream>>>,
+    /// Raw events recorded at the end of destroyed streams that still had work
+    /// queued: `wait_all` waits for them too.
+    retired: Mutex<Vec<u64>>,
     pub pinned: PinnedPool,
     pub(crate) counters: DeviceCounters,
 }
@@ -73,6 +76,7 @@ impl Device {
         let dev = Arc::new(Device {
             backend: DeviceBackend::open(kind, ordinal)?,
             streams: Mutex::new(Vec::new()),
+            retired: Mutex::new(Vec::new()),
             pinned: PinnedPool::new(),
             counters: DeviceCounters::default(),
         });
@@ -124,14 +128,65 @@ impl Device {
             .collect()
     }
 
-    /// Blocks until all work on every live stream of this device has completed.
-    /// Returns the first deferred error found, after draining every stream.
+    /// Called just before raw stream `raw` is destroyed: when work is still queued
+    /// on it, records a raw event at its end for `wait_all`. Completed marks are
+    /// dropped here too, so the list stays as long as the busy destroyed streams.
+    pub(crate) fn retire_stream(&self, raw: u64) {
+        let b = &self.backend;
+        let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+        retired.retain(|&ev| {
+            let done = b.event_query(ev).unwrap_or(true);
+            if done {
+                b.event_destroy(ev);
+            }
+            !done
+        });
+        match b.stream_query(raw) {
+            Ok(true) => return,
+            // A capturing stream: a record would join the capture.
+            Err(e)
+                if matches!(
+                    e.code,
+                    ErrorCode::CaptureFailed | ErrorCode::CaptureUnsupported
+                ) =>
+            {
+                return
+            }
+            // Busy, or unknown: mark its end.
+            _ => {}
+        }
+        let mark = b
+            .event_create(false)
+            .and_then(|ev| match b.event_record(ev, raw) {
+                Ok(()) => Ok(ev),
+                Err(e) => {
+                    b.event_destroy(ev);
+                    Err(e)
+                }
+            });
+        match mark {
+            Ok(ev) => retired.push(ev),
+            // No event to wait on later: wait now rather than lose the work.
+            Err(_) => drop(b.stream_synchronize(raw)),
+        }
+    }
+
+    /// Blocks until all work on every stream of this device has completed, the work
+    /// of streams destroyed while busy included. Returns the first deferred error
+    /// found, after draining every stream.
     pub fn wait_all(&self) -> Result<()> {
         let mut first = None;
         for s in self.live_streams() {
             if let Err(e) = s.synchronize() {
                 first.get_or_insert(e);
             }
+        }
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|p| p.into_inner()));
+        for ev in retired {
+            if let Err(e) = self.backend.event_synchronize(ev) {
+                first.get_or_insert(e.context("a destroyed stream's last work"));
+            }
+            self.backend.event_destroy(ev);
         }
         first.map_or(Ok(()), Err)
     }

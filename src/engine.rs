@@ -386,7 +386,10 @@ fn push_op_with(
     }
     // A match, not `and_then`: a closure here is not always inlined.
     let recorded = match enqueued {
-        Ok(()) => stream.record_in(&mut push, false, refs, waits),
+        Ok(()) => match stream.record_in(&mut push, false, refs, waits) {
+            Ok(r) => Ok(r),
+            Err(e) => Err(unrecorded(stream, e)),
+        },
         Err(e) => Err(e),
     };
     let rec = match recorded {
@@ -408,6 +411,17 @@ fn push_op_with(
         std::mem::forget(rec);
         Ok(None)
     }
+}
+
+/// The op was enqueued but its recording failed, so nothing can wait for it: it
+/// is waited for on the host before the error returns (a capture is poisoned instead).
+#[cold]
+#[inline(never)]
+fn unrecorded(stream: &Stream, e: Error) -> Error {
+    if !stream.is_capturing() {
+        let _ = stream.device.backend.stream_synchronize(stream.raw);
+    }
+    e
 }
 
 #[inline(always)]
@@ -492,7 +506,10 @@ fn run_op_inner(
     keep: bool,
 ) -> Result<Option<RecRef>> {
     if set.is_empty() {
-        push_untracked(stream, kind, enqueue)?;
+        if let Err(e) = push_untracked(stream, kind, enqueue) {
+            crate::capture::op_failed(stream, kind, &e);
+            return Err(e);
+        }
         after_op(stream)?;
         return Ok(None);
     }

@@ -41,7 +41,7 @@ fn default_max_entries() -> usize {
 }
 
 /// Keys a cache holds unless told otherwise.
-pub const DEFAULT_MAX_ENTRIES: usize = 1024;
+pub(crate) const DEFAULT_MAX_ENTRIES: usize = 1024;
 
 /// Counters of a graph cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -96,11 +96,17 @@ pub fn copy_to_host(stream: &Stream, dst: &mut [u8], src: &Buffer, src_off: usiz
         kind,
         &sync::access_set(std::slice::from_ref(&src.sync), &[]),
         || backend.memcpy_async(d, s, len, stream.raw),
-    )?;
-    match rec {
-        Some(r) => r.synchronize(),
-        None => stream.synchronize(),
+    );
+    let waited = match rec {
+        Ok(Some(r)) => r.synchronize(),
+        Ok(None) => stream.synchronize(),
+        Err(e) => Err(e),
+    };
+    if waited.is_err() {
+        // `dst` must not be returned to the caller with a copy into it in flight.
+        let _ = backend.stream_synchronize(stream.raw);
     }
+    waited
 }
 
 /// Sets `len` bytes of `dst` to `value`, in stream order.

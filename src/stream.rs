@@ -334,6 +334,7 @@ impl Drop for Stream {
         self.pool.close();
         self.retire_counts();
         trace::stream_gone(self.id);
+        self.device.retire_stream(self.raw);
         if self.owned {
             self.device.backend.stream_destroy(self.raw);
         } else {

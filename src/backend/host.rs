@@ -8,6 +8,7 @@
 //! - "Device" memory is host memory, so copies are `memcpy` run by the worker.
 //! - While a stream captures, jobs are recorded instead of run (see `capture_*`).
 
+use super::faults::{self, hit, Kind};
 use super::{
     BackendKind, BuiltinHeader, CaptureMode, CompilePlan, DeviceApi, DeviceProps, EventApi,
     GraphApi, HostFn, LaunchDims, MemoryApi, ModuleApi, StreamApi,
@@ -194,6 +195,12 @@ impl HostDevice {
 }
 
 fn aligned_alloc(size: usize, align: usize) -> Result<*mut u8> {
+    if size > isize::MAX as usize {
+        return Err(Error::new(
+            ErrorCode::OutOfMemory,
+            format!("host allocation of {size} bytes is larger than any address space"),
+        ));
+    }
     let mut p: *mut c_void = std::ptr::null_mut();
     // SAFETY: posix_memalign writes p only on success; align is a power of two.
     let rc = unsafe { libc::posix_memalign(&mut p, align, size.max(1)) };
@@ -237,6 +244,7 @@ impl DeviceApi for HostDevice {
 
 impl StreamApi for HostDevice {
     fn stream_create(&self, _non_blocking: bool, _priority: i32) -> Result<u64> {
+        hit("stream_create")?;
         let worker = Arc::new(Worker {
             users: std::sync::atomic::AtomicUsize::new(1),
             state: Mutex::new(WorkerState {
@@ -260,11 +268,13 @@ impl StreamApi for HostDevice {
             origin: Mutex::new(None),
         })) as u64;
         lock(live_streams()).insert(raw);
+        faults::made(Kind::Stream, raw, 0);
         Ok(raw)
     }
 
     fn stream_destroy(&self, stream: u64) {
         lock(live_streams()).remove(&stream);
+        faults::gone(stream);
         // SAFETY: `stream` came from Box::into_raw and is destroyed once.
         let s = unsafe { Box::from_raw(stream as *mut HostStream) };
         if s.worker
@@ -279,6 +289,7 @@ impl StreamApi for HostDevice {
     }
 
     fn stream_adopt_external(&self, raw: u64) -> Result<u64> {
+        hit("stream_adopt_external")?;
         let live = lock(live_streams());
         if !live.contains(&raw) {
             return Err(Error::invalid_argument(format!(
@@ -296,6 +307,7 @@ impl StreamApi for HostDevice {
             origin: Mutex::new(None),
         })) as u64;
         lock(live_streams()).insert(adopted);
+        faults::made(Kind::Stream, adopted, 0);
         Ok(adopted)
     }
 
@@ -305,11 +317,13 @@ impl StreamApi for HostDevice {
     }
 
     fn stream_query(&self, stream: u64) -> Result<bool> {
+        hit("stream_query")?;
         let st = lock(&stream_ref(stream).worker.state);
         Ok(st.completed == st.submitted)
     }
 
     fn stream_synchronize(&self, stream: u64) -> Result<()> {
+        hit("stream_synchronize")?;
         let w = &stream_ref(stream).worker;
         let target = lock(&w.state).submitted;
         w.wait_until(target);
@@ -317,6 +331,7 @@ impl StreamApi for HostDevice {
     }
 
     fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
+        hit("stream_wait_event")?;
         let (src, seq, captured) = match lock(&event_ref(event).rec).as_ref() {
             None => return Ok(()),
             Some(r) => (r.worker.clone(), r.seq, r.captured),
@@ -358,6 +373,7 @@ impl StreamApi for HostDevice {
     }
 
     fn launch_host_fn(&self, stream: u64, f: HostFn) -> Result<()> {
+        hit("launch_host_fn")?;
         self.enqueue(stream, Arc::from(f));
         Ok(())
     }
@@ -365,18 +381,23 @@ impl StreamApi for HostDevice {
 
 impl EventApi for HostDevice {
     fn event_create(&self, timing: bool) -> Result<u64> {
-        Ok(Box::into_raw(Box::new(HostEvent {
+        hit("event_create")?;
+        let raw = Box::into_raw(Box::new(HostEvent {
             timing,
             rec: Mutex::new(None),
-        })) as u64)
+        })) as u64;
+        faults::made(Kind::Event, raw, 0);
+        Ok(raw)
     }
 
     fn event_destroy(&self, event: u64) {
+        faults::gone(event);
         // SAFETY: `event` came from Box::into_raw in event_create and is destroyed once.
         drop(unsafe { Box::from_raw(event as *mut HostEvent) });
     }
 
     fn event_record(&self, event: u64, stream: u64) -> Result<()> {
+        hit("event_record")?;
         let ev = event_ref(event);
         let stamp = Arc::new(Mutex::new(None));
         let job: Job = if ev.timing {
@@ -406,6 +427,7 @@ impl EventApi for HostDevice {
     }
 
     fn event_query(&self, event: u64) -> Result<bool> {
+        hit("event_query")?;
         Ok(match lock(&event_ref(event).rec).as_ref() {
             None => true,
             Some(r) => r.captured.is_none() && r.worker.completed() >= r.seq,
@@ -413,6 +435,7 @@ impl EventApi for HostDevice {
     }
 
     fn event_synchronize(&self, event: u64) -> Result<()> {
+        hit("event_synchronize")?;
         let rec = lock(&event_ref(event).rec)
             .as_ref()
             .map(|r| (r.worker.clone(), r.seq, r.captured));
@@ -449,26 +472,34 @@ impl EventApi for HostDevice {
 
 impl MemoryApi for HostDevice {
     fn mem_alloc_async(&self, size: usize, _stream: u64) -> Result<u64> {
-        Ok(aligned_alloc(size, 256)? as u64)
+        hit("mem_alloc_async")?;
+        let p = aligned_alloc(size, 256)? as u64;
+        faults::made(Kind::DeviceBytes, p, size);
+        Ok(p)
     }
 
     fn mem_free_async(&self, ptr: u64, stream: u64) -> Result<()> {
+        hit("mem_free_async")?;
         // SAFETY: ptr came from posix_memalign and the core frees it once.
         self.enqueue(stream, free_once(ptr));
         Ok(())
     }
 
     fn pinned_alloc(&self, size: usize) -> Result<*mut u8> {
-        aligned_alloc(size, 4096)
+        hit("pinned_alloc")?;
+        let p = aligned_alloc(size, 4096)?;
+        faults::made(Kind::PinnedBytes, p as u64, size);
+        Ok(p)
     }
 
     fn pinned_free(&self, ptr: *mut u8) {
+        faults::gone(ptr as u64);
         // SAFETY: ptr came from posix_memalign in pinned_alloc and is freed once.
         unsafe { libc::free(ptr as *mut c_void) }
     }
 
     fn host_register(&self, _ptr: *mut u8, _len: usize) -> Result<()> {
-        Ok(())
+        hit("host_register")
     }
 
     fn host_unregister(&self, _ptr: *mut u8) {}
@@ -479,6 +510,7 @@ impl MemoryApi for HostDevice {
     }
 
     fn memcpy_async(&self, dst: u64, src: u64, len: usize, stream: u64) -> Result<()> {
+        hit("memcpy_async")?;
         self.enqueue(
             stream,
             Arc::new(move || {
@@ -491,6 +523,7 @@ impl MemoryApi for HostDevice {
     }
 
     fn memcpy_from_pageable(&self, dst: u64, src: &[u8], stream: u64) -> Result<()> {
+        hit("memcpy_from_pageable")?;
         let staged: Arc<[u8]> = Arc::from(src);
         self.enqueue(
             stream,
@@ -505,6 +538,7 @@ impl MemoryApi for HostDevice {
     }
 
     fn memset_async(&self, dst: u64, value: u8, len: usize, stream: u64) -> Result<()> {
+        hit("memset_async")?;
         self.enqueue(
             stream,
             Arc::new(move || {
@@ -569,6 +603,7 @@ impl ModuleApi for HostDevice {
 
 impl GraphApi for HostDevice {
     fn capture_begin(&self, stream: u64, _mode: CaptureMode) -> Result<()> {
+        hit("capture_begin")?;
         let s = stream_ref(stream);
         let mut st = lock(&s.worker.state);
         if st.capture.is_some() {
@@ -598,6 +633,8 @@ impl GraphApi for HostDevice {
             *lock(&js.origin) = None;
             streams.push((j, jsteps));
         }
+        // An injected failure still ends the capture, as the driver's does.
+        hit("capture_end")?;
         // Every forked stream's last step must be joined on by another stream.
         let mut unjoined = 0;
         for (j, jsteps) in streams.iter().skip(1) {
@@ -620,7 +657,9 @@ impl GraphApi for HostDevice {
                 ),
             ));
         }
-        Ok(Box::into_raw(Box::new(HostGraph { streams })) as u64)
+        let raw = Box::into_raw(Box::new(HostGraph { streams })) as u64;
+        faults::made(Kind::Graph, raw, 0);
+        Ok(raw)
     }
 
     fn capture_active(&self, stream: u64) -> Result<bool> {
@@ -628,28 +667,34 @@ impl GraphApi for HostDevice {
     }
 
     fn graph_destroy(&self, graph: u64) {
+        faults::gone(graph);
         // SAFETY: graph came from Box::into_raw in capture_end and is destroyed once.
         drop(unsafe { Box::from_raw(graph as *mut HostGraph) });
     }
 
     fn graph_instantiate(&self, graph: u64) -> Result<u64> {
+        hit("graph_instantiate")?;
         let g = graph_ref(graph);
         let exec = HostGraph {
             streams: g.streams.clone(),
         };
-        Ok(Box::into_raw(Box::new(Mutex::new(exec))) as u64)
+        let raw = Box::into_raw(Box::new(Mutex::new(exec))) as u64;
+        faults::made(Kind::GraphExec, raw, 0);
+        Ok(raw)
     }
 
     fn graph_exec_destroy(&self, exec: u64) {
+        faults::gone(exec);
         // SAFETY: exec came from Box::into_raw in graph_instantiate, destroyed once.
         drop(unsafe { Box::from_raw(exec as *mut Mutex<HostGraph>) });
     }
 
     fn graph_upload(&self, _exec: u64, _stream: u64) -> Result<()> {
-        Ok(())
+        hit("graph_upload")
     }
 
     fn graph_launch(&self, exec: u64, stream: u64) -> Result<()> {
+        hit("graph_launch")?;
         // SAFETY: exec is a live Box<Mutex<HostGraph>> made by graph_instantiate.
         let g = unsafe { &*(exec as *const Mutex<HostGraph>) };
         let plan = flatten(&lock(g))?;
@@ -665,6 +710,7 @@ impl GraphApi for HostDevice {
     }
 
     fn graph_exec_update(&self, exec: u64, graph: u64) -> Result<std::result::Result<(), String>> {
+        hit("graph_exec_update")?;
         // SAFETY: exec is a live Box<Mutex<HostGraph>> made by graph_instantiate.
         let e = unsafe { &*(exec as *const Mutex<HostGraph>) };
         let g = graph_ref(graph);
@@ -730,6 +776,7 @@ fn free_once(ptr: u64) -> Job {
     let cell = Mutex::new(Some(ptr));
     Arc::new(move || {
         if let Some(p) = lock(&cell).take() {
+            faults::gone(p);
             // SAFETY: p came from posix_memalign; the Option makes this run once.
             unsafe { libc::free(p as *mut c_void) }
         }

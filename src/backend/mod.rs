@@ -9,6 +9,8 @@
 //! and only while it is alive.
 
 pub mod cuda;
+#[doc(hidden)]
+pub mod faults;
 pub mod host;
 
 use crate::c_enum::c_enum;

@@ -3,6 +3,7 @@
 //! no trip through the driver's pool. Bounded in blocks and bytes.
 
 use crate::error::Result;
+use crate::event::RecRef;
 use crate::stream::Stream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -104,11 +105,44 @@ impl Stream {
                 )
             });
         }
-        self.push(|| {
-            for (_, addr) in blocks {
-                self.device.backend.mem_free_async(addr, self.raw)?;
+        for (_, addr) in blocks {
+            self.free_block(addr, &[]);
+        }
+        Ok(())
+    }
+
+    /// Frees device memory in this stream's order, after `after`. When the driver
+    /// refuses, waits on the host and tries once more; a second refusal leaks the
+    /// block and becomes the stream's deferred error (no caller is there to tell).
+    pub(crate) fn free_block(&self, addr: u64, after: &[RecRef]) {
+        let b = &self.device.backend;
+        let ordered = self.push(|| {
+            for r in after {
+                self.wait_pushed(r)?;
             }
-            Ok(())
-        })
+            b.mem_free_async(addr, self.raw)
+        });
+        if ordered.is_ok() {
+            return;
+        }
+        self.free_block_slow(addr, after);
+    }
+
+    #[cold]
+    fn free_block_slow(&self, addr: u64, after: &[RecRef]) {
+        let b = &self.device.backend;
+        for r in after {
+            let _ = r.wait_complete();
+        }
+        let _ = b.stream_synchronize(self.raw);
+        if let Err(e) = self.push(|| b.mem_free_async(addr, self.raw)) {
+            let e = e.context(format!("freeing device memory at 0x{addr:x} (leaked)"));
+            crate::log::warn(|| format!("{self:?}: {}", e.message));
+            self.pool
+                .deferred
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
     }
 }

@@ -277,9 +277,14 @@ impl Drop for Memory {
                     }
                     // Order the free after every outstanding use, on the device.
                     let set = [Access::new(ObjRef::new(&self.sync), true)];
-                    let _ = engine::op_begin(home, &set, OpKind::ForeignBegin("free"), false);
+                    if engine::op_begin(home, &set, OpKind::ForeignBegin("free"), false).is_err() {
+                        // Not ordered on the device: wait for the uses on the host.
+                        for r in self.sync.outstanding() {
+                            let _ = r.wait_complete();
+                        }
+                    }
                     if !home.cache_block(self.size, self.addr) {
-                        let _ = home.push(|| backend.mem_free_async(self.addr, home.raw));
+                        home.free_block(self.addr, &[]);
                     }
                 }
             }

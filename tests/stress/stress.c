@@ -13,13 +13,20 @@
  *   espin [30000], pzero [25]   kernel spin: 0 with pzero percent, else 1 us..espin ns
  *   break [0]        negative control: eager kernels declare no reads (must fail)
  *
+ * Soak mode: STRESS_SECONDS=N in the environment makes the defaults secs=N,
+ * runs=unbounded, threads=16, so runs follow each other (each checked against the
+ * model, each with a new seed) until N seconds have passed; from the second run on,
+ * every graph is captured again and its exec updated before the run starts.
+ *
  * Ops: tracked spin kernels (add, copy, fill) on device buffers; sluice_stream_copy of byte
  * ranges between any two buffers; sluice_stream_memset of byte ranges; foreign ops
  * (sluice_op_begin, the same work enqueued untracked on that stream, sluice_op_end);
  * graph launches; exec updates (a graph <-> its alternative); buffer reallocation
  * (free, allocate, initialise with a logged memset or copy); stream replacement;
  * prefetched batches (a zero-copy fill and submit, then sluice_prefetcher_next on a
- * random stream, a tracked copy of part of the batch into a buffer, and a release).
+ * random stream, a tracked copy of part of the batch into a buffer, and a release);
+ * RNG draws (sluice_rng_generate into a device buffer; the model draws the same
+ * values in log order from a second generator of the same seed).
  *
  * The model (as in the graph-launch-race reproducer p5): every op takes this
  * program's per-buffer rwlocks in index order, then one ticket per sub-op while it
@@ -122,6 +129,7 @@ static double now_s(void) {
 }
 
 static double g_deadline;
+static bool g_soak; /* STRESS_SECONDS is set */
 static bool past_deadline(void) { return now_s() > g_deadline; }
 
 static uint64_t rnd(uint64_t *s) { /* splitmix64 */
@@ -147,10 +155,10 @@ static uint32_t init_word(int b, uint64_t i) {
 /* ---- buffers, streams, log ------------------------------------------------------------ */
 
 /* Sub-op kinds: whole-buffer kernels, then byte-range copy and memset. */
-enum { L_ADD, L_KCOPY, L_FILL, L_COPY, L_MEMSET, L_BATCH };
-static const char *const lname[] = {"add", "kcopy", "fill", "copy", "memset", "batch"};
-enum { O_EAGER, O_FOREIGN, O_GRAPH, O_REALLOC, O_PREFETCH };
-static const char *const oname[] = {"eager", "foreign", "graph", "realloc", "prefetch"};
+enum { L_ADD, L_KCOPY, L_FILL, L_COPY, L_MEMSET, L_BATCH, L_RNG };
+static const char *const lname[] = {"add", "kcopy", "fill", "copy", "memset", "batch", "rng"};
+enum { O_EAGER, O_FOREIGN, O_GRAPH, O_REALLOC, O_PREFETCH, O_RNG };
+static const char *const oname[] = {"eager", "foreign", "graph", "realloc", "prefetch", "rng"};
 
 /* Byte j of prefetched batch seq (of the current run). */
 static uint8_t batch_byte(uint64_t seq, uint64_t j) {
@@ -181,6 +189,11 @@ static sluice_module_t g_mod;
 static sluice_function_t g_fn[3]; /* L_ADD, L_KCOPY, L_FILL */
 static sluice_stream_t S[MAXS], g_cap, g_branch;
 static sluice_prefetcher_t g_pf;
+/* The run's generator, and its twin that the model draws from in log order. */
+enum { RNG_STATES = 4, RNG_MAXCOUNT = 8 };
+static sluice_rng_t g_rng, g_rng_ref;
+static sluice_buffer_t g_rng_scratch;
+static pthread_mutex_t g_rng_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_rwlock_t slk[MAXS];
 static buf_t B[MAXB];
 static pthread_rwlock_t blk[MAXB];
@@ -441,7 +454,7 @@ static sluice_graph_t capture(const gvar_t *v) {
 
 /* ---- ops ----------------------------------------------------------------------------- */
 
-enum { C_OPS, C_LAUNCH, C_UPDATE, C_REINST, C_REALLOC, C_REPLACE, C_FOREIGN, C_PREFETCH, NCOUNT };
+enum { C_OPS, C_LAUNCH, C_UPDATE, C_REINST, C_REALLOC, C_REPLACE, C_FOREIGN, C_PREFETCH, C_RNG, C_RECAPTURE, NCOUNT };
 static atomic_long g_count[NCOUNT];
 
 static void count(int c) { atomic_fetch_add(&g_count[c], 1); }
@@ -601,6 +614,25 @@ static void op_prefetch(int t, uint64_t *r) {
     count(C_PREFETCH);
 }
 
+/* An RNG draw into part of a device buffer. Draws are serialised by g_rng_mu, so the
+ * log order is the order the generator's states advance in. */
+static void op_rng(int t, uint64_t *r) {
+    uint32_t draws = 1 + rndn(r, RNG_MAXCOUNT), len = 4 * RNG_STATES * draws;
+    if (len > C.nbytes) return;
+    lg_t o = {.kind = L_RNG, .origin = O_RNG, .tid = (uint8_t)t, .len = len, .value = draws};
+    o.dst = (uint16_t)rndn(r, (uint32_t)C.bufs);
+    o.doff = 4 * rndn(r, (C.nbytes - len) / 4 + 1);
+    int s = (int)rndn(r, (uint32_t)C.streams);
+    pthread_mutex_lock(&g_rng_mu);
+    lockset_t l;
+    enter_sub(&l, &o, s);
+    CK(sluice_rng_generate(S[s], g_rng, SLUICE_RNG_U32, SLUICE_RNG_LAYOUT_SAMPLE_MAJOR, B[o.dst].buf, o.doff,
+                           draws));
+    leave_sub(&l, s);
+    pthread_mutex_unlock(&g_rng_mu);
+    count(C_RNG);
+}
+
 static void op_replace_stream(uint64_t *r) {
     int s = (int)rndn(r, (uint32_t)C.streams);
     pthread_rwlock_wrlock(&slk[s]);
@@ -629,6 +661,8 @@ static void *worker(void *arg) {
             op_foreign(t, &r);
         else if (p < 380)
             op_prefetch(t, &r);
+        else if (p < 400)
+            op_rng(t, &r);
         else if (p < 630)
             op_eager(t, &r, (int)rndn(&r, 3));
         else if (p < 850)
@@ -661,6 +695,11 @@ static void replay(uint8_t *model, size_t nlog) {
         if (o->kind == L_MEMSET) memset(d + o->doff, (int)o->value, o->len);
         for (uint32_t j = 0; o->kind == L_BATCH && j < o->len; j++)
             d[o->doff + j] = batch_byte(o->value, o->soff + j);
+        if (o->kind == L_RNG) {
+            CK(sluice_rng_generate(g_cap, g_rng_ref, SLUICE_RNG_U32, SLUICE_RNG_LAYOUT_SAMPLE_MAJOR, g_rng_scratch,
+                                   0, o->value));
+            CK(sluice_stream_copy_to_host(g_cap, d + o->doff, g_rng_scratch, 0, o->len));
+        }
     }
 }
 
@@ -701,11 +740,37 @@ static void init_contents(uint32_t *words) {
     CK(sluice_device_wait_all(g_dev));
 }
 
+/* A fresh generator and its twin, seeded from the run's seed. */
+static void new_rngs(void) {
+    if (g_rng.bits) {
+        CK(sluice_rng_destroy(g_rng));
+        CK(sluice_rng_destroy(g_rng_ref));
+    }
+    CK(sluice_rng_create(S[0], g_seed, RNG_STATES, &g_rng));
+    CK(sluice_rng_create(g_cap, g_seed, RNG_STATES, &g_rng_ref));
+}
+
+/* Captures every graph again and updates its exec to the new capture (soak mode). */
+static void recapture_all(void) {
+    for (int g = 0; g < C.graphs; g++) {
+        gr_t *gr = &GR[g];
+        for (int v = 0; v < gr->nvar; v++) {
+            CK(sluice_graph_destroy(gr->var[v].graph));
+            gr->var[v].graph = capture(&gr->var[v]);
+        }
+        sluice_graph_update_info_t info;
+        CK(sluice_graph_exec_update(gr->exec, gr->var[gr->cur].graph, &info));
+        count(C_RECAPTURE);
+    }
+}
+
 /* One run; returns the number of buffers that differ from the model. */
 static int run_once(uint8_t *model, uint8_t *got) {
     init_contents((uint32_t *)got);
+    new_rngs();
     atomic_store(&g_ticket, 0);
     for (int c = 0; c < NCOUNT; c++) atomic_store(&g_count[c], 0);
+    if (g_soak && g_run > 0) recapture_all();
     double t0 = now_s();
     pthread_t th[MAXT];
     for (int t = 0; t < C.threads; t++) pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
@@ -736,10 +801,10 @@ static int run_once(uint8_t *model, uint8_t *got) {
     long n[NCOUNT];
     for (int c = 0; c < NCOUNT; c++) n[c] = atomic_load(&g_count[c]);
     printf("RESULT stress seed=%" PRIu64 " run=%d backend=%s threads=%d ops=%ld launches=%ld updates=%ld "
-           "reallocs=%ld stream_replacements=%ld foreign=%ld prefetched=%ld reinstantiated=%ld subops=%zu "
-           "secs=%.2f failures=%d\n", g_seed, g_run, g_cuda ? "cuda" : "host", C.threads, n[C_OPS], n[C_LAUNCH],
-           n[C_UPDATE], n[C_REALLOC], n[C_REPLACE], n[C_FOREIGN], n[C_PREFETCH], n[C_REINST], nlog,
-           now_s() - t0, bad);
+           "reallocs=%ld stream_replacements=%ld foreign=%ld prefetched=%ld rng_draws=%ld recaptured=%ld "
+           "reinstantiated=%ld subops=%zu secs=%.2f failures=%d\n", g_seed, g_run, g_cuda ? "cuda" : "host",
+           C.threads, n[C_OPS], n[C_LAUNCH], n[C_UPDATE], n[C_REALLOC], n[C_REPLACE], n[C_FOREIGN], n[C_PREFETCH],
+           n[C_RNG], n[C_RECAPTURE], n[C_REINST], nlog, now_s() - t0, bad);
     fflush(stdout);
     return bad;
 }
@@ -752,7 +817,10 @@ static void bad_config(const char *why) {
 int main(int argc, char **argv) {
     g_argc = argc, g_argv = argv;
     check_opts();
-    C.threads = (int)opt_int("threads", 4);
+    const char *soak = getenv("STRESS_SECONDS");
+    g_soak = soak && *soak;
+    long soak_secs = g_soak ? strtol(soak, NULL, 0) : 0;
+    C.threads = (int)opt_int("threads", g_soak ? 16 : 4);
     C.streams = (int)opt_int("streams", 4);
     C.bufs = (int)opt_int("bufs", 64);
     C.pinned = (int)opt_int("pinned", 8);
@@ -761,8 +829,8 @@ int main(int argc, char **argv) {
     C.n = (uint64_t)opt_int("n", 2048);
     C.ops = opt_int("ops", 8000);
     C.seed = (uint64_t)opt_int("seed", 1);
-    C.runs = opt_int("runs", 1);
-    C.secs = opt_int("secs", 0);
+    C.runs = opt_int("runs", g_soak ? 0x7fffffffL : 1);
+    C.secs = opt_int("secs", soak_secs);
     C.espin = (uint64_t)opt_int("espin", 30000);
     C.pzero = (int)opt_int("pzero", 25);
     C.brk = opt_int("break", 0) != 0;
@@ -810,6 +878,7 @@ int main(int argc, char **argv) {
     memset(&pcfg, 0, sizeof pcfg);
     pcfg.depth = 2, pcfg.segments = 1, pcfg.capacity[0] = C.nbytes;
     CK(sluice_prefetcher_create(g_dev, &pcfg, &g_pf));
+    CK(sluice_buffer_alloc(g_cap, 4 * RNG_STATES * RNG_MAXCOUNT, &g_rng_scratch));
 
     gen_graphs();
     for (int g = 0; g < C.graphs; g++) {
@@ -844,6 +913,9 @@ int main(int argc, char **argv) {
         pthread_rwlock_destroy(&slk[s]);
     }
     CK(sluice_prefetcher_destroy(g_pf));
+    CK(sluice_rng_destroy(g_rng));
+    CK(sluice_rng_destroy(g_rng_ref));
+    CK(sluice_buffer_free(g_rng_scratch));
     CK(sluice_stream_destroy(g_cap));
     CK(sluice_stream_destroy(g_branch));
     if (g_cuda) {

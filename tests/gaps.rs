@@ -1,0 +1,164 @@
+//! Gaps 1 to 3 found in review (issue 16), on the default backend: host in CI,
+//! cuda on the GPU. The host runs use the backend's test hooks (`faults`), so the
+//! tests of this file run one at a time.
+
+mod common;
+use common::kit;
+use sluice::backend::{faults, CaptureMode};
+use sluice::{capture, ops, Buffer, ErrorCode};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const W: usize = 4096;
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    M.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[test]
+fn wait_all_waits_for_work_of_streams_already_destroyed() {
+    let _g = one_at_a_time();
+    let k = kit();
+    let s = k.stream();
+    let done = Arc::new(AtomicBool::new(false));
+    let d2 = done.clone();
+    let x = sluice::SyncObject::new();
+    ops::host_callback(
+        &s,
+        move || {
+            std::thread::sleep(Duration::from_millis(300));
+            d2.store(true, Ordering::SeqCst);
+            0
+        },
+        &[],
+        &[x],
+    )
+    .unwrap();
+    assert_eq!(
+        Arc::strong_count(&s),
+        1,
+        "the test holds the last reference"
+    );
+    drop(s);
+    let t = Instant::now();
+    k.dev.wait_all().unwrap();
+    assert!(
+        done.load(Ordering::SeqCst),
+        "wait_all returned after {:?} with the destroyed stream's work still running",
+        t.elapsed()
+    );
+    // The mark is consumed: a second wait_all has nothing left to wait for.
+    k.dev.wait_all().unwrap();
+}
+
+#[test]
+fn a_refused_host_callback_poisons_the_capture() {
+    let _g = one_at_a_time();
+    let k = kit();
+    let s = k.stream();
+    let x = k.buffer(&s, W);
+    k.fill(&s, &x, 1, 0);
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    k.fill(&s, &x, 2, 0);
+    // cuda refuses host callbacks in a capture; on host the hook refuses it the same way.
+    if !k.is_cuda() {
+        faults::arm("launch_host_fn", 1, ErrorCode::CaptureUnsupported);
+    }
+    let r = ops::host_callback(&s, || 0, &[], std::slice::from_ref(&x.sync));
+    if !k.is_cuda() {
+        assert_eq!(faults::disarm(), 1);
+    }
+    assert_eq!(r.unwrap_err().code, ErrorCode::CaptureUnsupported);
+    // An untracked callback (no objects) is refused and poisons just the same.
+    let e = capture::capture_end(&s)
+        .err()
+        .expect("capture_end must fail");
+    assert_eq!(e.code, ErrorCode::CaptureFailed);
+    assert!(e.message.contains("host callback"), "{}", e.message);
+    assert!(!s.is_capturing());
+    // The stream is usable and the buffer holds the eager value.
+    assert!(k.read(&s, &x).iter().all(|&v| v == 1));
+
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    if !k.is_cuda() {
+        faults::arm("launch_host_fn", 1, ErrorCode::CaptureUnsupported);
+    }
+    let r = ops::host_callback(&s, || 0, &[], &[]);
+    if !k.is_cuda() {
+        faults::disarm();
+    }
+    assert_eq!(r.unwrap_err().code, ErrorCode::CaptureUnsupported);
+    let e = capture::capture_end(&s)
+        .err()
+        .expect("capture_end must fail");
+    assert_eq!(e.code, ErrorCode::CaptureFailed);
+    assert!(e.message.contains("host callback"), "{}", e.message);
+}
+
+/// Device bytes alive in the host backend's ledger (None on cuda).
+fn device_bytes(k: &common::Kit) -> Option<u64> {
+    (!k.is_cuda()).then(|| faults::ledger().device_bytes)
+}
+
+#[test]
+fn freeing_a_buffer_while_its_home_stream_captures_is_deferred_and_safe() {
+    let _g = one_at_a_time();
+    faults::track(true);
+    let k = kit();
+    let (home, other) = (k.stream(), k.stream());
+    // Home's block cache would keep the freed block: no caching here.
+    home.set_block_cache_limit(0).unwrap();
+    let before = device_bytes(&k);
+
+    // A: used only outside the capture, by a slow reader on another stream.
+    let a = k.buffer(&home, W);
+    k.fill(&home, &a, 7, 0);
+    let out = k.buffer(&other, W);
+    k.copy(&other, &out, &a, 50_000_000);
+    // B: read by the captured graph, which adds it into C.
+    let b = k.buffer(&home, W);
+    k.fill(&home, &b, 5, 0);
+    let c = k.buffer(&other, W);
+    k.fill(&other, &c, 0, 0);
+    let bytes = |n: u64| n * W as u64 * 4;
+    let live = || device_bytes(&k).zip(before).map(|(now, b0)| now - b0);
+
+    capture::capture_begin(&home, CaptureMode::Relaxed).unwrap();
+    k.add(&home, &c, &b, 0);
+    drop(a); // not in the graph: its free waits for the end of the capture
+    drop(b); // in the graph: the graph keeps its memory
+    if let Some(n) = live() {
+        assert_eq!(n, bytes(4), "nothing is freed during the capture");
+    }
+    let g = capture::capture_end(&home).unwrap();
+    let exec = g.instantiate().unwrap();
+    drop(g);
+    // The slow reader still saw A's data.
+    assert!(k.read(&other, &out).iter().all(|&v| v == 7));
+    for _ in 0..3 {
+        exec.launch(&home).unwrap();
+    }
+    assert!(
+        k.read(&other, &c).iter().all(|&v| v == 15),
+        "3 replays of c += b"
+    );
+    k.dev.wait_all().unwrap();
+    if let Some(n) = live() {
+        assert_eq!(n, bytes(3), "A is freed once the capture ended");
+    }
+    drop(exec);
+    k.dev.wait_all().unwrap();
+    if let Some(n) = live() {
+        assert_eq!(n, bytes(2), "B is freed with the last graph that uses it");
+    }
+    // Memory reused after the frees is not touched by anything left over.
+    let d = Buffer::alloc(&home, W * 4).unwrap();
+    k.fill(&home, &d, 9, 0);
+    k.dev.wait_all().unwrap();
+    assert!(k.read(&home, &d).iter().all(|&v| v == 9));
+    assert!(k.read(&other, &c).iter().all(|&v| v == 15));
+    drop((d, out, c));
+    faults::track(false);
+}
