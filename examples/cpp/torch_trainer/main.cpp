@@ -19,7 +19,8 @@
 // the Go trainer), from --data DIR. It prints the loss and test accuracy per epoch
 // and the steps/s of the last epoch, and at the end:
 //   RESULT torch_accuracy=A epochs=E batch=B hidden=H
-//   RESULT torch_steps_per_s_prefetch=R     (or torch_steps_per_s_blocking with --blocking)
+//   RESULT torch_steps_per_s_prefetch=R
+// (torch_accuracy_blocking and torch_steps_per_s_blocking with --blocking).
 //
 //   torch_trainer --data DIR [--epochs 5] [--batch 256] [--hidden 512] [--lr 0.1]
 //                 [--momentum 0.9] [--dropout 0.1] [--seed 1] [--depth 4]
@@ -379,7 +380,6 @@ int train(const Options& o, sluice::Device& dev, sluice::Stream& stream) {
     acc = test_accuracy(model, test_x, test_y);
     std::printf("epoch %d: loss %.4f, test accuracy %.4f, %lld steps in %.3f s (%.0f steps/s)\n",
                 e + 1, mean_loss, acc, static_cast<long long>(smp.nb), secs, last_rate);
-    std::fflush(stdout);
   }
 
   if (!o.blocking) {
@@ -394,8 +394,9 @@ int train(const Options& o, sluice::Device& dev, sluice::Stream& stream) {
     pf.close();
   }
   check_cuda(cudaStreamSynchronize(ts.stream()), "cudaStreamSynchronize");
-  std::printf("RESULT torch_accuracy=%.4f epochs=%d batch=%lld hidden=%lld\n", acc, o.epochs,
-              static_cast<long long>(o.batch), static_cast<long long>(o.hidden));
+  std::printf("RESULT torch_accuracy%s=%.4f epochs=%d batch=%lld hidden=%lld\n",
+              o.blocking ? "_blocking" : "", acc, o.epochs, static_cast<long long>(o.batch),
+              static_cast<long long>(o.hidden));
   std::printf("RESULT torch_steps_per_s_%s=%.1f\n", o.blocking ? "blocking" : "prefetch", last_rate);
   return 0;
 }
@@ -403,6 +404,7 @@ int train(const Options& o, sluice::Device& dev, sluice::Stream& stream) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // line by line, also into a pipe
   const Options o = parse(argc, argv);
   try {
     if (!torch::cuda::is_available()) {
