@@ -16,7 +16,8 @@
 // overlap), as the Go trainer's -blocking.
 //
 // It reads the four gzipped idx files of the GoMNIST Go module (the same files as
-// the Go trainer), from --data DIR. It prints the loss and test accuracy per epoch
+// the Go trainer), from --data DIR, with zlib (or decompressed copies of them, in a
+// build without zlib). It prints the loss and test accuracy per epoch
 // and the steps/s of the last epoch, and at the end:
 //   RESULT torch_accuracy=A epochs=E batch=B hidden=H
 //   RESULT torch_steps_per_s_prefetch=R
@@ -33,7 +34,15 @@
 #include <cuda_runtime_api.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
+
+// Built with zlib (CMake sets this where it finds zlib), the gzipped files are read
+// directly; without it, only decompressed copies (the names without .gz).
+#ifndef SLUICE_TRAINER_ZLIB
+#define SLUICE_TRAINER_ZLIB 0
+#endif
+#if SLUICE_TRAINER_ZLIB
 #include <zlib.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -117,9 +126,18 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// ---- MNIST: the gzipped idx files ----------------------------------------------
+// ---- MNIST: the idx files, gzipped ----------------------------------------------
 
-std::vector<std::uint8_t> gunzip(const std::string& path) {
+bool exists(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  std::fclose(f);
+  return true;
+}
+
+#if SLUICE_TRAINER_ZLIB
+// The whole file through zlib (which also reads an uncompressed file as it is).
+std::vector<std::uint8_t> read_gz(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) throw std::runtime_error("cannot open " + path);
   std::vector<std::uint8_t> out;
@@ -138,6 +156,33 @@ std::vector<std::uint8_t> gunzip(const std::string& path) {
   if (gzclose(f) != Z_OK) throw std::runtime_error("reading " + path + ": gzclose failed");
   return out;
 }
+#endif
+
+std::vector<std::uint8_t> read_plain(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) throw std::runtime_error("cannot open " + path);
+  std::vector<std::uint8_t> out;
+  std::vector<std::uint8_t> buf(1 << 20);
+  std::size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.insert(out.end(), buf.begin(), buf.begin() + n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) throw std::runtime_error("reading " + path + " failed");
+  return out;
+}
+
+// The idx file `name` of `dir`: name.gz through zlib, else name as it is.
+std::vector<std::uint8_t> read_idx(const std::string& dir, const std::string& name) {
+  const std::string gz = dir + "/" + name + ".gz", plain = dir + "/" + name;
+#if SLUICE_TRAINER_ZLIB
+  if (exists(gz)) return read_gz(gz);
+#endif
+  if (exists(plain)) return read_plain(plain);
+  throw std::runtime_error("MNIST file not found: " + plain +
+                           (SLUICE_TRAINER_ZLIB ? " (nor " + gz + ")"
+                                                : " (built without zlib: " + gz +
+                                                      " must be decompressed first)"));
+}
 
 std::uint32_t be32(const std::uint8_t* p) {
   return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
@@ -153,7 +198,7 @@ struct Set {
 Set load_set(const std::string& dir, const std::string& images, const std::string& labels,
              std::int64_t limit) {
   const std::string ip = dir + "/" + images, lp = dir + "/" + labels;
-  std::vector<std::uint8_t> im = gunzip(ip), lb = gunzip(lp);
+  std::vector<std::uint8_t> im = read_idx(dir, images), lb = read_idx(dir, labels);
   if (im.size() < 16 || be32(im.data()) != 0x803) throw std::runtime_error(ip + ": not an idx3 file");
   if (lb.size() < 8 || be32(lb.data()) != 0x801) throw std::runtime_error(lp + ": not an idx1 file");
   const std::int64_t n = be32(im.data() + 4);
@@ -267,8 +312,8 @@ int train(const Options& o, sluice::Device& dev, sluice::Stream& stream) {
 
   const auto t_load = std::chrono::steady_clock::now();
   const Set train_set =
-      load_set(o.data, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", o.limit);
-  const Set test_set = load_set(o.data, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 0);
+      load_set(o.data, "train-images-idx3-ubyte", "train-labels-idx1-ubyte", o.limit);
+  const Set test_set = load_set(o.data, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 0);
   const Sampler smp(train_set, o.batch, o.epochs, o.seed);
   if (smp.nb < 1) throw std::runtime_error("fewer training images than one batch");
   std::printf("MNIST from %s: %lld training images (%lld batches of %lld per epoch), %lld test "
