@@ -18,6 +18,8 @@
 # of random traffic for SLUICE_GPU_SOAK_SECONDS (default 540, so that one device call
 # of 600 s holds it; the issue's 10 minutes: 600 where the call limit allows), every
 # run checked against the serial model; SLUICE_GPU_SOAK_SEED (default 1).
+# SLUICE_GPU_SOAK_PARALLEL=1 runs the soak in the background, beside the other parts
+# (for example sanitize), so that both fit in one call.
 # The "sanitize" part runs every Rust test binary (but the host-only faults and soak)
 # and the C suite under compute-sanitizer, each tool of SLUICE_GPU_SANITIZE_TOOLS
 # (default "memcheck initcheck racecheck synccheck") in turn, with SLUICE_TEST_QUICK=1,
@@ -192,12 +194,29 @@ sanitize_part() {
   done
 }
 
+soak_part() {
+  # 16 threads of ops, captures, replays, allocation, prefetch and RNG draws, runs
+  # back to back, each checked bit for bit against a serial replay.
+  secs=${SLUICE_GPU_SOAK_SECONDS:-540}
+  STRESS_SECONDS=$secs SLUICE_BACKEND=cuda timeout $((secs + 50)) .gpu/stress/stress \
+    seed="${SLUICE_GPU_SOAK_SEED:-1}" > "$out/soak.log" 2>&1
+  rc=$?
+  note "soak ($secs s, 16 threads): rc=$rc $(grep -c '^RESULT' "$out/soak.log") runs," \
+    "$(grep '^RESULT' "$out/soak.log" | grep -vc ' failures=0') with failures or errors," \
+    "$(grep '^RESULT' "$out/soak.log" | awk '{for(i=1;i<=NF;i++){split($i,kv,"=");if(kv[1]=="ops"||kv[1]=="launches"||kv[1]=="rng_draws"||kv[1]=="prefetched"||kv[1]=="recaptured"||kv[1]=="reallocs")t[kv[1]]+=kv[2]}}END{for(k in t)printf "%s=%d ",k,t[k]}')"
+  note "  $(tail -1 "$out/soak.log")"
+}
+
 run() {
   out=${OUT:-/tmp/sluice-gpu-out}; mkdir -p "$out"
   export LD_LIBRARY_PATH="$PWD/.gpu:${LD_LIBRARY_PATH:-}"
   summary="$out/summary.txt"; : > "$summary"
   note() { echo "$*" | tee -a "$summary"; }
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
+  local soak_pid=
+  if has soak && [ -x .gpu/stress/stress ] && [ -n "${SLUICE_GPU_SOAK_PARALLEL:-}" ]; then
+    soak_part & soak_pid=$!
+  fi
   # The benchmark first, on a quiet machine: after the test stages (Go -race
   # builds, the trainer) every timing came out slower (run 20 in docs/gpu-runs.md).
   if has bench && [ -x .gpu/overhead ]; then
@@ -272,18 +291,7 @@ run() {
     done
     note "stress: $(grep -c '^RESULT' "$out/stress.log") runs, $(grep '^RESULT' "$out/stress.log" | grep -vc ' failures=0') with failures or errors"
   fi
-  if has soak && [ -x .gpu/stress/stress ]; then
-    # 16 threads of ops, captures, replays, allocation, prefetch and RNG draws, runs
-    # back to back, each checked bit for bit against a serial replay.
-    secs=${SLUICE_GPU_SOAK_SECONDS:-540}
-    STRESS_SECONDS=$secs SLUICE_BACKEND=cuda timeout $((secs + 50)) .gpu/stress/stress \
-      seed="${SLUICE_GPU_SOAK_SEED:-1}" > "$out/soak.log" 2>&1
-    rc=$?
-    note "soak ($secs s, 16 threads): rc=$rc $(grep -c '^RESULT' "$out/soak.log") runs," \
-      "$(grep '^RESULT' "$out/soak.log" | grep -vc ' failures=0') with failures or errors," \
-      "$(grep '^RESULT' "$out/soak.log" | awk '{for(i=1;i<=NF;i++){split($i,kv,"=");if(kv[1]=="ops"||kv[1]=="launches"||kv[1]=="rng_draws"||kv[1]=="prefetched"||kv[1]=="recaptured"||kv[1]=="reallocs")t[kv[1]]+=kv[2]}}END{for(k in t)printf "%s=%d ",k,t[k]}')"
-    note "  $(tail -1 "$out/soak.log")"
-  fi
+  if has soak && [ -x .gpu/stress/stress ] && [ -z "${SLUICE_GPU_SOAK_PARALLEL:-}" ]; then soak_part; fi
   if has repro && [ -d .gpu/repro ]; then
     # The reproducers of the race issue (../shared/repro), on this build.
     for args in "seed=1 secs=20" "gthreads=8 ethreads=8 seed=1 secs=20"; do
@@ -323,6 +331,7 @@ run() {
       note "python torch exchange: skipped (no torch)"
     fi
   fi
+  [ -n "$soak_pid" ] && wait "$soak_pid"
   echo "==== summary"; cat "$summary"
   # The device tool brings back only a few files: keep the main ones, pack the rest.
   (
