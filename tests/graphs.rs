@@ -315,6 +315,7 @@ fn concurrent_captures_and_unrelated_work_do_not_interfere() {
             let mut n = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || n < 10 {
                 let a = k.buffer(&s, 1024);
+                k.fill(&s, &a, n, 0); // initcheck: never copy uninitialised memory
                 let b = Buffer::alloc_pinned(&k.dev, 4096).unwrap();
                 ops::copy(&s, &b, 0, &a, 0, 4096).unwrap();
                 s.synchronize().unwrap();

@@ -86,6 +86,15 @@ impl ModuleApi for CudaDevice {
 
     fn function_param_count(&self, func: u64) -> Result<Option<usize>> {
         let d = self.bind()?;
+        if let Some(count) = d.cuFuncGetParamCount {
+            let mut n = 0usize;
+            // SAFETY: a live function; writes one size_t.
+            if unsafe { count(h(func), &mut n) } == CUDA_SUCCESS {
+                return Ok(Some(n));
+            }
+        }
+        // Older drivers: probing. Its last call fails by design, which
+        // compute-sanitizer reports as an API error.
         let Some(info) = d.cuFuncGetParamInfo else {
             return Ok(None);
         };
