@@ -495,8 +495,8 @@ pub extern "C" fn sluice_batch_release(batch: sluice_batch_t) -> *mut sluice_err
 /// `sluice_prefetcher_next`; `view_out` describes the batch, but its device
 /// pointers and handles are the slot's, already released: read `dst` instead.
 ///
-/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`view_out` NULL, or `dst` NULL with `num_dst`
-/// > 0); `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream` or `dst[i]`,
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`view_out` NULL, or `dst` NULL with a
+/// non-zero `num_dst`); `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream` or `dst[i]`,
 /// named by its index); `SLUICE_ERROR_INVALID_ARGUMENT` (`num_dst` other than the
 /// segment count); `SLUICE_ERROR_OUT_OF_RANGE` (a destination buffer smaller than its
 /// segment's capacity); `SLUICE_ERROR_END_OF_DATA` (the input is closed and every
