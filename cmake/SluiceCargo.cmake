@@ -1,11 +1,9 @@
 # Builds the Rust library with cargo and stages it as a versioned shared library.
 #
-# The Rust cdylib has no SONAME of its own; one is added at link time with
-#   cargo rustc --release --lib -- -C link-arg=-Wl,-soname,libsluice.so.<MAJOR>
-# (extra `cargo rustc` arguments reach only the sluice crate, so dependencies stay
-# cached). Cargo runs on every build and decides itself whether anything changed;
-# its target directory is private to this CMake build by default, so the SONAME
-# flag never fights a plain `cargo build` in the source tree over one target/.
+# The cdylib's SONAME, libsluice.so.<MAJOR>, comes from the crate's build.rs, so a
+# plain `cargo build` and this build give the same library the same name. Cargo
+# runs on every build and decides itself whether anything changed; its target
+# directory is private to this CMake build by default.
 #
 # The staged directory ${SLUICE_STAGE_DIR} holds what gets installed:
 #   libsluice.so.X.Y.Z   (the real file, SONAME libsluice.so.X)
@@ -39,9 +37,8 @@ set(_cargo_out "${SLUICE_CARGO_TARGET_DIR}/release")
 
 add_custom_target(sluice_cargo ALL
   COMMAND ${CMAKE_COMMAND} -E env "CARGO_TARGET_DIR=${SLUICE_CARGO_TARGET_DIR}"
-          "${SLUICE_CARGO_EXECUTABLE}" rustc --release --lib
+          "${SLUICE_CARGO_EXECUTABLE}" build --release --lib
           --manifest-path "${PROJECT_SOURCE_DIR}/Cargo.toml" ${SLUICE_CARGO_ARGS}
-          -- -C "link-arg=-Wl,-soname,${SLUICE_SONAME}"
   COMMAND ${CMAKE_COMMAND} -E make_directory "${SLUICE_STAGE_DIR}"
   COMMAND ${CMAKE_COMMAND} -E copy_if_different "${_cargo_out}/libsluice.so"
           "${SLUICE_STAGE_DIR}/${SLUICE_SHARED_REAL}"
@@ -57,7 +54,7 @@ add_custom_target(sluice_cargo ALL
     "${SLUICE_STAGE_DIR}/libsluice.so"
     "${SLUICE_STAGE_DIR}/libsluice.a"
   WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
-  COMMENT "cargo rustc --release (sluice, SONAME ${SLUICE_SONAME})"
+  COMMENT "cargo build --release (sluice, SONAME ${SLUICE_SONAME} from build.rs)"
   USES_TERMINAL
   VERBATIM)
 

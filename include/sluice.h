@@ -10,6 +10,11 @@
  * - Handles are typed structs passed by value ({ uint64_t bits; }). A stale, forged,
  *   destroyed or wrong-type handle gives SLUICE_ERROR_INVALID_HANDLE, never undefined
  *   behaviour. 0 is never a valid handle.
+ * - Each function's doc ends with its error list ("Errors: ..."): the codes it
+ *   gives and when. Any call may also give SLUICE_ERROR_PANIC (a bug caught at the
+ *   boundary) and, on cuda, SLUICE_ERROR_DRIVER or SLUICE_ERROR_DEVICE_FAULT from
+ *   the driver; those are not repeated. tests/c/test_errors.c checks each listed
+ *   error that the host backend can produce.
  * - Every operation names its stream. There is no current stream and no thread-local
  *   error, so calls may move between OS threads (goroutines) freely.
  *
@@ -1047,12 +1052,21 @@ uint64_t sluice_live_handles(void);
 /**
  * Writes the number of devices of `backend` to `count_out`. For cuda with no
  * usable driver this fails with `SLUICE_ERROR_NO_DRIVER`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`count_out` NULL);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (`backend` not a `SLUICE_BACKEND_*`);
+ * `SLUICE_ERROR_NO_DRIVER` (cuda: no driver library).
  */
 struct sluice_error_t *sluice_device_count(uint32_t backend, uint32_t *count_out);
 
 /**
  * Opens device `ordinal` of `backend`. Ownership: each call gives the caller a new
  * handle to the same device; close each with `sluice_device_close`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`device_out` NULL);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (`backend` not a `SLUICE_BACKEND_*`);
+ * `SLUICE_ERROR_NO_DEVICE` (`ordinal` is not below the device count);
+ * `SLUICE_ERROR_NO_DRIVER` (cuda: no driver library).
  */
 struct sluice_error_t *sluice_device_open(uint32_t backend,
                                           uint32_t ordinal,
@@ -1062,17 +1076,27 @@ struct sluice_error_t *sluice_device_open(uint32_t backend,
  * Opens the default device: `SLUICE_BACKEND=auto|cuda|host` (default auto: cuda
  * device 0 when a usable driver and GPU exist, else host device 0). Ownership: the
  * caller owns the new handle and closes it with `sluice_device_close`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`device_out` NULL);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (`SLUICE_BACKEND` is not auto, cuda or host);
+ * `SLUICE_ERROR_NO_DEVICE` (no device of the chosen backend); `SLUICE_ERROR_NO_DRIVER`
+ * (`SLUICE_BACKEND=cuda` without a driver).
  */
 struct sluice_error_t *sluice_device_open_default(struct sluice_device_t *device_out);
 
 /**
  * Closes a device handle. Ownership: objects created on the device keep it open
  * and stay valid.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`, or a second close).
  */
 struct sluice_error_t *sluice_device_close(struct sluice_device_t device);
 
 /**
  * Writes the device's properties to `props_out`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`props_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
  */
 struct sluice_error_t *sluice_device_props(struct sluice_device_t device,
                                            struct sluice_device_props_t *props_out);
@@ -1080,6 +1104,9 @@ struct sluice_error_t *sluice_device_props(struct sluice_device_t device,
 /**
  * Writes the stream priority range: `least` (lowest priority) and `greatest`
  * (highest; numerically lowest on CUDA). Priorities outside it are clamped.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`least_out` or `greatest_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
  */
 struct sluice_error_t *sluice_device_priority_range(struct sluice_device_t device,
                                                     int32_t *least_out,
@@ -1088,22 +1115,32 @@ struct sluice_error_t *sluice_device_priority_range(struct sluice_device_t devic
 /**
  * Blocks until all work on every stream of the device has completed, then reports
  * the first deferred error, if any.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (a host callback on one of its streams failed).
  */
 struct sluice_error_t *sluice_device_wait_all(struct sluice_device_t device);
 
 /**
  * Writes the device's pinned-pool statistics.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
  */
 struct sluice_error_t *sluice_device_pinned_stats(struct sluice_device_t device,
                                                   struct sluice_pinned_stats_t *stats_out);
 
 /**
  * Releases every cached pinned block (waiting for copies that still use them).
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
  */
 struct sluice_error_t *sluice_device_pinned_trim(struct sluice_device_t device);
 
 /**
  * Sets the bound on cached pinned bytes (default 256 MiB) and trims down to it.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
  */
 struct sluice_error_t *sluice_device_pinned_set_limit(struct sluice_device_t device,
                                                       uint64_t bytes);
@@ -1150,6 +1187,10 @@ uint32_t sluice_abi_version(void);
  * Records an event at the current end of `stream`. `flags` is 0 or
  * `SLUICE_EVENT_TIMING`. Ownership: the caller owns the new handle and destroys it
  * with `sluice_event_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`event_out` NULL);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (`flags` other than `SLUICE_EVENT_TIMING`);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
  */
 struct sluice_error_t *sluice_event_record(struct sluice_stream_t stream,
                                            uint32_t flags,
@@ -1157,22 +1198,39 @@ struct sluice_error_t *sluice_event_record(struct sluice_stream_t stream,
 
 /**
  * Makes `stream` wait on `event` on the device; the host does not block.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `event`);
+ * `SLUICE_ERROR_WRONG_DEVICE` (an event of another device).
  */
 struct sluice_error_t *sluice_stream_wait_event(struct sluice_stream_t stream,
                                                 struct sluice_event_t event);
 
 /**
  * Writes true to `done_out` when the work before the event has completed.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`done_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
+ * (the event's stream is capturing); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback
+ * before it failed).
  */
 struct sluice_error_t *sluice_event_query(struct sluice_event_t event, bool *done_out);
 
 /**
  * Blocks until the work before the event has completed.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`);
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the event's stream is capturing);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it failed).
  */
 struct sluice_error_t *sluice_event_synchronize(struct sluice_event_t event);
 
 /**
  * Writes the milliseconds between two completed timing events.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`ms_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
+ * (a stale `start` or `end`); `SLUICE_ERROR_INVALID_ARGUMENT` (either event recorded
+ * without `SLUICE_EVENT_TIMING`); `SLUICE_ERROR_INVALID_STATE` (either event has not
+ * completed yet).
  */
 struct sluice_error_t *sluice_event_elapsed_ms(struct sluice_event_t start,
                                                struct sluice_event_t end,
@@ -1180,6 +1238,9 @@ struct sluice_error_t *sluice_event_elapsed_ms(struct sluice_event_t start,
 
 /**
  * Writes the event's stream id and its sequence number within that stream.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_id_out` or `seq_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`).
  */
 struct sluice_error_t *sluice_event_sequence(struct sluice_event_t event,
                                              uint64_t *stream_id_out,
@@ -1188,6 +1249,8 @@ struct sluice_error_t *sluice_event_sequence(struct sluice_event_t event,
 /**
  * Destroys an event handle. Ownership: only the handle ends; the pooled event is
  * recycled once nothing (a sync object, a pending wait) refers to it.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`, or a second destroy).
  */
 struct sluice_error_t *sluice_event_destroy(struct sluice_event_t event);
 
@@ -1198,6 +1261,10 @@ struct sluice_error_t *sluice_event_destroy(struct sluice_event_t event);
  * capturing, host synchronisation and queries, host waits on sync objects that the
  * capture uses, allocation, pageable copies and event queries are rejected with
  * `SLUICE_ERROR_CAPTURE_UNSUPPORTED`; the capture then ends with an error.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (`mode` not a `SLUICE_CAPTURE_*`);
+ * `SLUICE_ERROR_INVALID_STATE` (`stream` is already capturing: beginning twice).
  */
 struct sluice_error_t *sluice_graph_capture_begin(struct sluice_stream_t stream, uint32_t mode);
 
@@ -1207,23 +1274,39 @@ struct sluice_error_t *sluice_graph_capture_begin(struct sluice_stream_t stream,
  * streams are usable again (the sync objects' state was never changed by it).
  * Ownership: the caller owns the new graph handle and destroys it with
  * `sluice_graph_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`graph_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); `SLUICE_ERROR_INVALID_STATE`
+ * (`stream` is not capturing: ending a capture that was not begun; or it joined a
+ * capture that another stream began); `SLUICE_ERROR_CAPTURE_FAILED` (a forked stream
+ * was not joined back, or an operation was rejected during the capture; the capture is
+ * ended either way).
  */
 struct sluice_error_t *sluice_graph_capture_end(struct sluice_stream_t stream,
                                                 struct sluice_graph_t *graph_out);
 
 /**
  * Writes true when `stream` is capturing (as origin or as a joined fork).
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`capturing_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
  */
 struct sluice_error_t *sluice_stream_is_capturing(struct sluice_stream_t stream,
                                                   bool *capturing_out);
 
 /**
  * Writes the number of operation nodes in the graph.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`count_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`).
  */
 struct sluice_error_t *sluice_graph_node_count(struct sluice_graph_t graph, size_t *count_out);
 
 /**
  * Writes a Graphviz DOT file of the graph to `path`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`path` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+ * stale `graph`); `SLUICE_ERROR_INVALID_ARGUMENT` (the file cannot be written).
  */
 struct sluice_error_t *sluice_graph_debug_dot(struct sluice_graph_t graph,
                                               const char *path,
@@ -1232,6 +1315,8 @@ struct sluice_error_t *sluice_graph_debug_dot(struct sluice_graph_t graph,
 /**
  * Destroys a graph handle. Ownership: executable graphs made from it stay valid
  * and keep what they need.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`, or a second destroy).
  */
 struct sluice_error_t *sluice_graph_destroy(struct sluice_graph_t graph);
 
@@ -1239,12 +1324,18 @@ struct sluice_error_t *sluice_graph_destroy(struct sluice_graph_t graph);
  * Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
  * `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
  * graph and destroys it with `sluice_graph_exec_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`exec_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`).
  */
 struct sluice_error_t *sluice_graph_instantiate(struct sluice_graph_t graph,
                                                 struct sluice_graph_exec_t *exec_out);
 
 /**
  * Uploads the executable graph's resources ahead of its first launch.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, `stream`);
+ * `SLUICE_ERROR_WRONG_DEVICE` (a stream of another device).
  */
 struct sluice_error_t *sluice_graph_exec_upload(struct sluice_graph_exec_t exec,
                                                 struct sluice_stream_t stream);
@@ -1252,6 +1343,9 @@ struct sluice_error_t *sluice_graph_exec_upload(struct sluice_graph_exec_t exec,
 /**
  * Launches the executable graph on `stream` as one tracked op: it waits for the
  * earlier users of every buffer the graph touches and records one event after.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, `stream`);
+ * `SLUICE_ERROR_WRONG_DEVICE` (a stream of another device).
  */
 struct sluice_error_t *sluice_graph_exec_launch(struct sluice_graph_exec_t exec,
                                                 struct sluice_stream_t stream);
@@ -1260,6 +1354,9 @@ struct sluice_error_t *sluice_graph_exec_launch(struct sluice_graph_exec_t exec,
  * Applies `graph` to `exec` in place (`cuGraphExecUpdate`); when the driver refuses
  * (topology or node kind changed), re-instantiates instead. `info_out` (may be NULL)
  * says which happened and why.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, `graph`);
+ * `SLUICE_ERROR_WRONG_DEVICE` (a graph of another device).
  */
 struct sluice_error_t *sluice_graph_exec_update(struct sluice_graph_exec_t exec,
                                                 struct sluice_graph_t graph,
@@ -1268,12 +1365,17 @@ struct sluice_error_t *sluice_graph_exec_update(struct sluice_graph_exec_t exec,
 /**
  * Destroys an executable graph handle. Ownership: the handle ends now; launches
  * already enqueued complete, and the memory they use stays alive until then.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, or a second destroy).
  */
 struct sluice_error_t *sluice_graph_exec_destroy(struct sluice_graph_exec_t exec);
 
 /**
  * Creates a graph cache for `device`. Ownership: the caller owns the new handle
  * and destroys it with `sluice_graph_cache_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`cache_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
  */
 struct sluice_error_t *sluice_graph_cache_create(struct sluice_device_t device,
                                                  struct sluice_graph_cache_t *cache_out);
@@ -1281,6 +1383,8 @@ struct sluice_error_t *sluice_graph_cache_create(struct sluice_device_t device,
 /**
  * Destroys a graph cache. Ownership: its executable graphs go with it, after the
  * launches already enqueued.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`, or a second destroy).
  */
 struct sluice_error_t *sluice_graph_cache_destroy(struct sluice_graph_cache_t cache);
 
@@ -1289,6 +1393,14 @@ struct sluice_error_t *sluice_graph_cache_destroy(struct sluice_graph_cache_t ca
  * captures and instantiates it (and launches the graph), later calls replay it
  * without calling `body`. With `SLUICE_GRAPHS=0` every call is eager. A non-zero
  * return from `body` fails the run with `SLUICE_ERROR_CALLBACK_FAILED`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`body` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+ * stale `cache`, `stream`); `SLUICE_ERROR_WRONG_DEVICE` (a stream of another device);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (`body` returned non-zero);
+ * `SLUICE_ERROR_INVALID_STATE` (a run of the same `cache` and `key` from inside its
+ * own `body`, on that thread: the body recursed; or `stream` is already capturing when
+ * the key is due to be captured); and any error of an op the body issued that it
+ * passed on.
  */
 struct sluice_error_t *sluice_graph_cache_run(struct sluice_graph_cache_t cache,
                                               uint64_t key,
@@ -1298,6 +1410,9 @@ struct sluice_error_t *sluice_graph_cache_run(struct sluice_graph_cache_t cache,
 
 /**
  * Writes the cache's counters.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`).
  */
 struct sluice_error_t *sluice_graph_cache_stats(struct sluice_graph_cache_t cache,
                                                 struct sluice_graph_cache_stats_t *stats_out);
@@ -1308,18 +1423,25 @@ struct sluice_error_t *sluice_graph_cache_stats(struct sluice_graph_cache_t cach
  * `SLUICE_GRAPH_CACHE_MAX` keys, else 1024. An evicted key runs eagerly again on
  * its next run, then is captured again; its graph is freed after the launches
  * already enqueued. Evictions are counted in `sluice_counters_t`.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`).
  */
 struct sluice_error_t *sluice_graph_cache_set_max_entries(struct sluice_graph_cache_t cache,
                                                           size_t max_entries);
 
 /**
  * Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).
+ *
+ * Errors: none: it always succeeds.
  */
 struct sluice_error_t *sluice_graph_cache_set_enabled(bool enabled);
 
 /**
  * Writes the counters of `device`, or, when `device.bits` is 0, of every device
  * opened in the process (destroyed streams included) to `counters_out`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`counters_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale non-zero `device`).
  */
 struct sluice_error_t *sluice_counters(struct sluice_device_t device,
                                        struct sluice_counters_t *counters_out);
@@ -1328,11 +1450,15 @@ struct sluice_error_t *sluice_counters(struct sluice_device_t device,
  * Turns on or off the counters that cost work on every op (those marked "while
  * counting" in `sluice_counters_t`); a trace counts them too. Off by default, or
  * on with `SLUICE_COUNTERS=1`.
+ *
+ * Errors: none: it always succeeds.
  */
 struct sluice_error_t *sluice_counters_set_enabled(bool enabled);
 
 /**
  * Deprecated: renamed to [`sluice_stream_copy`] in 0.1.1.
+ *
+ * Errors: as `sluice_stream_copy`.
  */
 SLUICE_DEPRECATED("renamed to sluice_stream_copy")
 struct sluice_error_t *sluice_copy(struct sluice_stream_t stream,
@@ -1344,6 +1470,8 @@ struct sluice_error_t *sluice_copy(struct sluice_stream_t stream,
 
 /**
  * Deprecated: renamed to [`sluice_stream_copy_from_host`] in 0.1.1.
+ *
+ * Errors: as `sluice_stream_copy_from_host`.
  */
 SLUICE_DEPRECATED("renamed to sluice_stream_copy_from_host")
 struct sluice_error_t *sluice_copy_from_host(struct sluice_stream_t stream,
@@ -1354,6 +1482,8 @@ struct sluice_error_t *sluice_copy_from_host(struct sluice_stream_t stream,
 
 /**
  * Deprecated: renamed to [`sluice_stream_copy_to_host`] in 0.1.1.
+ *
+ * Errors: as `sluice_stream_copy_to_host`.
  */
 SLUICE_DEPRECATED("renamed to sluice_stream_copy_to_host")
 struct sluice_error_t *sluice_copy_to_host(struct sluice_stream_t stream,
@@ -1364,6 +1494,8 @@ struct sluice_error_t *sluice_copy_to_host(struct sluice_stream_t stream,
 
 /**
  * Deprecated: renamed to [`sluice_stream_memset`] in 0.1.1.
+ *
+ * Errors: as `sluice_stream_memset`.
  */
 SLUICE_DEPRECATED("renamed to sluice_stream_memset")
 struct sluice_error_t *sluice_memset(struct sluice_stream_t stream,
@@ -1374,6 +1506,8 @@ struct sluice_error_t *sluice_memset(struct sluice_stream_t stream,
 
 /**
  * Deprecated: renamed to [`sluice_stream_launch`] in 0.1.1.
+ *
+ * Errors: as `sluice_stream_launch`.
  */
 SLUICE_DEPRECATED("renamed to sluice_stream_launch")
 struct sluice_error_t *sluice_launch(struct sluice_stream_t stream,
@@ -1388,12 +1522,16 @@ struct sluice_error_t *sluice_launch(struct sluice_stream_t stream,
 
 /**
  * Deprecated: renamed to [`sluice_sync_create`] in 0.1.1.
+ *
+ * Errors: as `sluice_sync_create`.
  */
 SLUICE_DEPRECATED("renamed to sluice_sync_create")
 struct sluice_error_t *sluice_sync_new(struct sluice_sync_t *sync_out);
 
 /**
  * Deprecated: renamed to [`sluice_graph_cache_create`] in 0.1.1.
+ *
+ * Errors: as `sluice_graph_cache_create`.
  */
 SLUICE_DEPRECATED("renamed to sluice_graph_cache_create")
 struct sluice_error_t *sluice_graph_cache_new(struct sluice_device_t device,
@@ -1401,12 +1539,16 @@ struct sluice_error_t *sluice_graph_cache_new(struct sluice_device_t device,
 
 /**
  * Deprecated: renamed to [`sluice_graph_cache_set_enabled`] in 0.1.1.
+ *
+ * Errors: as `sluice_graph_cache_set_enabled`.
  */
 SLUICE_DEPRECATED("renamed to sluice_graph_cache_set_enabled")
 struct sluice_error_t *sluice_graphs_set_enabled(bool enabled);
 
 /**
  * Deprecated: renamed to [`sluice_module_get_function`] in 0.1.1.
+ *
+ * Errors: as `sluice_module_get_function`.
  */
 SLUICE_DEPRECATED("renamed to sluice_module_get_function")
 struct sluice_error_t *sluice_module_function(struct sluice_module_t module,
@@ -1415,6 +1557,8 @@ struct sluice_error_t *sluice_module_function(struct sluice_module_t module,
 
 /**
  * Deprecated: renamed to [`sluice_stream_launch_host_func`] in 0.1.1.
+ *
+ * Errors: as `sluice_stream_launch_host_func`.
  */
 SLUICE_DEPRECATED("renamed to sluice_stream_launch_host_func")
 struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream,
@@ -1509,6 +1653,8 @@ struct sluice_error_t *sluice_buffer_tensor(struct sluice_buffer_t buffer,
 /**
  * Sets the log level, one of `SLUICE_LOG_*` (overrides `SLUICE_LOG`; logging is
  * off by default).
+ *
+ * Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (`level` not a `SLUICE_LOG_*`).
  */
 struct sluice_error_t *sluice_log_set_level(uint32_t level);
 
@@ -1520,6 +1666,8 @@ struct sluice_error_t *sluice_log_set_level(uint32_t level);
  * callback runs inside the sluice call that logs, on that call's thread (any
  * thread, including library threads); it must be quick, and must not call sluice
  * (calling this function from it deadlocks).
+ *
+ * Errors: none: it always succeeds.
  */
 struct sluice_error_t *sluice_log_set_callback(sluice_log_fn callback, void *user_data);
 
@@ -1527,6 +1675,11 @@ struct sluice_error_t *sluice_log_set_callback(sluice_log_fn callback, void *use
  * Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
  * The buffer's free is ordered on the same stream, after every use on any stream.
  * Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`buffer_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
+ * (`stream` is capturing); `SLUICE_ERROR_OUT_OF_MEMORY` (the device has not `size`
+ * bytes left).
  */
 struct sluice_error_t *sluice_buffer_alloc(struct sluice_stream_t stream,
                                            size_t size,
@@ -1537,6 +1690,10 @@ struct sluice_error_t *sluice_buffer_alloc(struct sluice_stream_t stream,
  * Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
  * Before writing it from the host after a copy read it, call
  * `sluice_sync_wait_write` on its sync object.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`buffer_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_OUT_OF_MEMORY` (the
+ * host has not `size` bytes left).
  */
 struct sluice_error_t *sluice_buffer_alloc_pinned(struct sluice_device_t device,
                                                   size_t size,
@@ -1547,6 +1704,9 @@ struct sluice_error_t *sluice_buffer_alloc_pinned(struct sluice_device_t device,
  * asynchronous. Ownership: the caller keeps owning the memory and must keep it
  * alive until `sluice_buffer_free` of the new handle, which waits for copies that
  * still use it.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`ptr` or `buffer_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
  */
 struct sluice_error_t *sluice_buffer_register_host(struct sluice_device_t device,
                                                    void *ptr,
@@ -1592,11 +1752,16 @@ struct sluice_error_t *sluice_buffer_wrap_device(struct sluice_device_t device,
  * Frees a buffer handle. Ownership: the handle ends now; the memory is released
  * in stream order after every outstanding use (pinned memory returns to the pool),
  * or when the last graph that captured it is destroyed.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `buffer`, or a second free).
  */
 struct sluice_error_t *sluice_buffer_free(struct sluice_buffer_t buffer);
 
 /**
  * Writes what the buffer is and where it lives.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`info_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `buffer`).
  */
 struct sluice_error_t *sluice_buffer_info(struct sluice_buffer_t buffer,
                                           struct sluice_buffer_info_t *info_out);
@@ -1611,6 +1776,9 @@ struct sluice_error_t *sluice_buffer_info(struct sluice_buffer_t buffer,
  * ends that handle: the buffer and its other sync handles are unaffected. A sync
  * handle keeps the object alive after `sluice_buffer_free`, but not the memory.
  * Get it once per buffer and keep it beside the buffer handle.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`sync_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `buffer`).
  */
 struct sluice_error_t *sluice_buffer_sync(struct sluice_buffer_t buffer,
                                           struct sluice_sync_t *sync_out);
@@ -1621,6 +1789,11 @@ struct sluice_error_t *sluice_buffer_sync(struct sluice_buffer_t buffer,
  * out-of-range copy fails with `SLUICE_ERROR_OUT_OF_RANGE` and changes nothing;
  * overlapping ranges of one buffer give `SLUICE_ERROR_INVALID_ARGUMENT`; a zero
  * length is a no-op.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `dst`, `src`);
+ * `SLUICE_ERROR_OUT_OF_RANGE` (a range past a buffer's end; nothing changes);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (overlapping ranges of one buffer);
+ * `SLUICE_ERROR_WRONG_DEVICE` (a buffer of another device).
  */
 struct sluice_error_t *sluice_stream_copy(struct sluice_stream_t stream,
                                           struct sluice_buffer_t dst,
@@ -1632,6 +1805,12 @@ struct sluice_error_t *sluice_stream_copy(struct sluice_stream_t stream,
 /**
  * Copies `len` bytes from pageable host memory `src` into `dst` at `dst_offset`.
  * Returns once `src` may be reused; the device write is ordered on `stream`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`src` NULL with `len` > 0);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `dst`); `SLUICE_ERROR_OUT_OF_RANGE`
+ * (a range past `dst`'s end); `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`stream` is
+ * capturing: pageable copies are not captured); `SLUICE_ERROR_WRONG_DEVICE` (a buffer
+ * of another device).
  */
 struct sluice_error_t *sluice_stream_copy_from_host(struct sluice_stream_t stream,
                                                     struct sluice_buffer_t dst,
@@ -1642,6 +1821,11 @@ struct sluice_error_t *sluice_stream_copy_from_host(struct sluice_stream_t strea
 /**
  * Copies `len` bytes of `src` at `src_offset` into pageable host memory `dst`.
  * Blocks until the bytes have arrived.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`dst` NULL with `len` > 0);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `src`); `SLUICE_ERROR_OUT_OF_RANGE`
+ * (a range past `src`'s end); `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`stream` is
+ * capturing); `SLUICE_ERROR_WRONG_DEVICE` (a buffer of another device).
  */
 struct sluice_error_t *sluice_stream_copy_to_host(struct sluice_stream_t stream,
                                                   void *dst,
@@ -1651,6 +1835,10 @@ struct sluice_error_t *sluice_stream_copy_to_host(struct sluice_stream_t stream,
 
 /**
  * Sets `len` bytes of `buffer` at `offset` to `value`, in order on `stream`.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `buffer`);
+ * `SLUICE_ERROR_OUT_OF_RANGE` (a range past the buffer's end);
+ * `SLUICE_ERROR_WRONG_DEVICE` (a buffer of another device).
  */
 struct sluice_error_t *sluice_stream_memset(struct sluice_stream_t stream,
                                             struct sluice_buffer_t buffer,
@@ -1700,6 +1888,8 @@ struct sluice_error_t *sluice_module_compile(struct sluice_device_t device,
 /**
  * Releases a module handle. Ownership: the module unloads once its functions'
  * handles are destroyed too.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `module`, or a second unload).
  */
 struct sluice_error_t *sluice_module_unload(struct sluice_module_t module);
 
@@ -1707,6 +1897,10 @@ struct sluice_error_t *sluice_module_unload(struct sluice_module_t module);
  * Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
  * Ownership: the caller owns the new function handle (which keeps its module
  * loaded) and destroys it with `sluice_function_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`name` or `function_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `module`); `SLUICE_ERROR_NOT_FOUND` (no
+ * kernel of that name).
  */
 struct sluice_error_t *sluice_module_get_function(struct sluice_module_t module,
                                                   const char *name,
@@ -1714,6 +1908,8 @@ struct sluice_error_t *sluice_module_get_function(struct sluice_module_t module,
 
 /**
  * Releases a function handle. Ownership: launches already enqueued are unaffected.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `function`, or a second destroy).
  */
 struct sluice_error_t *sluice_function_destroy(struct sluice_function_t function);
 
@@ -1748,6 +1944,11 @@ struct sluice_error_t *sluice_stream_launch(struct sluice_stream_t stream,
  * producer threads start at once (pull mode); otherwise batches come from
  * `sluice_prefetcher_push` or `sluice_prefetcher_acquire` (push mode). Ownership:
  * the caller owns the new handle and destroys it with `sluice_prefetcher_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`config` or `prefetcher_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
+ * (`config->segments` 0 or over the maximum, a capacity of 0, or a depth over the
+ * maximum).
  */
 struct sluice_error_t *sluice_prefetcher_create(struct sluice_device_t device,
                                                 const struct sluice_prefetcher_config_t *config,
@@ -1761,6 +1962,8 @@ struct sluice_error_t *sluice_prefetcher_create(struct sluice_device_t device,
  * memory; the producer threads are joined; leased batches are ended (their handles
  * then give `SLUICE_ERROR_INVALID_HANDLE`); and the memory is freed once the
  * device work that uses it has completed.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, or a second destroy).
  */
 struct sluice_error_t *sluice_prefetcher_destroy(struct sluice_prefetcher_t prefetcher);
 
@@ -1771,6 +1974,13 @@ struct sluice_error_t *sluice_prefetcher_destroy(struct sluice_prefetcher_t pref
  * no limit; then `SLUICE_ERROR_TIMEOUT`). A length over a segment's capacity gives
  * `SLUICE_ERROR_OUT_OF_RANGE` and queues nothing. Writes the batch's sequence
  * number to `seq_out` when it is not NULL.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`segments` NULL with `num_segments` > 0);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`);
+ * `SLUICE_ERROR_INVALID_ARGUMENT` (a segment count other than the prefetcher's);
+ * `SLUICE_ERROR_OUT_OF_RANGE` (a segment longer than its capacity);
+ * `SLUICE_ERROR_INVALID_STATE` (the input is closed); `SLUICE_ERROR_TIMEOUT` (no slot
+ * freed within `timeout_ms`).
  */
 struct sluice_error_t *sluice_prefetcher_push(struct sluice_prefetcher_t prefetcher,
                                               const struct sluice_prefetch_segment_t *segments,
@@ -1782,6 +1992,10 @@ struct sluice_error_t *sluice_prefetcher_push(struct sluice_prefetcher_t prefetc
  * Takes a free slot for the caller to fill in place (zero-copy push): write into
  * `fill_out->host[i]`, set `fill_out->len[i]`, then `sluice_prefetcher_submit`, or
  * `sluice_prefetcher_cancel` to give it back. Blocks like `sluice_prefetcher_push`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`fill_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`); `SLUICE_ERROR_INVALID_STATE`
+ * (the input is closed); `SLUICE_ERROR_TIMEOUT` (no slot freed within `timeout_ms`).
  */
 struct sluice_error_t *sluice_prefetcher_acquire(struct sluice_prefetcher_t prefetcher,
                                                  uint32_t timeout_ms,
@@ -1792,6 +2006,11 @@ struct sluice_error_t *sluice_prefetcher_acquire(struct sluice_prefetcher_t pref
  * `fill->len[i]` bytes of each segment. A length over the capacity gives
  * `SLUICE_ERROR_OUT_OF_RANGE`, and the consumer receives that error in the batch's
  * place.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`fill` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+ * stale `prefetcher`); `SLUICE_ERROR_INVALID_ARGUMENT` (a fill that is not open:
+ * submitted, cancelled or forged); `SLUICE_ERROR_OUT_OF_RANGE` (a length over its
+ * segment's capacity).
  */
 struct sluice_error_t *sluice_prefetcher_submit(struct sluice_prefetcher_t prefetcher,
                                                 const struct sluice_prefetch_fill_t *fill);
@@ -1799,6 +2018,9 @@ struct sluice_error_t *sluice_prefetcher_submit(struct sluice_prefetcher_t prefe
 /**
  * Gives back a slot taken with `sluice_prefetcher_acquire`, unused: its sequence
  * number is skipped.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`fill` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+ * stale `prefetcher`); `SLUICE_ERROR_INVALID_ARGUMENT` (a fill that is not open).
  */
 struct sluice_error_t *sluice_prefetcher_cancel(struct sluice_prefetcher_t prefetcher,
                                                 const struct sluice_prefetch_fill_t *fill);
@@ -1806,6 +2028,8 @@ struct sluice_error_t *sluice_prefetcher_cancel(struct sluice_prefetcher_t prefe
 /**
  * Ends the input: `next` returns what is in flight, then `SLUICE_ERROR_END_OF_DATA`.
  * Producers waiting for a slot, and later pushes, get `SLUICE_ERROR_INVALID_STATE`.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`).
  */
 struct sluice_error_t *sluice_prefetcher_close_input(struct sluice_prefetcher_t prefetcher);
 
@@ -1819,6 +2043,12 @@ struct sluice_error_t *sluice_prefetcher_close_input(struct sluice_prefetcher_t 
  * `view_out->seq` set to its number and `view_out->segments` to 0; on other errors
  * `view_out` is not written. Ownership: the caller owns the batch handle until
  * `sluice_batch_release`, also after the prefetcher is destroyed.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`batch_out` or `view_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream`);
+ * `SLUICE_ERROR_END_OF_DATA` (the input is closed and every batch was taken);
+ * `SLUICE_ERROR_TIMEOUT` (no batch within `timeout_ms`);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (a pull-mode fill callback failed).
  */
 struct sluice_error_t *sluice_prefetcher_next(struct sluice_prefetcher_t prefetcher,
                                               struct sluice_stream_t stream,
@@ -1830,6 +2060,8 @@ struct sluice_error_t *sluice_prefetcher_next(struct sluice_prefetcher_t prefetc
  * Releases a leased batch in stream order: its slot is refilled only after the
  * work enqueued on the consumer's stream so far has completed on the device. The
  * host does not wait. Ownership: consumes the handle, also when it fails.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `batch`, or a second release).
  */
 struct sluice_error_t *sluice_batch_release(struct sluice_batch_t batch);
 
@@ -1840,6 +2072,13 @@ struct sluice_error_t *sluice_batch_release(struct sluice_batch_t batch);
  * `dst` can be replayed for every batch. Waits and errors as
  * `sluice_prefetcher_next`; `view_out` describes the batch, but its device
  * pointers and handles are the slot's, already released: read `dst` instead.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`view_out` NULL, or `dst` NULL with a
+ * non-zero `num_dst`); `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream` or `dst[i]`,
+ * named by its index); `SLUICE_ERROR_INVALID_ARGUMENT` (`num_dst` other than the
+ * segment count); `SLUICE_ERROR_OUT_OF_RANGE` (a destination buffer smaller than its
+ * segment's capacity); `SLUICE_ERROR_END_OF_DATA` (the input is closed and every
+ * batch was taken); `SLUICE_ERROR_TIMEOUT` (no batch within `timeout_ms`).
  */
 struct sluice_error_t *sluice_prefetcher_next_into(struct sluice_prefetcher_t prefetcher,
                                                    struct sluice_stream_t stream,
@@ -1850,6 +2089,9 @@ struct sluice_error_t *sluice_prefetcher_next_into(struct sluice_prefetcher_t pr
 
 /**
  * Writes the prefetcher's counters.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`).
  */
 struct sluice_error_t *sluice_prefetcher_stats(struct sluice_prefetcher_t prefetcher,
                                                struct sluice_prefetcher_stats_t *stats_out);
@@ -1871,12 +2113,16 @@ struct sluice_error_t *sluice_rng_create(struct sluice_stream_t stream,
 /**
  * Destroys a generator handle. Its states are freed in stream order after every
  * draw, save and restore that uses them.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `rng`, or a second destroy).
  */
 struct sluice_error_t *sluice_rng_destroy(struct sluice_rng_t rng);
 
 /**
  * Writes the number of states and the seed (of creation, or of the checkpoint
  * restored last). Either pointer may be NULL.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `rng`).
  */
 struct sluice_error_t *sluice_rng_info(struct sluice_rng_t rng,
                                        size_t *n_states_out,
@@ -1908,6 +2154,9 @@ struct sluice_error_t *sluice_rng_generate(struct sluice_stream_t stream,
  * that draws must list the buffer's sync object (`sluice_buffer_sync`) as written.
  * Ownership: the caller frees the new handle with `sluice_buffer_free`; the
  * generator keeps its states.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`buffer_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `rng`).
  */
 struct sluice_error_t *sluice_rng_states(struct sluice_rng_t rng,
                                          struct sluice_buffer_t *buffer_out);
@@ -1917,6 +2166,9 @@ struct sluice_error_t *sluice_rng_states(struct sluice_rng_t rng,
  * Not allowed during capture (`SLUICE_ERROR_CAPTURE_UNSUPPORTED`, and the capture
  * fails): make checkpoints first, then save into them.
  * Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`checkpoint_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `rng`).
  */
 struct sluice_error_t *sluice_rng_checkpoint_create(struct sluice_stream_t stream,
                                                     struct sluice_rng_t rng,
@@ -1924,12 +2176,16 @@ struct sluice_error_t *sluice_rng_checkpoint_create(struct sluice_stream_t strea
 
 /**
  * Destroys a checkpoint handle; its memory is freed after the copies that use it.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `checkpoint`, or a second destroy).
  */
 struct sluice_error_t *sluice_rng_checkpoint_destroy(struct sluice_rng_checkpoint_t checkpoint);
 
 /**
  * Writes the number of states and the seed of a checkpoint. Either pointer may
  * be NULL.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `checkpoint`).
  */
 struct sluice_error_t *sluice_rng_checkpoint_info(struct sluice_rng_checkpoint_t checkpoint,
                                                   size_t *n_states_out,
@@ -1962,6 +2218,10 @@ struct sluice_error_t *sluice_rng_restore(struct sluice_stream_t stream,
  * states, and a CRC32C (`src/rng/checkpoint.rs`). One bulk device-to-host copy,
  * which waits for the last save into this checkpoint, not for later work on the
  * save's stream. Blocks until the bytes are written.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`len_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
+ * (a stale `checkpoint`); `SLUICE_ERROR_OUT_OF_RANGE` (`capacity` below the serialized
+ * length).
  */
 struct sluice_error_t *sluice_rng_checkpoint_serialize(struct sluice_rng_checkpoint_t checkpoint,
                                                        uint8_t *out,
@@ -1974,6 +2234,10 @@ struct sluice_error_t *sluice_rng_checkpoint_serialize(struct sluice_rng_checkpo
  * truncation, another format version or another algorithm gives
  * `SLUICE_ERROR_CORRUPT_DATA` with a message, and no checkpoint.
  * Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`bytes` or `checkpoint_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_CORRUPT_DATA` (bytes
+ * that fail the checks: magic, version, length, CRC).
  */
 struct sluice_error_t *sluice_rng_checkpoint_deserialize(struct sluice_device_t device,
                                                          const uint8_t *bytes,
@@ -1984,6 +2248,10 @@ struct sluice_error_t *sluice_rng_checkpoint_deserialize(struct sluice_device_t 
  * Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;
  * `priority` is clamped into `sluice_device_priority_range`. Ownership: the caller
  * owns the new handle and destroys it with `sluice_stream_destroy`.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
+ * (unknown `flags` bits).
  */
 struct sluice_error_t *sluice_stream_create(struct sluice_device_t device,
                                             uint32_t flags,
@@ -1996,6 +2264,11 @@ struct sluice_error_t *sluice_stream_create(struct sluice_device_t device,
  * handle leaves it alone. The legacy and
  * per-thread default streams are refused. On host, `raw` must come from
  * `sluice_stream_raw` of a live host stream.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
+ * (`raw` NULL or another default stream: the legacy and per-thread default streams
+ * are refused; on host, a `raw` that is not a live host stream's).
  */
 struct sluice_error_t *sluice_stream_wrap_external(struct sluice_device_t device,
                                                    void *raw,
@@ -2004,34 +2277,54 @@ struct sluice_error_t *sluice_stream_wrap_external(struct sluice_device_t device
 /**
  * Writes the underlying `CUstream` (an opaque pointer on host) so callers can run
  * foreign work on it. It stays valid while the stream handle lives.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`raw_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
+ * (a stale `stream`).
  */
 struct sluice_error_t *sluice_stream_raw(struct sluice_stream_t stream, void **raw_out);
 
 /**
  * Destroys a stream handle. Ownership: the handle ends now; work already enqueued
  * completes, and memory it uses stays valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, or a second destroy).
  */
 struct sluice_error_t *sluice_stream_destroy(struct sluice_stream_t stream);
 
 /**
  * Writes true to `idle_out` when all work enqueued so far has completed.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`idle_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
+ * (`stream` is capturing); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback on it
+ * failed).
  */
 struct sluice_error_t *sluice_stream_query(struct sluice_stream_t stream, bool *idle_out);
 
 /**
  * Blocks until all work enqueued so far has completed. Reports a device fault or
  * a failed host callback on this stream, naming the stream and its last label.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`);
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`stream` is capturing);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (a host callback on it failed; reported once).
  */
 struct sluice_error_t *sluice_stream_synchronize(struct sluice_stream_t stream);
 
 /**
  * Sets the label that fault reports on this stream name as its last operation.
  * NULL clears it. The string is copied.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); a NULL `label` clears it;
+ * a label that is not UTF-8 is taken lossily.
  */
 struct sluice_error_t *sluice_stream_set_label(struct sluice_stream_t stream, const char *label);
 
 /**
  * Writes the stream's counters.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
  */
 struct sluice_error_t *sluice_stream_stats(struct sluice_stream_t stream,
                                            struct sluice_stream_stats_t *stats_out);
@@ -2043,6 +2336,11 @@ struct sluice_error_t *sluice_stream_stats(struct sluice_stream_t stream,
  * callback can no longer run: after it ran, when the call fails, or, for a
  * callback captured into a graph (host backend), when the last graph holding it is
  * destroyed. A captured callback runs once per launch.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`callback` NULL, or `reads`/`writes` NULL with
+ * a non-zero count); `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, or a stale sync
+ * object, named by its index); `SLUICE_ERROR_OUT_OF_RANGE` (a count whose byte size
+ * overflows); `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (cuda: `stream` is capturing).
  */
 struct sluice_error_t *sluice_stream_launch_host_func(struct sluice_stream_t stream,
                                                       sluice_host_fn callback,
@@ -2058,6 +2356,8 @@ struct sluice_error_t *sluice_stream_launch_host_func(struct sluice_stream_t str
  * freed device blocks, and returns what is cached beyond it to the driver's pool.
  * A device buffer freed with this stream as its home is kept for reuse by an
  * allocation of exactly the same size on this stream; 0 disables the cache.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
  */
 struct sluice_error_t *sluice_stream_set_block_cache_limit(struct sluice_stream_t stream,
                                                            uint64_t bytes);
@@ -2066,12 +2366,16 @@ struct sluice_error_t *sluice_stream_set_block_cache_limit(struct sluice_stream_
  * Creates a standalone sync object, for memory sluice does not own (a libtorch
  * tensor, a caller's cudaMalloc). Ownership: the caller owns the new handle and
  * destroys it with `sluice_sync_destroy`; ops that use the object keep it alive.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`sync_out` NULL).
  */
 struct sluice_error_t *sluice_sync_create(struct sluice_sync_t *sync_out);
 
 /**
  * Destroys a sync handle. Ownership: only the handle ends; the object lives on
  * while a buffer, another handle or enqueued work still holds it.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`, or a second destroy).
  */
 struct sluice_error_t *sluice_sync_destroy(struct sluice_sync_t sync);
 
@@ -2079,16 +2383,27 @@ struct sluice_error_t *sluice_sync_destroy(struct sluice_sync_t sync);
  * Blocks until the last writer's work has completed (not merely been enqueued).
  * A failed host callback on the writer's stream is reported here too; the stream's
  * own next synchronisation still reports it.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`);
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the object's writer is in a capture);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (the host callback it waits for failed).
  */
 struct sluice_error_t *sluice_sync_wait_read(struct sluice_sync_t sync);
 
 /**
  * Blocks until the last writer's and every reader's work has completed.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`);
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (a recording it waits for is in a capture);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (the host callback it waits for failed).
  */
 struct sluice_error_t *sluice_sync_wait_write(struct sluice_sync_t sync);
 
 /**
  * Writes the object's dependency state.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`info_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`).
  */
 struct sluice_error_t *sluice_sync_info(struct sluice_sync_t sync,
                                         struct sluice_sync_info_t *info_out);
@@ -2111,6 +2426,13 @@ struct sluice_error_t *sluice_sync_info(struct sluice_sync_t sync,
  * lock: the CUDA driver can break stream order when a graph is launched on a
  * stream while another thread enqueues on it, so do not launch graphs as foreign
  * work on a stream that other threads use at the same time.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`op_out` NULL); `SLUICE_ERROR_NULL_ARGUMENT`
+ * (`reads`/`writes` NULL with a non-zero count); `SLUICE_ERROR_INVALID_HANDLE` (a
+ * stale `stream`, or a stale sync object, named by its index);
+ * `SLUICE_ERROR_OUT_OF_RANGE` (a count whose byte size overflows);
+ * `SLUICE_ERROR_INVALID_STATE` (an object that another foreign op still open on
+ * another stream uses in a conflicting way).
  */
 struct sluice_error_t *sluice_op_begin(struct sluice_stream_t stream,
                                        const struct sluice_sync_t *reads,
@@ -2123,12 +2445,16 @@ struct sluice_error_t *sluice_op_begin(struct sluice_stream_t stream,
  * Ends a foreign op: records one event on its stream and publishes it to every
  * object of the op. Ownership: the op handle is consumed, also when an error is
  * returned.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `op`, or ending it twice).
  */
 struct sluice_error_t *sluice_op_end(struct sluice_op_t op);
 
 /**
  * Sets the process-wide engine mode: `SLUICE_ENGINE_ASYNC` or `SLUICE_ENGINE_SYNC`.
  * The initial mode comes from `SLUICE_ENGINE=async|sync`.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (`mode` not a `SLUICE_ENGINE_*`).
  */
 struct sluice_error_t *sluice_engine_set_mode(uint32_t mode);
 
@@ -2149,18 +2475,28 @@ uint32_t sluice_engine_mode(void);
  * process ends without `sluice_trace_stop` (the trace is closed at exit) or
  * crashes (it is then a prefix that the viewers open). Fails with
  * `SLUICE_ERROR_INVALID_STATE` while a trace is written.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`path` NULL); `SLUICE_ERROR_INVALID_ARGUMENT`
+ * (an empty `path`, or a file that cannot be created); `SLUICE_ERROR_INVALID_STATE` (a
+ * trace is already being written: starting twice).
  */
 struct sluice_error_t *sluice_trace_start(const char *path);
 
 /**
  * Stops the trace: waits for pending device spans, closes the JSON array and the
  * file. Does nothing when no trace is written.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (writing the end of the trace failed);
+ * stopping when no trace runs is not an error.
  */
 struct sluice_error_t *sluice_trace_stop(void);
 
 /**
  * Writes what the trace has buffered to its file (it is also written every
  * 100 ms). Does nothing when no trace is written.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (writing the trace failed); with no trace
+ * running it does nothing.
  */
 struct sluice_error_t *sluice_trace_flush(void);
 

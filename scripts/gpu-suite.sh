@@ -39,6 +39,9 @@ build() {
   export CARGO_PROFILE_RELEASE_DEBUG=0
   cargo build --release --lib
   cp target/release/libsluice.so .gpu/
+  # Its SONAME is libsluice.so.0 (build.rs): every binary linked against it asks for
+  # that name, found beside it through the rpaths.
+  ln -sf libsluice.so .gpu/libsluice.so.0
   if has rust || has sanitize; then
     # Rust integration tests and unit tests, as plain executables.
     cargo test --release --no-run --message-format=json 2>/dev/null \
@@ -91,12 +94,11 @@ for l in sys.stdin:
     fi
   fi
   if has cpp; then
-    # The C++ binding's GoogleTest suite (GoogleTest linked statically; libsluice.so.0 beside).
+    # The C++ binding's GoogleTest suite (GoogleTest linked statically; .gpu/libsluice.so.0 beside).
     cmake -S . -B build/gpu-cpp -DCMAKE_BUILD_TYPE=Release -DSLUICE_BUILD_TESTS=ON \
       -DSLUICE_BUILD_EXAMPLES=OFF > /dev/null
     cmake --build build/gpu-cpp --target sluice_cpp_tests -j 2 > /dev/null
     mkdir -p .gpu/cpp && cp "$(find build/gpu-cpp -name sluice_cpp_tests -type f -executable | head -1)" .gpu/cpp/
-    ln -sf libsluice.so .gpu/libsluice.so.0
   fi
   if { has c || has sanitize; } && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
   if has go && [ -x bindings/go/test.sh ]; then bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"; fi

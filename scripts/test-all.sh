@@ -25,6 +25,14 @@ cargo clippy --all-targets -- -D warnings
 step "rust: tests (host backend)"
 cargo test
 
+step "library: SONAME libsluice.so.0 (as the CMake install's), and the link beside it"
+cargo build --release --quiet --lib
+soname=$(readelf -d target/release/libsluice.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+echo "SONAME: $soname"
+[ "$soname" = libsluice.so.0 ] || { echo "want SONAME libsluice.so.0" >&2; exit 1; }
+[ "$(readlink target/release/libsluice.so.0)" = libsluice.so ] \
+  || { echo "target/release/libsluice.so.0 is not a link to libsluice.so (build.rs makes it)" >&2; exit 1; }
+
 step "rust: demo"
 cargo run --release --quiet --example pipeline 16 4
 

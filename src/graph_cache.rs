@@ -168,6 +168,10 @@ impl GraphCache {
     }
 
     /// Runs the region `key` on `stream`: eagerly, captured, or replayed.
+    ///
+    /// A body that runs the same key of the same cache again, on this thread, gets
+    /// `InvalidState` from that inner run: recursing would capture into a capture
+    /// (or, on the eager pass, never end).
     pub fn run(
         &self,
         key: u64,
@@ -175,6 +179,7 @@ impl GraphCache {
         body: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
         stream.device.same_device(&self.device, "the graph cache")?;
+        let _guard = RunGuard::enter(self as *const GraphCache as usize, key)?;
         let c = &self.device.counters;
         if !graphs_enabled() {
             self.eager.fetch_add(1, Ordering::Relaxed);
@@ -216,5 +221,40 @@ impl GraphCache {
                 Ok(())
             }
         }
+    }
+}
+
+thread_local! {
+    /// The (cache, key) regions whose body runs on this thread now.
+    static RUNNING: std::cell::RefCell<Vec<(usize, u64)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Marks a region as running on this thread for the length of its run.
+struct RunGuard(usize, u64);
+
+impl RunGuard {
+    fn enter(cache: usize, key: u64) -> Result<RunGuard> {
+        RUNNING.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.contains(&(cache, key)) {
+                return Err(crate::error::Error::new(
+                    crate::error::ErrorCode::InvalidState,
+                    format!("graph cache key {key} is already running on this thread: its body recursed"),
+                ));
+            }
+            r.push((cache, key));
+            Ok(RunGuard(cache, key))
+        })
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        RUNNING.with(|r| {
+            let mut r = r.borrow_mut();
+            if let Some(i) = r.iter().rposition(|e| *e == (self.0, self.1)) {
+                r.remove(i);
+            }
+        });
     }
 }

@@ -23,6 +23,8 @@ const (
 	BufferPinned BufferKind = C.SLUICE_BUFFER_PINNED
 	// BufferRegistered: caller-owned host memory registered with the device.
 	BufferRegistered BufferKind = C.SLUICE_BUFFER_REGISTERED
+	// BufferForeign: device memory someone else owns (WrapDevice, ImportDLPack).
+	BufferForeign BufferKind = C.SLUICE_BUFFER_FOREIGN
 )
 
 // BufferInfo says what a buffer is and where it lives.
@@ -190,8 +192,10 @@ func (m *memory) hostBytes() []byte {
 	return unsafe.Slice((*byte)(m.info.HostPtr), m.info.Size)
 }
 
-// Buffer is device memory (sluice_buffer_t of kind BufferDevice), allocated
-// in stream order. It keeps its Stream and Device alive.
+// Buffer is device memory: allocated in stream order (BufferDevice, by
+// Stream.Alloc), or owned by someone else (BufferForeign, by
+// Device.WrapDevice and Device.ImportDLPack). It keeps its Stream (nil for
+// foreign memory) and Device alive.
 type Buffer struct{ memory }
 
 // PinnedBuffer is pinned host memory from the device's caching pool. Its
@@ -225,7 +229,8 @@ func (s *Stream) Alloc(size int) (*Buffer, error) {
 	return newMemory[Buffer](b, s.dev, s, nil)
 }
 
-// Stream returns the stream the buffer was allocated on.
+// Stream returns the stream the buffer was allocated on (nil for foreign
+// memory).
 func (b *Buffer) Stream() *Stream { return b.stream }
 
 // DevicePtr returns the buffer's CUdeviceptr (a host address on the host

@@ -139,6 +139,22 @@ func sluiceGoFreeHandle(h C.uintptr_t) {
 	ch.Delete()
 }
 
+// sluiceGoRelease is the release_fn of WrapDevice buffers: the library calls
+// it exactly once, after the buffer's last reference is gone and its last use
+// completed (on the "sluice-release" thread, or on the thread of the call
+// that dropped the last reference). A panic is recovered and dropped: there is
+// no call left to report it to.
+//
+//export sluiceGoRelease
+func sluiceGoRelease(h C.uintptr_t) {
+	ch := cgo.Handle(h)
+	fn := ch.Value().(func())
+	ch.Delete()
+	liveReleaseHandles.Add(-1)
+	defer func() { _ = recover() }()
+	fn()
+}
+
 // graphBody is what the cgo.Handle of a GraphCache.Run body holds, for the
 // duration of the Run call.
 type graphBody struct {

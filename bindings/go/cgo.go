@@ -4,8 +4,9 @@ package sluice
 
 // Default linking: against the library built in this repository by
 // `cargo build --release` (run `go generate` in this directory, or
-// bindings/go/test.sh). The rpath lets binaries find libsluice.so there
-// without LD_LIBRARY_PATH. Build with `-tags sluice_pkgconfig` to link an
+// bindings/go/test.sh). The rpath lets binaries find the library there
+// without LD_LIBRARY_PATH, under its SONAME libsluice.so.0 (the symlink that
+// the crate's build.rs makes beside libsluice.so). Build with `-tags sluice_pkgconfig` to link an
 // installed library found through pkg-config instead (see README.md).
 
 /*
@@ -14,4 +15,4 @@ package sluice
 */
 import "C"
 
-//go:generate sh -c "cd ../.. && cargo build --release"
+//go:generate sh -c "cd ../.. && cargo build --release && ln -sf libsluice.so target/release/libsluice.so.0"

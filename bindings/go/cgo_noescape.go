@@ -17,7 +17,10 @@ package sluice
 // holding a captured callback (sluice_graph_destroy,
 // sluice_graph_exec_destroy, sluice_graph_exec_update,
 // sluice_graph_capture_end, sluice_graph_cache_destroy,
-// sluice_stream_destroy), and sluice_graph_cache_run calls the Go body.
+// sluice_stream_destroy), and sluice_graph_cache_run calls the Go body. The
+// release function of a WrapDevice buffer runs on the thread of the call that
+// dropped the buffer's last reference when its uses have completed
+// (sluice_buffer_free, and the graph destroys above): those stay unlisted too.
 //
 // Any C function may log (a stale handle at debug level, a capture poisoned
 // at warn level, ...). That is why the log receiver of SetLogCallback is a C

@@ -8,7 +8,7 @@
 // # Types and handles
 //
 // Each type wraps one C handle: Device, Stream, Event, Buffer (device
-// memory), PinnedBuffer (pinned host memory), HostBuffer (registered host
+// memory: allocated, or foreign from WrapDevice and ImportDLPack), PinnedBuffer (pinned host memory), HostBuffer (registered host
 // memory), SyncObject, Op, Module, Function, Graph, GraphExec,
 // GraphCache, Prefetcher, Batch, RNG and RNGCheckpoint.
 //
@@ -67,6 +67,9 @@
 //   - Host callbacks and graph-cache bodies are Go functions registered
 //     through runtime/cgo.Handle: C receives an integer, never a Go pointer.
 //   - Kernel arguments are copied into C memory for the launch.
+//   - Foreign device memory (WrapDevice) takes a Go release function, held
+//     by a cgo.Handle and called once after the buffer's last use; DLPack
+//     tensors (ImportDLPack, ExportDLPack) travel as C pointers.
 //
 // # Host callbacks
 //

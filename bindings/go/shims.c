@@ -19,6 +19,83 @@ sluice_error_t *sluice_go_host_callback(sluice_stream_t stream, uintptr_t handle
 	                                      num_writes);
 }
 
+static void sluice_go_release(void *user_data) { sluiceGoRelease((uintptr_t)user_data); }
+
+sluice_error_t *sluice_go_wrap_device(sluice_device_t device, uint64_t ptr, size_t len,
+                                      uintptr_t release_handle, sluice_buffer_t *buffer_out) {
+	return sluice_buffer_wrap_device(device, ptr, len, release_handle ? sluice_go_release : NULL,
+	                                 (void *)release_handle, buffer_out);
+}
+
+// dlpack.h's layout (DLPack 1.x; DLManagedTensor is 0.x's).
+typedef struct {
+	void *data;
+	struct {
+		int32_t device_type, device_id;
+	} device;
+	int32_t ndim;
+	struct {
+		uint8_t code, bits;
+		uint16_t lanes;
+	} dtype;
+	int64_t *shape, *strides;
+	uint64_t byte_offset;
+} go_dl_tensor;
+typedef struct go_dl_versioned {
+	struct {
+		uint32_t major, minor;
+	} version;
+	void *manager_ctx;
+	void (*deleter)(struct go_dl_versioned *);
+	uint64_t flags;
+	go_dl_tensor dl_tensor;
+} go_dl_versioned;
+typedef struct go_dl_unversioned {
+	go_dl_tensor dl_tensor;
+	void *manager_ctx;
+	void (*deleter)(struct go_dl_unversioned *);
+} go_dl_unversioned;
+
+bool sluice_go_dlpack_read(void *tensor, uint32_t format, sluice_go_dlpack_t *out) {
+	const go_dl_tensor *t;
+	memset(out, 0, sizeof *out);
+	if (format == SLUICE_DLPACK_VERSIONED) {
+		go_dl_versioned *v = tensor;
+		t = &v->dl_tensor;
+		out->major = v->version.major;
+		out->minor = v->version.minor;
+		out->read_only = (v->flags & 1) != 0;
+	} else if (format == SLUICE_DLPACK_UNVERSIONED) {
+		t = &((go_dl_unversioned *)tensor)->dl_tensor;
+	} else {
+		return false;
+	}
+	out->data = (uint64_t)(uintptr_t)t->data + t->byte_offset;
+	out->device_type = t->device.device_type;
+	out->device_id = t->device.device_id;
+	out->ndim = t->ndim;
+	out->dtype_code = t->dtype.code;
+	out->dtype_bits = t->dtype.bits;
+	out->dtype_lanes = t->dtype.lanes;
+	out->shape = t->shape;
+	out->strides = t->strides;
+	return true;
+}
+
+bool sluice_go_dlpack_delete(void *tensor, uint32_t format) {
+	if (format == SLUICE_DLPACK_VERSIONED) {
+		go_dl_versioned *v = tensor;
+		if (v->deleter) v->deleter(v);
+		return true;
+	}
+	if (format == SLUICE_DLPACK_UNVERSIONED) {
+		go_dl_unversioned *u = tensor;
+		if (u->deleter) u->deleter(u);
+		return true;
+	}
+	return false;
+}
+
 static int32_t sluice_go_body_trampoline(void *user_data, sluice_stream_t stream) {
 	return sluiceGoGraphBody((uintptr_t)user_data, stream);
 }

@@ -87,4 +87,33 @@ uint64_t sluice_go_bench_op(sluice_stream_t stream, sluice_sync_t obj, uint64_t 
                             sluice_error_t **err_out);
 uint64_t sluice_go_bench_query(sluice_stream_t stream, uint64_t n, sluice_error_t **err_out);
 
+// Wraps foreign device memory (sluice_buffer_wrap_device) with the Go release
+// trampoline as its release_fn and a cgo.Handle of the Go function as its
+// user data (0: no release function). The library calls the trampoline
+// exactly once on success, never on failure (then the caller deletes the
+// handle). The handle is an integer; no Go pointer reaches C.
+sluice_error_t *sluice_go_wrap_device(sluice_device_t device, uint64_t ptr, size_t len,
+                                      uintptr_t release_handle, sluice_buffer_t *buffer_out);
+
+// What a DLPack managed tensor says (dlpack.go's ReadDLPack). sluice.h takes
+// managed tensors as void *, so shims.c declares dlpack.h's layout itself.
+typedef struct sluice_go_dlpack_t {
+	uint64_t data;
+	int32_t device_type, device_id;
+	int32_t ndim;
+	uint8_t dtype_code, dtype_bits;
+	uint16_t dtype_lanes;
+	const int64_t *shape, *strides;
+	uint32_t major, minor;
+	bool read_only;
+} sluice_go_dlpack_t;
+
+// Reads `tensor` of `format` (SLUICE_DLPACK_*) into *out; false for an
+// unknown format.
+bool sluice_go_dlpack_read(void *tensor, uint32_t format, sluice_go_dlpack_t *out);
+
+// Calls the deleter of `tensor` of `format`, if it has one; false for an
+// unknown format.
+bool sluice_go_dlpack_delete(void *tensor, uint32_t format);
+
 #endif

@@ -47,6 +47,9 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "cargo build --release"
 (cd "$root" && cargo build --release --quiet)
+# The library's SONAME is libsluice.so.0: what the test binaries ask for at run
+# time. build.rs makes this link; make sure.
+ln -sf libsluice.so "$root/target/release/libsluice.so.0"
 
 cd "$here"
 
@@ -107,6 +110,7 @@ if [ -n "$gpu_out" ]; then
 	mkdir -p "$gpu_out"
 	gpu_out=$(cd "$gpu_out" && pwd)
 	cp "$root/target/release/libsluice.so" "$gpu_out/"
+	ln -sf libsluice.so "$gpu_out/libsluice.so.0"
 	# Single quotes: $ORIGIN reaches the linker literally.
 	ld='-extldflags=-Wl,-rpath,$ORIGIN'
 	PKG_CONFIG_PATH=$pcdir go test -c -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go.test" .
@@ -133,6 +137,7 @@ export SLUICE_BACKEND=${SLUICE_BACKEND:-cuda}
 EOF
 	chmod +x "$gpu_out/run.sh"
 	readelf -d "$gpu_out/sluice-go.test" | grep -E 'RPATH|RUNPATH'
+	readelf -d "$gpu_out/sluice-go.test" | grep 'NEEDED.*\[libsluice.so.0\]'
 	ls -la "$gpu_out"
 	du -sh "$gpu_out"
 fi

@@ -116,6 +116,9 @@ impl From<Counters> for sluice_counters_t {
 
 /// Writes the counters of `device`, or, when `device.bits` is 0, of every device
 /// opened in the process (destroyed streams included) to `counters_out`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`counters_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale non-zero `device`).
 #[no_mangle]
 pub extern "C" fn sluice_counters(
     device: sluice_device_t,
@@ -135,6 +138,8 @@ pub extern "C" fn sluice_counters(
 /// Turns on or off the counters that cost work on every op (those marked "while
 /// counting" in `sluice_counters_t`); a trace counts them too. Off by default, or
 /// on with `SLUICE_COUNTERS=1`.
+///
+/// Errors: none: it always succeeds.
 #[no_mangle]
 pub extern "C" fn sluice_counters_set_enabled(enabled: bool) -> *mut sluice_error_t {
     boundary("sluice_counters_set_enabled", || {

@@ -6,6 +6,8 @@ use super::*;
 use std::ffi::{c_char, c_void};
 
 /// Deprecated: renamed to [`sluice_stream_copy`] in 0.1.1.
+///
+/// Errors: as `sluice_stream_copy`.
 #[deprecated(note = "renamed to sluice_stream_copy")]
 #[no_mangle]
 pub extern "C" fn sluice_copy(
@@ -20,6 +22,8 @@ pub extern "C" fn sluice_copy(
 }
 
 /// Deprecated: renamed to [`sluice_stream_copy_from_host`] in 0.1.1.
+///
+/// Errors: as `sluice_stream_copy_from_host`.
 #[deprecated(note = "renamed to sluice_stream_copy_from_host")]
 #[no_mangle]
 pub extern "C" fn sluice_copy_from_host(
@@ -33,6 +37,8 @@ pub extern "C" fn sluice_copy_from_host(
 }
 
 /// Deprecated: renamed to [`sluice_stream_copy_to_host`] in 0.1.1.
+///
+/// Errors: as `sluice_stream_copy_to_host`.
 #[deprecated(note = "renamed to sluice_stream_copy_to_host")]
 #[no_mangle]
 pub extern "C" fn sluice_copy_to_host(
@@ -46,6 +52,8 @@ pub extern "C" fn sluice_copy_to_host(
 }
 
 /// Deprecated: renamed to [`sluice_stream_memset`] in 0.1.1.
+///
+/// Errors: as `sluice_stream_memset`.
 #[deprecated(note = "renamed to sluice_stream_memset")]
 #[no_mangle]
 pub extern "C" fn sluice_memset(
@@ -59,6 +67,8 @@ pub extern "C" fn sluice_memset(
 }
 
 /// Deprecated: renamed to [`sluice_stream_launch`] in 0.1.1.
+///
+/// Errors: as `sluice_stream_launch`.
 #[deprecated(note = "renamed to sluice_stream_launch")]
 #[no_mangle]
 pub extern "C" fn sluice_launch(
@@ -78,6 +88,8 @@ pub extern "C" fn sluice_launch(
 }
 
 /// Deprecated: renamed to [`sluice_sync_create`] in 0.1.1.
+///
+/// Errors: as `sluice_sync_create`.
 #[deprecated(note = "renamed to sluice_sync_create")]
 #[no_mangle]
 pub extern "C" fn sluice_sync_new(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
@@ -85,6 +97,8 @@ pub extern "C" fn sluice_sync_new(sync_out: *mut sluice_sync_t) -> *mut sluice_e
 }
 
 /// Deprecated: renamed to [`sluice_graph_cache_create`] in 0.1.1.
+///
+/// Errors: as `sluice_graph_cache_create`.
 #[deprecated(note = "renamed to sluice_graph_cache_create")]
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_new(
@@ -95,6 +109,8 @@ pub extern "C" fn sluice_graph_cache_new(
 }
 
 /// Deprecated: renamed to [`sluice_graph_cache_set_enabled`] in 0.1.1.
+///
+/// Errors: as `sluice_graph_cache_set_enabled`.
 #[deprecated(note = "renamed to sluice_graph_cache_set_enabled")]
 #[no_mangle]
 pub extern "C" fn sluice_graphs_set_enabled(enabled: bool) -> *mut sluice_error_t {
@@ -102,6 +118,8 @@ pub extern "C" fn sluice_graphs_set_enabled(enabled: bool) -> *mut sluice_error_
 }
 
 /// Deprecated: renamed to [`sluice_module_get_function`] in 0.1.1.
+///
+/// Errors: as `sluice_module_get_function`.
 #[deprecated(note = "renamed to sluice_module_get_function")]
 #[no_mangle]
 pub extern "C" fn sluice_module_function(
@@ -113,6 +131,8 @@ pub extern "C" fn sluice_module_function(
 }
 
 /// Deprecated: renamed to [`sluice_stream_launch_host_func`] in 0.1.1.
+///
+/// Errors: as `sluice_stream_launch_host_func`.
 #[deprecated(note = "renamed to sluice_stream_launch_host_func")]
 #[no_mangle]
 pub extern "C" fn sluice_stream_host_callback(

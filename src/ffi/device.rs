@@ -60,6 +60,10 @@ pub(crate) fn backend_kind(v: u32) -> Result<BackendKind> {
 
 /// Writes the number of devices of `backend` to `count_out`. For cuda with no
 /// usable driver this fails with `SLUICE_ERROR_NO_DRIVER`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`count_out` NULL);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (`backend` not a `SLUICE_BACKEND_*`);
+/// `SLUICE_ERROR_NO_DRIVER` (cuda: no driver library).
 #[no_mangle]
 pub extern "C" fn sluice_device_count(backend: u32, count_out: *mut u32) -> *mut sluice_error_t {
     boundary("sluice_device_count", || {
@@ -71,6 +75,11 @@ pub extern "C" fn sluice_device_count(backend: u32, count_out: *mut u32) -> *mut
 
 /// Opens device `ordinal` of `backend`. Ownership: each call gives the caller a new
 /// handle to the same device; close each with `sluice_device_close`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`device_out` NULL);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (`backend` not a `SLUICE_BACKEND_*`);
+/// `SLUICE_ERROR_NO_DEVICE` (`ordinal` is not below the device count);
+/// `SLUICE_ERROR_NO_DRIVER` (cuda: no driver library).
 #[no_mangle]
 pub extern "C" fn sluice_device_open(
     backend: u32,
@@ -87,6 +96,11 @@ pub extern "C" fn sluice_device_open(
 /// Opens the default device: `SLUICE_BACKEND=auto|cuda|host` (default auto: cuda
 /// device 0 when a usable driver and GPU exist, else host device 0). Ownership: the
 /// caller owns the new handle and closes it with `sluice_device_close`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`device_out` NULL);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (`SLUICE_BACKEND` is not auto, cuda or host);
+/// `SLUICE_ERROR_NO_DEVICE` (no device of the chosen backend); `SLUICE_ERROR_NO_DRIVER`
+/// (`SLUICE_BACKEND=cuda` without a driver).
 #[no_mangle]
 pub extern "C" fn sluice_device_open_default(
     device_out: *mut sluice_device_t,
@@ -98,12 +112,17 @@ pub extern "C" fn sluice_device_open_default(
 
 /// Closes a device handle. Ownership: objects created on the device keep it open
 /// and stay valid.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`, or a second close).
 #[no_mangle]
 pub extern "C" fn sluice_device_close(device: sluice_device_t) -> *mut sluice_error_t {
     boundary("sluice_device_close", || remove(device).map(drop))
 }
 
 /// Writes the device's properties to `props_out`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`props_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
 #[no_mangle]
 pub extern "C" fn sluice_device_props(
     device: sluice_device_t,
@@ -135,6 +154,9 @@ pub extern "C" fn sluice_device_props(
 
 /// Writes the stream priority range: `least` (lowest priority) and `greatest`
 /// (highest; numerically lowest on CUDA). Priorities outside it are clamped.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`least_out` or `greatest_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
 #[no_mangle]
 pub extern "C" fn sluice_device_priority_range(
     device: sluice_device_t,
@@ -155,12 +177,18 @@ pub extern "C" fn sluice_device_priority_range(
 
 /// Blocks until all work on every stream of the device has completed, then reports
 /// the first deferred error, if any.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (a host callback on one of its streams failed).
 #[no_mangle]
 pub extern "C" fn sluice_device_wait_all(device: sluice_device_t) -> *mut sluice_error_t {
     boundary("sluice_device_wait_all", || get(device)?.wait_all())
 }
 
 /// Writes the device's pinned-pool statistics.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
 #[no_mangle]
 pub extern "C" fn sluice_device_pinned_stats(
     device: sluice_device_t,
@@ -190,6 +218,8 @@ pub extern "C" fn sluice_device_pinned_stats(
 }
 
 /// Releases every cached pinned block (waiting for copies that still use them).
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
 #[no_mangle]
 pub extern "C" fn sluice_device_pinned_trim(device: sluice_device_t) -> *mut sluice_error_t {
     boundary("sluice_device_pinned_trim", || {
@@ -200,6 +230,8 @@ pub extern "C" fn sluice_device_pinned_trim(device: sluice_device_t) -> *mut slu
 }
 
 /// Sets the bound on cached pinned bytes (default 256 MiB) and trims down to it.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
 #[no_mangle]
 pub extern "C" fn sluice_device_pinned_set_limit(
     device: sluice_device_t,

@@ -20,6 +20,10 @@ pub struct sluice_event_t {
 /// Records an event at the current end of `stream`. `flags` is 0 or
 /// `SLUICE_EVENT_TIMING`. Ownership: the caller owns the new handle and destroys it
 /// with `sluice_event_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`event_out` NULL);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (`flags` other than `SLUICE_EVENT_TIMING`);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
 #[no_mangle]
 pub extern "C" fn sluice_event_record(
     stream: sluice_stream_t,
@@ -40,6 +44,9 @@ pub extern "C" fn sluice_event_record(
 }
 
 /// Makes `stream` wait on `event` on the device; the host does not block.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `event`);
+/// `SLUICE_ERROR_WRONG_DEVICE` (an event of another device).
 #[no_mangle]
 pub extern "C" fn sluice_stream_wait_event(
     stream: sluice_stream_t,
@@ -51,6 +58,11 @@ pub extern "C" fn sluice_stream_wait_event(
 }
 
 /// Writes true to `done_out` when the work before the event has completed.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`done_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
+/// (the event's stream is capturing); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback
+/// before it failed).
 #[no_mangle]
 pub extern "C" fn sluice_event_query(
     event: sluice_event_t,
@@ -62,12 +74,21 @@ pub extern "C" fn sluice_event_query(
 }
 
 /// Blocks until the work before the event has completed.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`);
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the event's stream is capturing);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it failed).
 #[no_mangle]
 pub extern "C" fn sluice_event_synchronize(event: sluice_event_t) -> *mut sluice_error_t {
     boundary("sluice_event_synchronize", || get(event)?.synchronize())
 }
 
 /// Writes the milliseconds between two completed timing events.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`ms_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
+/// (a stale `start` or `end`); `SLUICE_ERROR_INVALID_ARGUMENT` (either event recorded
+/// without `SLUICE_EVENT_TIMING`); `SLUICE_ERROR_INVALID_STATE` (either event has not
+/// completed yet).
 #[no_mangle]
 pub extern "C" fn sluice_event_elapsed_ms(
     start: sluice_event_t,
@@ -80,6 +101,9 @@ pub extern "C" fn sluice_event_elapsed_ms(
 }
 
 /// Writes the event's stream id and its sequence number within that stream.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_id_out` or `seq_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`).
 #[no_mangle]
 pub extern "C" fn sluice_event_sequence(
     event: sluice_event_t,
@@ -100,6 +124,8 @@ pub extern "C" fn sluice_event_sequence(
 
 /// Destroys an event handle. Ownership: only the handle ends; the pooled event is
 /// recycled once nothing (a sync object, a pending wait) refers to it.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_event_destroy(event: sluice_event_t) -> *mut sluice_error_t {
     boundary("sluice_event_destroy", || remove(event).map(drop))

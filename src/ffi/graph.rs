@@ -66,6 +66,10 @@ pub type sluice_graph_body_fn =
 /// capturing, host synchronisation and queries, host waits on sync objects that the
 /// capture uses, allocation, pageable copies and event queries are rejected with
 /// `SLUICE_ERROR_CAPTURE_UNSUPPORTED`; the capture then ends with an error.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (`mode` not a `SLUICE_CAPTURE_*`);
+/// `SLUICE_ERROR_INVALID_STATE` (`stream` is already capturing: beginning twice).
 #[no_mangle]
 pub extern "C" fn sluice_graph_capture_begin(
     stream: sluice_stream_t,
@@ -81,6 +85,13 @@ pub extern "C" fn sluice_graph_capture_begin(
 /// streams are usable again (the sync objects' state was never changed by it).
 /// Ownership: the caller owns the new graph handle and destroys it with
 /// `sluice_graph_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`graph_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); `SLUICE_ERROR_INVALID_STATE`
+/// (`stream` is not capturing: ending a capture that was not begun; or it joined a
+/// capture that another stream began); `SLUICE_ERROR_CAPTURE_FAILED` (a forked stream
+/// was not joined back, or an operation was rejected during the capture; the capture is
+/// ended either way).
 #[no_mangle]
 pub extern "C" fn sluice_graph_capture_end(
     stream: sluice_stream_t,
@@ -94,6 +105,9 @@ pub extern "C" fn sluice_graph_capture_end(
 }
 
 /// Writes true when `stream` is capturing (as origin or as a joined fork).
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`capturing_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
 #[no_mangle]
 pub extern "C" fn sluice_stream_is_capturing(
     stream: sluice_stream_t,
@@ -107,6 +121,9 @@ pub extern "C" fn sluice_stream_is_capturing(
 }
 
 /// Writes the number of operation nodes in the graph.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`count_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`).
 #[no_mangle]
 pub extern "C" fn sluice_graph_node_count(
     graph: sluice_graph_t,
@@ -118,6 +135,9 @@ pub extern "C" fn sluice_graph_node_count(
 }
 
 /// Writes a Graphviz DOT file of the graph to `path`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`path` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+/// stale `graph`); `SLUICE_ERROR_INVALID_ARGUMENT` (the file cannot be written).
 #[no_mangle]
 pub extern "C" fn sluice_graph_debug_dot(
     graph: sluice_graph_t,
@@ -135,6 +155,8 @@ pub extern "C" fn sluice_graph_debug_dot(
 
 /// Destroys a graph handle. Ownership: executable graphs made from it stay valid
 /// and keep what they need.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_graph_destroy(graph: sluice_graph_t) -> *mut sluice_error_t {
     boundary("sluice_graph_destroy", || remove(graph).map(drop))
@@ -143,6 +165,9 @@ pub extern "C" fn sluice_graph_destroy(graph: sluice_graph_t) -> *mut sluice_err
 /// Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
 /// `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
 /// graph and destroys it with `sluice_graph_exec_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`exec_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`).
 #[no_mangle]
 pub extern "C" fn sluice_graph_instantiate(
     graph: sluice_graph_t,
@@ -154,6 +179,9 @@ pub extern "C" fn sluice_graph_instantiate(
 }
 
 /// Uploads the executable graph's resources ahead of its first launch.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, `stream`);
+/// `SLUICE_ERROR_WRONG_DEVICE` (a stream of another device).
 #[no_mangle]
 pub extern "C" fn sluice_graph_exec_upload(
     exec: sluice_graph_exec_t,
@@ -166,6 +194,9 @@ pub extern "C" fn sluice_graph_exec_upload(
 
 /// Launches the executable graph on `stream` as one tracked op: it waits for the
 /// earlier users of every buffer the graph touches and records one event after.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, `stream`);
+/// `SLUICE_ERROR_WRONG_DEVICE` (a stream of another device).
 #[no_mangle]
 pub extern "C" fn sluice_graph_exec_launch(
     exec: sluice_graph_exec_t,
@@ -179,6 +210,9 @@ pub extern "C" fn sluice_graph_exec_launch(
 /// Applies `graph` to `exec` in place (`cuGraphExecUpdate`); when the driver refuses
 /// (topology or node kind changed), re-instantiates instead. `info_out` (may be NULL)
 /// says which happened and why.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, `graph`);
+/// `SLUICE_ERROR_WRONG_DEVICE` (a graph of another device).
 #[no_mangle]
 pub extern "C" fn sluice_graph_exec_update(
     exec: sluice_graph_exec_t,
@@ -206,6 +240,8 @@ pub extern "C" fn sluice_graph_exec_update(
 
 /// Destroys an executable graph handle. Ownership: the handle ends now; launches
 /// already enqueued complete, and the memory they use stays alive until then.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `exec`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_graph_exec_destroy(exec: sluice_graph_exec_t) -> *mut sluice_error_t {
     boundary("sluice_graph_exec_destroy", || remove(exec).map(drop))
@@ -213,6 +249,9 @@ pub extern "C" fn sluice_graph_exec_destroy(exec: sluice_graph_exec_t) -> *mut s
 
 /// Creates a graph cache for `device`. Ownership: the caller owns the new handle
 /// and destroys it with `sluice_graph_cache_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`cache_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_create(
     device: sluice_device_t,
@@ -227,6 +266,8 @@ pub extern "C" fn sluice_graph_cache_create(
 
 /// Destroys a graph cache. Ownership: its executable graphs go with it, after the
 /// launches already enqueued.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_destroy(cache: sluice_graph_cache_t) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_destroy", || remove(cache).map(drop))
@@ -236,6 +277,14 @@ pub extern "C" fn sluice_graph_cache_destroy(cache: sluice_graph_cache_t) -> *mu
 /// captures and instantiates it (and launches the graph), later calls replay it
 /// without calling `body`. With `SLUICE_GRAPHS=0` every call is eager. A non-zero
 /// return from `body` fails the run with `SLUICE_ERROR_CALLBACK_FAILED`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`body` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+/// stale `cache`, `stream`); `SLUICE_ERROR_WRONG_DEVICE` (a stream of another device);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (`body` returned non-zero);
+/// `SLUICE_ERROR_INVALID_STATE` (a run of the same `cache` and `key` from inside its
+/// own `body`, on that thread: the body recursed; or `stream` is already capturing when
+/// the key is due to be captured); and any error of an op the body issued that it
+/// passed on.
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_run(
     cache: sluice_graph_cache_t,
@@ -266,6 +315,9 @@ pub extern "C" fn sluice_graph_cache_run(
 }
 
 /// Writes the cache's counters.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`).
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_stats(
     cache: sluice_graph_cache_t,
@@ -292,6 +344,8 @@ pub extern "C" fn sluice_graph_cache_stats(
 /// `SLUICE_GRAPH_CACHE_MAX` keys, else 1024. An evicted key runs eagerly again on
 /// its next run, then is captured again; its graph is freed after the launches
 /// already enqueued. Evictions are counted in `sluice_counters_t`.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`).
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_set_max_entries(
     cache: sluice_graph_cache_t,
@@ -304,6 +358,8 @@ pub extern "C" fn sluice_graph_cache_set_max_entries(
 }
 
 /// Turns graph caches on or off process-wide (initially off when `SLUICE_GRAPHS=0`).
+///
+/// Errors: none: it always succeeds.
 #[no_mangle]
 pub extern "C" fn sluice_graph_cache_set_enabled(enabled: bool) -> *mut sluice_error_t {
     boundary("sluice_graph_cache_set_enabled", || {

@@ -12,6 +12,8 @@ pub type sluice_log_fn =
 
 /// Sets the log level, one of `SLUICE_LOG_*` (overrides `SLUICE_LOG`; logging is
 /// off by default).
+///
+/// Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (`level` not a `SLUICE_LOG_*`).
 #[no_mangle]
 pub extern "C" fn sluice_log_set_level(level: u32) -> *mut sluice_error_t {
     boundary("sluice_log_set_level", || {
@@ -29,6 +31,8 @@ pub extern "C" fn sluice_log_set_level(level: u32) -> *mut sluice_error_t {
 /// callback runs inside the sluice call that logs, on that call's thread (any
 /// thread, including library threads); it must be quick, and must not call sluice
 /// (calling this function from it deadlocks).
+///
+/// Errors: none: it always succeeds.
 #[no_mangle]
 pub extern "C" fn sluice_log_set_callback(
     callback: sluice_log_fn,

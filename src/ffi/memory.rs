@@ -36,6 +36,11 @@ pub struct sluice_buffer_info_t {
 /// Allocates `size` bytes of device memory, ordered on `stream` (`cuMemAllocAsync`).
 /// The buffer's free is ordered on the same stream, after every use on any stream.
 /// Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`buffer_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
+/// (`stream` is capturing); `SLUICE_ERROR_OUT_OF_MEMORY` (the device has not `size`
+/// bytes left).
 #[no_mangle]
 pub extern "C" fn sluice_buffer_alloc(
     stream: sluice_stream_t,
@@ -53,6 +58,10 @@ pub extern "C" fn sluice_buffer_alloc(
 /// Ownership: the caller owns the new handle and frees it with `sluice_buffer_free`.
 /// Before writing it from the host after a copy read it, call
 /// `sluice_sync_wait_write` on its sync object.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`buffer_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_OUT_OF_MEMORY` (the
+/// host has not `size` bytes left).
 #[no_mangle]
 pub extern "C" fn sluice_buffer_alloc_pinned(
     device: sluice_device_t,
@@ -70,6 +79,9 @@ pub extern "C" fn sluice_buffer_alloc_pinned(
 /// asynchronous. Ownership: the caller keeps owning the memory and must keep it
 /// alive until `sluice_buffer_free` of the new handle, which waits for copies that
 /// still use it.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`ptr` or `buffer_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
 #[no_mangle]
 pub extern "C" fn sluice_buffer_register_host(
     device: sluice_device_t,
@@ -136,12 +148,17 @@ pub extern "C" fn sluice_buffer_wrap_device(
 /// Frees a buffer handle. Ownership: the handle ends now; the memory is released
 /// in stream order after every outstanding use (pinned memory returns to the pool),
 /// or when the last graph that captured it is destroyed.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `buffer`, or a second free).
 #[no_mangle]
 pub extern "C" fn sluice_buffer_free(buffer: sluice_buffer_t) -> *mut sluice_error_t {
     boundary("sluice_buffer_free", || remove(buffer).map(drop))
 }
 
 /// Writes what the buffer is and where it lives.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`info_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `buffer`).
 #[no_mangle]
 pub extern "C" fn sluice_buffer_info(
     buffer: sluice_buffer_t,
@@ -174,6 +191,9 @@ pub extern "C" fn sluice_buffer_info(
 /// ends that handle: the buffer and its other sync handles are unaffected. A sync
 /// handle keeps the object alive after `sluice_buffer_free`, but not the memory.
 /// Get it once per buffer and keep it beside the buffer handle.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`sync_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `buffer`).
 #[no_mangle]
 pub extern "C" fn sluice_buffer_sync(
     buffer: sluice_buffer_t,
@@ -189,6 +209,11 @@ pub extern "C" fn sluice_buffer_sync(
 /// out-of-range copy fails with `SLUICE_ERROR_OUT_OF_RANGE` and changes nothing;
 /// overlapping ranges of one buffer give `SLUICE_ERROR_INVALID_ARGUMENT`; a zero
 /// length is a no-op.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `dst`, `src`);
+/// `SLUICE_ERROR_OUT_OF_RANGE` (a range past a buffer's end; nothing changes);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (overlapping ranges of one buffer);
+/// `SLUICE_ERROR_WRONG_DEVICE` (a buffer of another device).
 #[no_mangle]
 pub extern "C" fn sluice_stream_copy(
     stream: sluice_stream_t,
@@ -209,6 +234,12 @@ pub extern "C" fn sluice_stream_copy(
 
 /// Copies `len` bytes from pageable host memory `src` into `dst` at `dst_offset`.
 /// Returns once `src` may be reused; the device write is ordered on `stream`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`src` NULL with `len` > 0);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `dst`); `SLUICE_ERROR_OUT_OF_RANGE`
+/// (a range past `dst`'s end); `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`stream` is
+/// capturing: pageable copies are not captured); `SLUICE_ERROR_WRONG_DEVICE` (a buffer
+/// of another device).
 #[no_mangle]
 pub extern "C" fn sluice_stream_copy_from_host(
     stream: sluice_stream_t,
@@ -227,6 +258,11 @@ pub extern "C" fn sluice_stream_copy_from_host(
 
 /// Copies `len` bytes of `src` at `src_offset` into pageable host memory `dst`.
 /// Blocks until the bytes have arrived.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`dst` NULL with `len` > 0);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `src`); `SLUICE_ERROR_OUT_OF_RANGE`
+/// (a range past `src`'s end); `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`stream` is
+/// capturing); `SLUICE_ERROR_WRONG_DEVICE` (a buffer of another device).
 #[no_mangle]
 pub extern "C" fn sluice_stream_copy_to_host(
     stream: sluice_stream_t,
@@ -244,6 +280,10 @@ pub extern "C" fn sluice_stream_copy_to_host(
 }
 
 /// Sets `len` bytes of `buffer` at `offset` to `value`, in order on `stream`.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `buffer`);
+/// `SLUICE_ERROR_OUT_OF_RANGE` (a range past the buffer's end);
+/// `SLUICE_ERROR_WRONG_DEVICE` (a buffer of another device).
 #[no_mangle]
 pub extern "C" fn sluice_stream_memset(
     stream: sluice_stream_t,

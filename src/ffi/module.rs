@@ -115,6 +115,8 @@ pub extern "C" fn sluice_module_compile(
 
 /// Releases a module handle. Ownership: the module unloads once its functions'
 /// handles are destroyed too.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `module`, or a second unload).
 #[no_mangle]
 pub extern "C" fn sluice_module_unload(module: sluice_module_t) -> *mut sluice_error_t {
     boundary("sluice_module_unload", || remove(module).map(drop))
@@ -123,6 +125,10 @@ pub extern "C" fn sluice_module_unload(module: sluice_module_t) -> *mut sluice_e
 /// Looks up kernel `name` in `module`. A missing name gives `SLUICE_ERROR_NOT_FOUND`.
 /// Ownership: the caller owns the new function handle (which keeps its module
 /// loaded) and destroys it with `sluice_function_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`name` or `function_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `module`); `SLUICE_ERROR_NOT_FOUND` (no
+/// kernel of that name).
 #[no_mangle]
 pub extern "C" fn sluice_module_get_function(
     module: sluice_module_t,
@@ -143,6 +149,8 @@ pub extern "C" fn sluice_module_get_function(
 }
 
 /// Releases a function handle. Ownership: launches already enqueued are unaffected.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `function`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_function_destroy(function: sluice_function_t) -> *mut sluice_error_t {
     boundary("sluice_function_destroy", || remove(function).map(drop))

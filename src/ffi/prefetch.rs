@@ -225,6 +225,11 @@ fn next_error(view_out: *mut sluice_batch_view_t, e: NextError) -> Error {
 /// producer threads start at once (pull mode); otherwise batches come from
 /// `sluice_prefetcher_push` or `sluice_prefetcher_acquire` (push mode). Ownership:
 /// the caller owns the new handle and destroys it with `sluice_prefetcher_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`config` or `prefetcher_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
+/// (`config->segments` 0 or over the maximum, a capacity of 0, or a depth over the
+/// maximum).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_create(
     device: sluice_device_t,
@@ -301,6 +306,8 @@ fn close(pf: &PrefetcherEntry) {
 /// memory; the producer threads are joined; leased batches are ended (their handles
 /// then give `SLUICE_ERROR_INVALID_HANDLE`); and the memory is freed once the
 /// device work that uses it has completed.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_destroy(
     prefetcher: sluice_prefetcher_t,
@@ -317,6 +324,13 @@ pub extern "C" fn sluice_prefetcher_destroy(
 /// no limit; then `SLUICE_ERROR_TIMEOUT`). A length over a segment's capacity gives
 /// `SLUICE_ERROR_OUT_OF_RANGE` and queues nothing. Writes the batch's sequence
 /// number to `seq_out` when it is not NULL.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`segments` NULL with `num_segments` > 0);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (a segment count other than the prefetcher's);
+/// `SLUICE_ERROR_OUT_OF_RANGE` (a segment longer than its capacity);
+/// `SLUICE_ERROR_INVALID_STATE` (the input is closed); `SLUICE_ERROR_TIMEOUT` (no slot
+/// freed within `timeout_ms`).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_push(
     prefetcher: sluice_prefetcher_t,
@@ -343,6 +357,10 @@ pub extern "C" fn sluice_prefetcher_push(
 /// Takes a free slot for the caller to fill in place (zero-copy push): write into
 /// `fill_out->host[i]`, set `fill_out->len[i]`, then `sluice_prefetcher_submit`, or
 /// `sluice_prefetcher_cancel` to give it back. Blocks like `sluice_prefetcher_push`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`fill_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`); `SLUICE_ERROR_INVALID_STATE`
+/// (the input is closed); `SLUICE_ERROR_TIMEOUT` (no slot freed within `timeout_ms`).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_acquire(
     prefetcher: sluice_prefetcher_t,
@@ -362,6 +380,11 @@ pub extern "C" fn sluice_prefetcher_acquire(
 /// `fill->len[i]` bytes of each segment. A length over the capacity gives
 /// `SLUICE_ERROR_OUT_OF_RANGE`, and the consumer receives that error in the batch's
 /// place.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`fill` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+/// stale `prefetcher`); `SLUICE_ERROR_INVALID_ARGUMENT` (a fill that is not open:
+/// submitted, cancelled or forged); `SLUICE_ERROR_OUT_OF_RANGE` (a length over its
+/// segment's capacity).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_submit(
     prefetcher: sluice_prefetcher_t,
@@ -377,6 +400,9 @@ pub extern "C" fn sluice_prefetcher_submit(
 
 /// Gives back a slot taken with `sluice_prefetcher_acquire`, unused: its sequence
 /// number is skipped.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`fill` NULL); `SLUICE_ERROR_INVALID_HANDLE` (a
+/// stale `prefetcher`); `SLUICE_ERROR_INVALID_ARGUMENT` (a fill that is not open).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_cancel(
     prefetcher: sluice_prefetcher_t,
@@ -390,6 +416,8 @@ pub extern "C" fn sluice_prefetcher_cancel(
 
 /// Ends the input: `next` returns what is in flight, then `SLUICE_ERROR_END_OF_DATA`.
 /// Producers waiting for a slot, and later pushes, get `SLUICE_ERROR_INVALID_STATE`.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_close_input(
     prefetcher: sluice_prefetcher_t,
@@ -409,6 +437,12 @@ pub extern "C" fn sluice_prefetcher_close_input(
 /// `view_out->seq` set to its number and `view_out->segments` to 0; on other errors
 /// `view_out` is not written. Ownership: the caller owns the batch handle until
 /// `sluice_batch_release`, also after the prefetcher is destroyed.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`batch_out` or `view_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream`);
+/// `SLUICE_ERROR_END_OF_DATA` (the input is closed and every batch was taken);
+/// `SLUICE_ERROR_TIMEOUT` (no batch within `timeout_ms`);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (a pull-mode fill callback failed).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_next(
     prefetcher: sluice_prefetcher_t,
@@ -435,6 +469,8 @@ pub extern "C" fn sluice_prefetcher_next(
 /// Releases a leased batch in stream order: its slot is refilled only after the
 /// work enqueued on the consumer's stream so far has completed on the device. The
 /// host does not wait. Ownership: consumes the handle, also when it fails.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `batch`, or a second release).
 #[no_mangle]
 pub extern "C" fn sluice_batch_release(batch: sluice_batch_t) -> *mut sluice_error_t {
     boundary("sluice_batch_release", || {
@@ -458,6 +494,13 @@ pub extern "C" fn sluice_batch_release(batch: sluice_batch_t) -> *mut sluice_err
 /// `dst` can be replayed for every batch. Waits and errors as
 /// `sluice_prefetcher_next`; `view_out` describes the batch, but its device
 /// pointers and handles are the slot's, already released: read `dst` instead.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`view_out` NULL, or `dst` NULL with a
+/// non-zero `num_dst`); `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream` or `dst[i]`,
+/// named by its index); `SLUICE_ERROR_INVALID_ARGUMENT` (`num_dst` other than the
+/// segment count); `SLUICE_ERROR_OUT_OF_RANGE` (a destination buffer smaller than its
+/// segment's capacity); `SLUICE_ERROR_END_OF_DATA` (the input is closed and every
+/// batch was taken); `SLUICE_ERROR_TIMEOUT` (no batch within `timeout_ms`).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_next_into(
     prefetcher: sluice_prefetcher_t,
@@ -488,6 +531,9 @@ pub extern "C" fn sluice_prefetcher_next_into(
 }
 
 /// Writes the prefetcher's counters.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_stats(
     prefetcher: sluice_prefetcher_t,

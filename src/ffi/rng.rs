@@ -48,6 +48,8 @@ pub extern "C" fn sluice_rng_create(
 
 /// Destroys a generator handle. Its states are freed in stream order after every
 /// draw, save and restore that uses them.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `rng`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_rng_destroy(rng: sluice_rng_t) -> *mut sluice_error_t {
     boundary("sluice_rng_destroy", || remove(rng).map(drop))
@@ -55,6 +57,8 @@ pub extern "C" fn sluice_rng_destroy(rng: sluice_rng_t) -> *mut sluice_error_t {
 
 /// Writes the number of states and the seed (of creation, or of the checkpoint
 /// restored last). Either pointer may be NULL.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `rng`).
 #[no_mangle]
 pub extern "C" fn sluice_rng_info(
     rng: sluice_rng_t,
@@ -117,6 +121,9 @@ pub extern "C" fn sluice_rng_generate(
 /// that draws must list the buffer's sync object (`sluice_buffer_sync`) as written.
 /// Ownership: the caller frees the new handle with `sluice_buffer_free`; the
 /// generator keeps its states.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`buffer_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `rng`).
 #[no_mangle]
 pub extern "C" fn sluice_rng_states(
     rng: sluice_rng_t,
@@ -131,6 +138,9 @@ pub extern "C" fn sluice_rng_states(
 /// Not allowed during capture (`SLUICE_ERROR_CAPTURE_UNSUPPORTED`, and the capture
 /// fails): make checkpoints first, then save into them.
 /// Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`checkpoint_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `rng`).
 #[no_mangle]
 pub extern "C" fn sluice_rng_checkpoint_create(
     stream: sluice_stream_t,
@@ -145,6 +155,8 @@ pub extern "C" fn sluice_rng_checkpoint_create(
 }
 
 /// Destroys a checkpoint handle; its memory is freed after the copies that use it.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `checkpoint`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_rng_checkpoint_destroy(
     checkpoint: sluice_rng_checkpoint_t,
@@ -156,6 +168,8 @@ pub extern "C" fn sluice_rng_checkpoint_destroy(
 
 /// Writes the number of states and the seed of a checkpoint. Either pointer may
 /// be NULL.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `checkpoint`).
 #[no_mangle]
 pub extern "C" fn sluice_rng_checkpoint_info(
     checkpoint: sluice_rng_checkpoint_t,
@@ -214,6 +228,10 @@ pub extern "C" fn sluice_rng_restore(
 /// states, and a CRC32C (`src/rng/checkpoint.rs`). One bulk device-to-host copy,
 /// which waits for the last save into this checkpoint, not for later work on the
 /// save's stream. Blocks until the bytes are written.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`len_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
+/// (a stale `checkpoint`); `SLUICE_ERROR_OUT_OF_RANGE` (`capacity` below the serialized
+/// length).
 #[no_mangle]
 pub extern "C" fn sluice_rng_checkpoint_serialize(
     checkpoint: sluice_rng_checkpoint_t,
@@ -243,6 +261,10 @@ pub extern "C" fn sluice_rng_checkpoint_serialize(
 /// truncation, another format version or another algorithm gives
 /// `SLUICE_ERROR_CORRUPT_DATA` with a message, and no checkpoint.
 /// Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`bytes` or `checkpoint_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_CORRUPT_DATA` (bytes
+/// that fail the checks: magic, version, length, CRC).
 #[no_mangle]
 pub extern "C" fn sluice_rng_checkpoint_deserialize(
     device: sluice_device_t,

@@ -42,6 +42,10 @@ pub type sluice_host_fn = Option<unsafe extern "C" fn(user_data: *mut c_void) ->
 /// Creates a stream on `device`. `flags` is 0 or `SLUICE_STREAM_NON_BLOCKING`;
 /// `priority` is clamped into `sluice_device_priority_range`. Ownership: the caller
 /// owns the new handle and destroys it with `sluice_stream_destroy`.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
+/// (unknown `flags` bits).
 #[no_mangle]
 pub extern "C" fn sluice_stream_create(
     device: sluice_device_t,
@@ -61,6 +65,11 @@ pub extern "C" fn sluice_stream_create(
 /// handle leaves it alone. The legacy and
 /// per-thread default streams are refused. On host, `raw` must come from
 /// `sluice_stream_raw` of a live host stream.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
+/// (`raw` NULL or another default stream: the legacy and per-thread default streams
+/// are refused; on host, a `raw` that is not a live host stream's).
 #[no_mangle]
 pub extern "C" fn sluice_stream_wrap_external(
     device: sluice_device_t,
@@ -76,6 +85,9 @@ pub extern "C" fn sluice_stream_wrap_external(
 
 /// Writes the underlying `CUstream` (an opaque pointer on host) so callers can run
 /// foreign work on it. It stays valid while the stream handle lives.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`raw_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
+/// (a stale `stream`).
 #[no_mangle]
 pub extern "C" fn sluice_stream_raw(
     stream: sluice_stream_t,
@@ -88,12 +100,19 @@ pub extern "C" fn sluice_stream_raw(
 
 /// Destroys a stream handle. Ownership: the handle ends now; work already enqueued
 /// completes, and memory it uses stays valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_stream_destroy(stream: sluice_stream_t) -> *mut sluice_error_t {
     boundary("sluice_stream_destroy", || remove(stream).map(drop))
 }
 
 /// Writes true to `idle_out` when all work enqueued so far has completed.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`idle_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
+/// (`stream` is capturing); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback on it
+/// failed).
 #[no_mangle]
 pub extern "C" fn sluice_stream_query(
     stream: sluice_stream_t,
@@ -106,6 +125,10 @@ pub extern "C" fn sluice_stream_query(
 
 /// Blocks until all work enqueued so far has completed. Reports a device fault or
 /// a failed host callback on this stream, naming the stream and its last label.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`);
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`stream` is capturing);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (a host callback on it failed; reported once).
 #[no_mangle]
 pub extern "C" fn sluice_stream_synchronize(stream: sluice_stream_t) -> *mut sluice_error_t {
     boundary("sluice_stream_synchronize", || get(stream)?.synchronize())
@@ -113,6 +136,9 @@ pub extern "C" fn sluice_stream_synchronize(stream: sluice_stream_t) -> *mut slu
 
 /// Sets the label that fault reports on this stream name as its last operation.
 /// NULL clears it. The string is copied.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`); a NULL `label` clears it;
+/// a label that is not UTF-8 is taken lossily.
 #[no_mangle]
 pub extern "C" fn sluice_stream_set_label(
     stream: sluice_stream_t,
@@ -132,6 +158,9 @@ pub extern "C" fn sluice_stream_set_label(
 }
 
 /// Writes the stream's counters.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stats_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
 #[no_mangle]
 pub extern "C" fn sluice_stream_stats(
     stream: sluice_stream_t,
@@ -186,6 +215,11 @@ unsafe impl Sync for UserData {}
 /// callback can no longer run: after it ran, when the call fails, or, for a
 /// callback captured into a graph (host backend), when the last graph holding it is
 /// destroyed. A captured callback runs once per launch.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`callback` NULL, or `reads`/`writes` NULL with
+/// a non-zero count); `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, or a stale sync
+/// object, named by its index); `SLUICE_ERROR_OUT_OF_RANGE` (a count whose byte size
+/// overflows); `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (cuda: `stream` is capturing).
 #[no_mangle]
 pub extern "C" fn sluice_stream_launch_host_func(
     stream: sluice_stream_t,
@@ -219,6 +253,8 @@ pub extern "C" fn sluice_stream_launch_host_func(
 /// freed device blocks, and returns what is cached beyond it to the driver's pool.
 /// A device buffer freed with this stream as its home is kept for reuse by an
 /// allocation of exactly the same size on this stream; 0 disables the cache.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
 #[no_mangle]
 pub extern "C" fn sluice_stream_set_block_cache_limit(
     stream: sluice_stream_t,

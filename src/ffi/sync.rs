@@ -85,6 +85,8 @@ fn bad_sync(e: Stale, bits: u64, name: &str, i: usize) -> Error {
 /// Creates a standalone sync object, for memory sluice does not own (a libtorch
 /// tensor, a caller's cudaMalloc). Ownership: the caller owns the new handle and
 /// destroys it with `sluice_sync_destroy`; ops that use the object keep it alive.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`sync_out` NULL).
 #[no_mangle]
 pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_create", || {
@@ -94,6 +96,8 @@ pub extern "C" fn sluice_sync_create(sync_out: *mut sluice_sync_t) -> *mut sluic
 
 /// Destroys a sync handle. Ownership: only the handle ends; the object lives on
 /// while a buffer, another handle or enqueued work still holds it.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_sync_destroy(sync: sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_destroy", || remove(sync).map(drop))
@@ -102,18 +106,29 @@ pub extern "C" fn sluice_sync_destroy(sync: sluice_sync_t) -> *mut sluice_error_
 /// Blocks until the last writer's work has completed (not merely been enqueued).
 /// A failed host callback on the writer's stream is reported here too; the stream's
 /// own next synchronisation still reports it.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`);
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the object's writer is in a capture);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (the host callback it waits for failed).
 #[no_mangle]
 pub extern "C" fn sluice_sync_wait_read(sync: sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_wait_read", || get(sync)?.wait_read())
 }
 
 /// Blocks until the last writer's and every reader's work has completed.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`);
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (a recording it waits for is in a capture);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (the host callback it waits for failed).
 #[no_mangle]
 pub extern "C" fn sluice_sync_wait_write(sync: sluice_sync_t) -> *mut sluice_error_t {
     boundary("sluice_sync_wait_write", || get(sync)?.wait_write())
 }
 
 /// Writes the object's dependency state.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`info_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `sync`).
 #[no_mangle]
 pub extern "C" fn sluice_sync_info(
     sync: sluice_sync_t,
@@ -151,6 +166,13 @@ pub extern "C" fn sluice_sync_info(
 /// lock: the CUDA driver can break stream order when a graph is launched on a
 /// stream while another thread enqueues on it, so do not launch graphs as foreign
 /// work on a stream that other threads use at the same time.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`op_out` NULL); `SLUICE_ERROR_NULL_ARGUMENT`
+/// (`reads`/`writes` NULL with a non-zero count); `SLUICE_ERROR_INVALID_HANDLE` (a
+/// stale `stream`, or a stale sync object, named by its index);
+/// `SLUICE_ERROR_OUT_OF_RANGE` (a count whose byte size overflows);
+/// `SLUICE_ERROR_INVALID_STATE` (an object that another foreign op still open on
+/// another stream uses in a conflicting way).
 #[no_mangle]
 pub extern "C" fn sluice_op_begin(
     stream: sluice_stream_t,
@@ -178,6 +200,8 @@ pub extern "C" fn sluice_op_begin(
 /// Ends a foreign op: records one event on its stream and publishes it to every
 /// object of the op. Ownership: the op handle is consumed, also when an error is
 /// returned.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `op`, or ending it twice).
 #[no_mangle]
 pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
     boundary("sluice_op_end", || {
@@ -188,6 +212,8 @@ pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
 
 /// Sets the process-wide engine mode: `SLUICE_ENGINE_ASYNC` or `SLUICE_ENGINE_SYNC`.
 /// The initial mode comes from `SLUICE_ENGINE=async|sync`.
+///
+/// Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (`mode` not a `SLUICE_ENGINE_*`).
 #[no_mangle]
 pub extern "C" fn sluice_engine_set_mode(mode: u32) -> *mut sluice_error_t {
     boundary("sluice_engine_set_mode", || {

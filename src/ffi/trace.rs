@@ -17,6 +17,10 @@ use std::path::Path;
 /// process ends without `sluice_trace_stop` (the trace is closed at exit) or
 /// crashes (it is then a prefix that the viewers open). Fails with
 /// `SLUICE_ERROR_INVALID_STATE` while a trace is written.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`path` NULL); `SLUICE_ERROR_INVALID_ARGUMENT`
+/// (an empty `path`, or a file that cannot be created); `SLUICE_ERROR_INVALID_STATE` (a
+/// trace is already being written: starting twice).
 #[no_mangle]
 pub extern "C" fn sluice_trace_start(path: *const c_char) -> *mut sluice_error_t {
     boundary("sluice_trace_start", || {
@@ -34,6 +38,9 @@ pub extern "C" fn sluice_trace_start(path: *const c_char) -> *mut sluice_error_t
 
 /// Stops the trace: waits for pending device spans, closes the JSON array and the
 /// file. Does nothing when no trace is written.
+///
+/// Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (writing the end of the trace failed);
+/// stopping when no trace runs is not an error.
 #[no_mangle]
 pub extern "C" fn sluice_trace_stop() -> *mut sluice_error_t {
     boundary("sluice_trace_stop", crate::trace::stop)
@@ -41,6 +48,9 @@ pub extern "C" fn sluice_trace_stop() -> *mut sluice_error_t {
 
 /// Writes what the trace has buffered to its file (it is also written every
 /// 100 ms). Does nothing when no trace is written.
+///
+/// Errors: `SLUICE_ERROR_INVALID_ARGUMENT` (writing the trace failed); with no trace
+/// running it does nothing.
 #[no_mangle]
 pub extern "C" fn sluice_trace_flush() -> *mut sluice_error_t {
     boundary("sluice_trace_flush", crate::trace::flush)

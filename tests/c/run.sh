@@ -10,7 +10,8 @@
 #
 #   bash tests/c/run.sh --build-only OUTDIR
 #       Builds the test executable WITHOUT sanitizers, with -O2 and rpath $ORIGIN,
-#       into OUTDIR, next to a copy of libsluice.so. Nothing is run. For a GPU
+#       into OUTDIR, next to a copy of libsluice.so (and its SONAME link
+#       libsluice.so.0, the name the binary asks for). Nothing is run. For a GPU
 #       machine (which has no Rust): build here into a git-ignored folder and carry
 #       it, e.g. with the device tool's carry [".gpu"]:
 #
@@ -42,6 +43,11 @@ echo "== cargo build --release"
 (cd "$ROOT" && cargo build --release --quiet)
 LIB="$ROOT/target/release/libsluice.so"
 [[ -f $LIB ]] || { echo "missing $LIB" >&2; exit 1; }
+# The library's SONAME is libsluice.so.0 (build.rs): binaries linked against it ask
+# for that name. build.rs makes the link beside it; make sure, and check the name.
+ln -sf libsluice.so "$ROOT/target/release/libsluice.so.0"
+soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[[ $soname == libsluice.so.0 ]] || { echo "SONAME of $LIB is '$soname', want libsluice.so.0" >&2; exit 1; }
 
 SOURCES=("$HERE"/main.c "$HERE"/test_*.c)
 
@@ -49,6 +55,7 @@ if [[ -n $build_only ]]; then
     mkdir -p "$build_only"
     out=$(cd "$build_only" && pwd)
     cp "$LIB" "$out/libsluice.so"
+    ln -sf libsluice.so "$out/libsluice.so.0"
     echo "== building $out/sluice_c_tests (-O2, no sanitizers, rpath \$ORIGIN)"
     "$CC" -std=c11 -Wall -Wextra -Werror -O2 -g -pthread -I"$ROOT/include" -I"$HERE" \
         "${SOURCES[@]}" -o "$out/sluice_c_tests" \
@@ -93,6 +100,8 @@ for src in "${SOURCES[@]}"; do
 done
 "$CC" -g "${SAN[@]}" -pthread "${objs[@]}" -o "$BUILD/sluice_c_tests" \
     -L"$ROOT/target/release" -lsluice -Wl,-rpath,"$ROOT/target/release"
+readelf -d "$BUILD/sluice_c_tests" | grep -q 'NEEDED.*\[libsluice.so.0\]' \
+    || { echo "sluice_c_tests does not ask for libsluice.so.0" >&2; exit 1; }
 
 echo "== running (SLUICE_BACKEND=host)"
 # - detect_leaks: any leak fails the run (LSan exits non-zero); lsan.supp holds the

@@ -1,7 +1,8 @@
 // sluice::Buffer (owning) and sluice::BufferRef (non-owning view).
 //
-// A buffer is device memory, pinned host memory or registered host memory, with
-// its own sync object. Copies are in copy.hpp.
+// A buffer is device memory, pinned host memory, registered host memory or
+// foreign device memory (Buffer::wrap_device, DLPack in dlpack.hpp), with its own
+// sync object. Copies are in copy.hpp.
 #ifndef SLUICE_CPP_BUFFER_HPP
 #define SLUICE_CPP_BUFFER_HPP
 
@@ -9,6 +10,8 @@
 #include <cstdint>
 #include <iterator>
 #include <new>
+#include <type_traits>
+#include <utility>
 
 #include "sluice/config.hpp"
 #include "sluice/detail/handle.hpp"
@@ -25,17 +28,47 @@ enum class BufferKind : std::uint32_t {
   device = SLUICE_BUFFER_DEVICE,          ///< stream-ordered device memory
   pinned = SLUICE_BUFFER_PINNED,          ///< pinned host memory from the device's pool
   registered = SLUICE_BUFFER_REGISTERED,  ///< caller-owned host memory, registered
+  foreign = SLUICE_BUFFER_FOREIGN,        ///< device memory someone else owns (wrap_device, DLPack)
 };
 
 /// What a buffer is and where it lives.
 struct BufferInfo {
   BufferKind kind = BufferKind::device;
   std::uint64_t size = 0;
-  std::uint64_t device_ptr = 0;  ///< CUdeviceptr for device buffers; the host address otherwise
-  void* host_ptr = nullptr;      ///< host address for pinned/registered; nullptr for device
+  /// CUdeviceptr for device and foreign buffers; the host address otherwise. On the
+  /// host backend all "device" memory is host memory: this address may be
+  /// dereferenced there (after a host wait on the buffer's sync object).
+  std::uint64_t device_ptr = 0;
+  void* host_ptr = nullptr;  ///< host address for pinned/registered; nullptr for device/foreign
 };
 
 namespace detail {
+
+/// The heap state of a wrap_device release callable. The C API calls `run`
+/// exactly once when the wrap succeeded (never when it failed: then the caller
+/// deletes the box); `run` calls the callable and deletes the box.
+template <class F>
+struct ReleaseBox {
+  explicit ReleaseBox(F&& fn) : f(std::move(fn)) {}
+  explicit ReleaseBox(const F& fn) : f(fn) {}
+
+  F f;
+
+  /// sluice_release_fn. An exception thrown by the callable is swallowed: the
+  /// release runs on a library thread, or in a destructor.
+  static void run(void* user_data) noexcept {
+    auto* box = static_cast<ReleaseBox*>(user_data);
+#if SLUICE_CPP_EXCEPTIONS
+    try {
+      box->f();
+    } catch (...) {
+    }
+#else
+    box->f();
+#endif
+    delete box;
+  }
+};
 
 /// The operations of a buffer, shared by Buffer and BufferRef.
 template <class Self>
@@ -138,7 +171,57 @@ class Buffer : public detail::BufferApi<Buffer>,
                          std::size(container) * sizeof(*std::data(container)));
   }
 
+  /// Wraps device memory that someone else allocated and owns,
+  /// `[device_ptr, device_ptr + len)` (for example a libtorch tensor's storage), as
+  /// a buffer (BufferKind::foreign) with its own sync object.
+  ///
+  /// `release` (a callable taking no arguments; its result is ignored) is moved to
+  /// the heap and called exactly once, after the returned Buffer is destroyed (and
+  /// every graph that captured it) AND every use of the buffer that sluice ordered
+  /// has completed on the device: on a library thread ("sluice-release") when work
+  /// is still in flight, otherwise inside the call that dropped the last reference.
+  /// An exception it throws is swallowed. When this call fails, `release` is
+  /// destroyed without being called: the caller still owns the memory.
+  ///
+  /// On cuda the range must be memory of `device`'s context; on the host backend any
+  /// non-zero address is taken (host-backend "device" memory is host memory).
+  template <class F, class = typename std::enable_if<
+                         !std::is_same<typename std::decay<F>::type, std::nullptr_t>::value>::type>
+  static Result<Buffer> wrap_device(std::nothrow_t, DeviceRef device, std::uint64_t device_ptr,
+                                    std::size_t len, F&& release) {
+    using Box = detail::ReleaseBox<typename std::decay<F>::type>;
+    auto* box = new Box(std::forward<F>(release));
+    sluice_buffer_t b{};
+    if (sluice_error_t* e =
+            sluice_buffer_wrap_device(device.raw(), device_ptr, len, &Box::run, box, &b)) {
+      delete box;  // not called on error
+      return Error::adopt(e);
+    }
+    return adopt(b);
+  }
+
+  /// wrap_device with no release function: the owner frees the memory itself, after
+  /// the Buffer is destroyed and its last use has completed (a host wait on its
+  /// sync object before destroying it, for example).
+  static Result<Buffer> wrap_device(std::nothrow_t, DeviceRef device, std::uint64_t device_ptr,
+                                    std::size_t len, std::nullptr_t = nullptr) {
+    sluice_buffer_t b{};
+    if (sluice_error_t* e =
+            sluice_buffer_wrap_device(device.raw(), device_ptr, len, nullptr, nullptr, &b)) {
+      return Error::adopt(e);
+    }
+    return adopt(b);
+  }
+
 #if SLUICE_CPP_EXCEPTIONS
+  template <class F>
+  static Buffer wrap_device(DeviceRef device, std::uint64_t device_ptr, std::size_t len,
+                            F&& release) {
+    return wrap_device(std::nothrow, device, device_ptr, len, std::forward<F>(release)).value();
+  }
+  static Buffer wrap_device(DeviceRef device, std::uint64_t device_ptr, std::size_t len) {
+    return wrap_device(std::nothrow, device, device_ptr, len, nullptr).value();
+  }
   static Buffer alloc(StreamRef stream, std::size_t size) {
     return alloc(std::nothrow, stream, size).value();
   }

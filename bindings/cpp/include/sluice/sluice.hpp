@@ -25,6 +25,7 @@
 #include "sluice/stream.hpp"
 #include "sluice/buffer.hpp"
 #include "sluice/copy.hpp"
+#include "sluice/dlpack.hpp"
 #include "sluice/op.hpp"
 #include "sluice/module.hpp"
 #include "sluice/graph.hpp"
