@@ -462,6 +462,49 @@ TEST(errors_prefetcher) {
     CHECK_OK(sluice_device_close(d));
 }
 
+static int32_t failing_fill(void *user_data, sluice_prefetch_fill_t *fill) {
+    (void)user_data;
+    (void)fill;
+    return 7;
+}
+
+/* The prefetcher's remaining listed errors: a depth over the maximum, acquire and
+ * next timing out, and a failing pull-mode fill given in its batch's place. */
+TEST(errors_prefetcher_timeouts_and_fill) {
+    sluice_device_t d;
+    REQUIRE(open_dev(&d));
+    sluice_stream_t s;
+    REQUIRE(new_stream(d, &s));
+    sluice_prefetcher_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.segments = 1;
+    cfg.capacity[0] = 64;
+    cfg.depth = 65;
+    sluice_prefetcher_t p;
+    CHECK_ERR(sluice_prefetcher_create(d, &cfg, &p), SLUICE_ERROR_INVALID_ARGUMENT);
+    cfg.depth = 1;
+    REQUIRE_OK(sluice_prefetcher_create(d, &cfg, &p));
+    sluice_batch_t bt;
+    sluice_batch_view_t v;
+    CHECK_ERR(sluice_prefetcher_next(p, s, 10, &bt, &v), SLUICE_ERROR_TIMEOUT);
+    sluice_prefetch_fill_t fill, other;
+    REQUIRE_OK(sluice_prefetcher_acquire(p, 0, &fill));
+    CHECK_ERR(sluice_prefetcher_acquire(p, 10, &other), SLUICE_ERROR_TIMEOUT);
+    CHECK_ERR(sluice_prefetcher_acquire(p, 0, NULL), SLUICE_ERROR_NULL_ARGUMENT);
+    CHECK_OK(sluice_prefetcher_cancel(p, &fill));
+    CHECK_OK(sluice_prefetcher_destroy(p));
+
+    cfg.fill = failing_fill;
+    REQUIRE_OK(sluice_prefetcher_create(d, &cfg, &p));
+    memset(&v, 0, sizeof v);
+    v.segments = 99;
+    CHECK_ERR(sluice_prefetcher_next(p, s, 5000, &bt, &v), SLUICE_ERROR_CALLBACK_FAILED);
+    CHECK_EQ(v.segments, 0);
+    CHECK_OK(sluice_prefetcher_destroy(p));
+    CHECK_OK(sluice_stream_destroy(s));
+    CHECK_OK(sluice_device_close(d));
+}
+
 /* ---- objects of two devices (a child with SLUICE_HOST_DEVICES=2) ------------------------ */
 
 CHILD(errors_wrong_device) {
