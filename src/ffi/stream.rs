@@ -90,7 +90,9 @@ pub extern "C" fn sluice_stream_raw(
 /// completes, and memory it uses stays valid until then. A second destroy gives `SLUICE_ERROR_INVALID_HANDLE`.
 #[no_mangle]
 pub extern "C" fn sluice_stream_destroy(stream: sluice_stream_t) -> *mut sluice_error_t {
-    boundary("sluice_stream_destroy", || remove(stream).map(drop))
+    boundary("sluice_stream_destroy", || {
+        remove(stream).map(|s| crate::capture::abort_on_destroy(&s))
+    })
 }
 
 /// Writes true to `idle_out` when all work enqueued so far has completed.
