@@ -326,7 +326,7 @@ unsafe extern "C" fn fill_fn(ud: *mut c_void, fill: *mut sluice_prefetch_fill_t)
     let f = unsafe { &mut *fill };
     let n = c.n.fetch_add(1, SeqCst);
     if n >= c.end_after {
-        return SLUICE_PREFETCH_END as i32;
+        return SLUICE_PREFETCH_END;
     }
     if n == c.fail_at {
         return 5;
@@ -704,7 +704,7 @@ impl Vm {
             }
             26 | 27 => self.op_cache_run(s),
             28 => self.op_cache_misc(s),
-            29 | 30 | 31 => self.op_buffer_alloc(s),
+            29..=31 => self.op_buffer_alloc(s),
             32 => self.op_register_host(s),
             33 => self.op_wrap_device(s),
             34 => {
