@@ -423,6 +423,25 @@ fn live_capture(id: u64) -> Option<Arc<Capture>> {
         .and_then(|w| w.upgrade())
 }
 
+/// Called when the last handle to `stream` goes: a capture it began can no longer be
+/// ended by the caller, so it is ended here and its graph discarded. Otherwise the
+/// stream stays capturing while buffers keep it alive, and `wait_all` fails for good.
+pub(crate) fn abort_on_destroy(stream: &Arc<Stream>) {
+    if stream.is_capturing() && stream.is_capture_origin() {
+        let r = capture_end(stream);
+        crate::log::warn(|| {
+            format!(
+                "{stream:?} was destroyed while capturing; the capture was ended ({})",
+                if r.is_ok() {
+                    "graph discarded"
+                } else {
+                    "it had failed"
+                }
+            )
+        });
+    }
+}
+
 /// Ends the capture begun on `stream` and returns its graph. Every forked stream
 /// must have been joined back. On any failure the capture is ended, its sync
 /// state rolled back, and the streams are usable again.

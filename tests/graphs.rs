@@ -496,3 +496,34 @@ fn graph_cache_evicts_the_least_recently_used_key() {
     }
     assert_eq!(cache.stats().entries, 1991, "0 means no limit");
 }
+
+/// Found by the ABI fuzzer: destroying the handle of a stream that is still capturing
+/// left its capture open for good, and `sluice_device_wait_all` then failed with
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` on every later call. The destroy ends it now.
+#[test]
+fn destroying_a_capturing_stream_ends_its_capture() {
+    use sluice::ffi::*;
+    let mut dev = sluice_device_t { bits: 0 };
+    assert!(sluice_device_open_default(&mut dev).is_null());
+    for refused_alloc in [false, true] {
+        let mut s = sluice_stream_t { bits: 0 };
+        assert!(sluice_stream_create(dev, 0, 0, &mut s).is_null());
+        // A buffer allocated on it keeps the stream alive after its handle is gone.
+        let mut home = sluice_buffer_t { bits: 0 };
+        assert!(sluice_buffer_alloc(s, 64, &mut home).is_null());
+        assert!(sluice_graph_capture_begin(s, SLUICE_CAPTURE_RELAXED).is_null());
+        if refused_alloc {
+            let mut b = sluice_buffer_t { bits: 0 };
+            let e = sluice_buffer_alloc(s, 64, &mut b);
+            assert_eq!(sluice_error_code(e), SLUICE_ERROR_CAPTURE_UNSUPPORTED);
+            sluice_error_free(e);
+        }
+        assert!(sluice_stream_destroy(s).is_null());
+        let e = sluice_device_wait_all(dev);
+        let code = sluice_error_code(e);
+        sluice_error_free(e);
+        assert_eq!(code, 0, "wait_all after destroying a capturing stream");
+        assert!(sluice_buffer_free(home).is_null());
+    }
+    assert!(sluice_device_close(dev).is_null());
+}

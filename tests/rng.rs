@@ -153,3 +153,40 @@ fn another_version_or_algorithm_is_refused_by_name() {
         ErrorCode::OutOfRange
     );
 }
+
+/// Found by the ABI fuzzer: states overwritten through `sluice_rng_states` (here
+/// with 0xFF, so the in-block index reads 0xFFFFFFFF) made the host draw index out
+/// of bounds and panic on the stream's worker. cuRAND reads `x` for such a state;
+/// so does the host now, and the draw completes.
+#[test]
+fn corrupt_states_draw_without_a_panic() {
+    use sluice::ffi::*;
+    let mut dev = sluice_device_t { bits: 0 };
+    assert!(sluice_device_open_default(&mut dev).is_null());
+    let mut s = sluice_stream_t { bits: 0 };
+    assert!(sluice_stream_create(dev, 0, 0, &mut s).is_null());
+    let mut rng = sluice_rng_t { bits: 0 };
+    assert!(sluice_rng_create(s, 7, 4, &mut rng).is_null());
+    let mut states = sluice_buffer_t { bits: 0 };
+    assert!(sluice_rng_states(rng, &mut states).is_null());
+    assert!(sluice_stream_memset(s, states, 0, 0xFF, 4 * 64).is_null());
+    let mut out = sluice_buffer_t { bits: 0 };
+    assert!(sluice_buffer_alloc(s, 4 * 4 * 8, &mut out).is_null());
+    for dist in [SLUICE_RNG_U32, SLUICE_RNG_UNIFORM, SLUICE_RNG_NORMAL] {
+        let e = sluice_rng_generate(s, rng, dist, SLUICE_RNG_LAYOUT_STATE_MAJOR, out, 0, 8);
+        assert!(e.is_null());
+    }
+    let e = sluice_stream_synchronize(s);
+    let code = sluice_error_code(e);
+    sluice_error_free(e);
+    assert_eq!(code, 0, "the draws from corrupt states failed");
+    for e in [
+        sluice_buffer_free(out),
+        sluice_buffer_free(states),
+        sluice_rng_destroy(rng),
+        sluice_stream_destroy(s),
+        sluice_device_close(dev),
+    ] {
+        assert!(e.is_null());
+    }
+}

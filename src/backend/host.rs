@@ -353,9 +353,16 @@ impl StreamApi for HostDevice {
         drop(st);
         if let Some((from, _)) = captured {
             // A non-capturing stream waits on an event recorded in a capture: it
-            // joins that capture (fork), as with CUDA.
+            // joins that capture (fork), as with CUDA. The recording stream may be
+            // gone (its handle destroyed): then there is nothing to join. The lock
+            // keeps it from going while we look.
+            let live = lock(live_streams());
+            if !live.contains(&from) || !Arc::ptr_eq(&stream_ref(from).worker, &src) {
+                return Ok(());
+            }
             let from_st = stream_ref(from);
             let origin = *lock(&from_st.origin);
+            let origin = origin.filter(|o| live.contains(o));
             if let Some(origin) = origin.filter(|_| lock(&from_st.worker.state).capture.is_some()) {
                 let mut me_st = lock(&me.worker.state);
                 me_st.capture = Some(vec![CapturedStep::Join(from, seq as usize)]);

@@ -104,7 +104,9 @@ pub extern "C" fn sluice_stream_raw(
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, or a second destroy).
 #[no_mangle]
 pub extern "C" fn sluice_stream_destroy(stream: sluice_stream_t) -> *mut sluice_error_t {
-    boundary("sluice_stream_destroy", || remove(stream).map(drop))
+    boundary("sluice_stream_destroy", || {
+        remove(stream).map(|s| crate::capture::abort_on_destroy(&s))
+    })
 }
 
 /// Writes true to `idle_out` when all work enqueued so far has completed.

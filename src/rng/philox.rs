@@ -94,7 +94,8 @@ impl PhiloxState {
 
     /// `skipahead(n, &state)`: skips `n` 32-bit outputs.
     pub fn skip(&mut self, n: u64) {
-        self.state += (n & 3) as u32;
+        // Wrapping, as in C: a state read back from device memory may hold anything.
+        self.state = self.state.wrapping_add((n & 3) as u32);
         let mut blocks = n / 4;
         if self.state > 3 {
             blocks += 1;
@@ -106,8 +107,15 @@ impl PhiloxState {
 
     /// `curand(&state)`: the next 32-bit output.
     pub fn next_u32(&mut self) -> u32 {
-        let r = self.output[self.state as usize];
-        self.state += 1;
+        // cuRAND's `switch (STATE++)` with `default: x`: a corrupt STATE (a user
+        // kernel or copy wrote the states) reads `x`, never out of bounds.
+        let r = match self.state {
+            1 => self.output[1],
+            2 => self.output[2],
+            3 => self.output[3],
+            _ => self.output[0],
+        };
+        self.state = self.state.wrapping_add(1);
         if self.state == 4 {
             self.add(1);
             self.output = philox4x32_10(self.ctr, self.key);
