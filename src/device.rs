@@ -135,7 +135,8 @@ impl Device {
         let b = &self.backend;
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
         retired.retain(|&ev| {
-            let done = b.event_query(ev).unwrap_or(true);
+            // A failed query keeps the mark: `wait_all` then waits on it (or reports it).
+            let done = b.event_query(ev).unwrap_or(false);
             if done {
                 b.event_destroy(ev);
             }
