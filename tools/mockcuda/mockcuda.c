@@ -103,3 +103,4 @@ CUresult cuGraphExecUpdate_v2(void *e, void *g, void *info) { (void)e; (void)g; 
 CUresult cuGraphNodeGetType(void *n, unsigned *t) { (void)n; *t = 0; return 0; }
 CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n) { (void)g; (void)nodes; *n = 0; return 0; }
 CUresult cuGraphDebugDotPrint(void *g, const char *path, unsigned f) { (void)g; (void)path; (void)f; return 0; }
+CUresult cuPointerGetAttribute(void *data, unsigned attr, unsigned long long p) { (void)data; (void)attr; (void)p; return 1; }
