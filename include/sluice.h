@@ -2162,7 +2162,8 @@ struct sluice_error_t *sluice_rng_states(struct sluice_rng_t rng,
                                          struct sluice_buffer_t *buffer_out);
 
 /**
- * Makes a checkpoint with room for `rng`'s states, allocated in order on `stream`.
+ * Makes a checkpoint of `rng`'s states, allocated in order on `stream` and holding
+ * the states as of this point on it (a first `sluice_rng_save`): never uninitialised.
  * Not allowed during capture (`SLUICE_ERROR_CAPTURE_UNSUPPORTED`, and the capture
  * fails): make checkpoints first, then save into them.
  * Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.

@@ -268,8 +268,8 @@ type RNGCheckpoint struct {
 	n   int
 }
 
-// NewRNGCheckpoint makes a checkpoint with room for r's states, allocated in
-// order on s. It is not allowed during a capture (ErrCaptureUnsupported, and
+// NewRNGCheckpoint makes a checkpoint of r's states, allocated in order on s
+// and holding the states as of this point on s (a first Save). It is not allowed during a capture (ErrCaptureUnsupported, and
 // the capture fails, as for Alloc): make checkpoints first, then Save into
 // them in the capture.
 func NewRNGCheckpoint(s *Stream, r *RNG) (*RNGCheckpoint, error) {

@@ -216,14 +216,18 @@ fn io_stream(device: &Arc<Device>) -> Result<Arc<Stream>> {
 }
 
 impl RngCheckpoint {
-    /// A checkpoint with room for `rng`'s states, allocated on `stream`.
+    /// A checkpoint of `rng`'s states, allocated on `stream` and holding the
+    /// states as of this point on it (a first save), so that it never holds
+    /// uninitialised memory.
     pub fn create(stream: &Arc<Stream>, rng: &Rng) -> Result<Arc<RngCheckpoint>> {
         let states = Buffer::alloc(stream, rng.n * STATE_BYTES)?;
-        Ok(Arc::new(RngCheckpoint {
+        let ckpt = Arc::new(RngCheckpoint {
             states,
             n: rng.n,
             seed: AtomicU64::new(rng.seed()),
-        }))
+        });
+        rng.save(stream, &ckpt)?;
+        Ok(ckpt)
     }
 
     /// The number of states.

@@ -253,8 +253,8 @@ class RngCheckpoint
       public detail::Owner<RngCheckpoint, sluice_rng_checkpoint_t, sluice_rng_checkpoint_destroy,
                            RngCheckpointRef> {
  public:
-  /// A checkpoint with room for `rng`'s states, allocated in order on `stream`
-  /// (filled by Rng::save). Not allowed during a capture (capture_unsupported, and
+  /// A checkpoint of `rng`'s states, allocated in order on `stream` and holding
+  /// them as of this point on it (a first Rng::save). Not allowed during a capture (capture_unsupported, and
   /// the capture fails): make checkpoints first, then save into them in the capture.
   static Result<RngCheckpoint> create(std::nothrow_t, StreamRef stream, RngRef rng) {
     sluice_rng_checkpoint_t c{};
