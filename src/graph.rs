@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::sync::SyncObject;
 use crate::trace;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::{Arc, Mutex};
 
 /// Memory a graph uses, kept alive as long as the graph (or an exec of it) lives.
@@ -81,6 +82,20 @@ impl Graph {
 
     /// Writes a Graphviz DOT description of the graph.
     pub fn debug_dot(&self, path: &std::ffi::CStr, verbose: bool) -> Result<()> {
+        // An unwritable path is the caller's error on both backends (the driver
+        // would answer CUDA_ERROR_OPERATING_SYSTEM).
+        let file = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+        if let Err(e) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(file)
+        {
+            return Err(crate::error::Error::invalid_argument(format!(
+                "cannot write the graph's DOT file '{}': {e}",
+                file.display()
+            )));
+        }
         self.device.backend.graph_debug_dot(self.raw, path, verbose)
     }
 

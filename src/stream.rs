@@ -251,6 +251,21 @@ impl Stream {
             .map_err(|e| self.fault(e))
     }
 
+    /// Like `synchronize`, but a stream capturing a graph is skipped (`Ok`) rather
+    /// than refused, and its capture is left alone (`Device::wait_all`).
+    pub(crate) fn synchronize_unless_capturing(&self) -> Result<()> {
+        if self.current_capture().is_some() {
+            return Ok(());
+        }
+        let seq = self.last_seq();
+        self.device
+            .backend
+            .stream_synchronize(self.raw)
+            .map_err(|e| self.fault(e))?;
+        self.pool.complete_through(seq);
+        self.take_deferred()
+    }
+
     /// Blocks until all work enqueued so far completed; reports deferred errors.
     pub fn synchronize(&self) -> Result<()> {
         self.reject_in_capture("stream synchronize")?;
