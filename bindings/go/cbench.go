@@ -148,6 +148,9 @@ func cBenchLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Sync
 		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
 	}
 	blk := getArgBlock(len(args))
+	if blk == nil {
+		return 0, argError(CodeOutOfMemory, op, "no memory for kernel arguments")
+	}
 	defer argBlocks.Put(blk)
 	argv, err := blk.fill(op, args)
 	if err != nil {

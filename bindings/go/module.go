@@ -206,6 +206,9 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 	var argv *unsafe.Pointer
 	if n > 0 {
 		blk := getArgBlock(n)
+		if blk == nil {
+			return argError(CodeOutOfMemory, op, "no memory for %d kernel arguments", n)
+		}
 		defer argBlocks.Put(blk)
 		if argv, err = blk.fill(op, args); err != nil {
 			return err
@@ -261,7 +264,8 @@ const minArgBlock = 16
 
 func freeArgBlock(p unsafe.Pointer) { C.free(p) }
 
-// getArgBlock returns a pooled block with room for n arguments.
+// getArgBlock returns a pooled block with room for n arguments (nil if C
+// memory ran out).
 func getArgBlock(n int) *argBlock {
 	if b, ok := argBlocks.Get().(*argBlock); ok {
 		if b.cap >= n {
@@ -272,7 +276,7 @@ func getArgBlock(n int) *argBlock {
 	c := max(n, minArgBlock)
 	p := C.malloc(C.size_t(16 * c))
 	if p == nil {
-		panic("sluice: out of memory for kernel arguments")
+		return nil
 	}
 	b := &argBlock{p: p, cap: c}
 	runtime.AddCleanup(b, freeArgBlock, p)
