@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -15,6 +16,10 @@ import (
 //
 // The Go and C loops alternate in chunks, so that drift in the machine's
 // load (and in the library's state) affects both alike.
+//
+// allocs/op counts the Go loop only. The per-op paths (RecordInto,
+// BeginOpInto, RunOp, Copy, Memset, Launch) must show 0: alloc_test.go fails
+// the tests otherwise. Record and BeginOp allocate their wrapper by design.
 
 const chunk = 2000
 
@@ -58,6 +63,110 @@ func BenchmarkEventRecordDestroy(b *testing.B) {
 			}
 		}
 	}, func(n int) (time.Duration, error) { return cBenchEventRecord(s, n) })
+}
+
+// The same pair into a caller-owned Event (RecordInto): no allocation.
+func BenchmarkEventRecordInto(b *testing.B) {
+	s := testStream(b, openDev(b))
+	var ev Event
+	compare(b, s, func(n int) {
+		for i := 0; i < n; i++ {
+			if err := s.RecordInto(&ev, 0); err != nil {
+				b.Fatal(err)
+			}
+			if err := ev.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(n int) (time.Duration, error) { return cBenchEventRecord(s, n) })
+}
+
+// syncObjects returns k standalone sync objects as a set.
+func syncObjects(t testing.TB, k int) []Syncable {
+	t.Helper()
+	set := make([]Syncable, k)
+	for i := range set {
+		o, err := NewSyncObject()
+		set[i] = closeAtEnd(t, o, err)
+	}
+	return set
+}
+
+// sluice_op_begin + sluice_op_end into a caller-owned Op (BeginOpInto), with
+// k standalone sync objects in the read set and none in the write set.
+func BenchmarkOpBeginIntoEnd(b *testing.B) {
+	for _, k := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("syncs=%d", k), func(b *testing.B) {
+			s := testStream(b, openDev(b))
+			reads := syncObjects(b, k)
+			var op Op
+			compare(b, s, func(n int) {
+				for i := 0; i < n; i++ {
+					if err := s.BeginOpInto(&op, reads, nil); err != nil {
+						b.Fatal(err)
+					}
+					if err := op.End(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}, func(n int) (time.Duration, error) { return cBenchOpSets(s, reads, nil, n) })
+		})
+	}
+}
+
+// sluice_stream_copy of 256 bytes between two buffers of the stream.
+func BenchmarkCopy(b *testing.B) {
+	s := testStream(b, openDev(b))
+	dst, src := alloc(b, s, 256), alloc(b, s, 256)
+	compare(b, s, func(n int) {
+		for i := 0; i < n; i++ {
+			if err := Copy(s, dst, 0, src, 0, 256); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(n int) (time.Duration, error) { return cBenchCopy(s, dst, src, 256, n) })
+}
+
+// sluice_stream_memset of 256 bytes.
+func BenchmarkMemset(b *testing.B) {
+	s := testStream(b, openDev(b))
+	dst := alloc(b, s, 256)
+	compare(b, s, func(n int) {
+		for i := 0; i < n; i++ {
+			if err := Memset(s, dst, 0, byte(i), 256); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(n int) (time.Duration, error) { return cBenchMemset(s, dst, 256, n) })
+}
+
+// sluice_stream_launch of scale_bias (5 arguments: two buffers, two float32,
+// one uint32) reading x and writing y. Modules need the cuda backend: on
+// host the benchmark is skipped.
+func BenchmarkLaunch(b *testing.B) {
+	d := openDev(b)
+	if backendOf(b, d) != BackendCUDA {
+		b.Skip("kernel launches need the cuda backend")
+	}
+	s := testStream(b, d)
+	m, err := d.LoadModule([]byte(scalePTX))
+	m = closeAtEnd(b, m, err)
+	f, err := m.Function("scale_bias")
+	f = closeAtEnd(b, f, err)
+	const count = 256
+	x, y := alloc(b, s, 4*count), alloc(b, s, 4*count)
+	reads, writes := []Syncable{x}, []Syncable{y}
+	cfg := LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: count}}
+	a, bias, cnt := float32(2.5), float32(0.5), uint32(count)
+	compare(b, s, func(n int) {
+		for i := 0; i < n; i++ {
+			if err := f.Launch(s, cfg, reads, writes, y, x, a, bias, cnt); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}, func(n int) (time.Duration, error) {
+		return cBenchLaunch(s, f, cfg, reads, writes, []any{y, x, a, bias, cnt}, n)
+	})
 }
 
 // sluice_op_begin + sluice_op_end with one buffer in the write set.

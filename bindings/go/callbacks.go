@@ -71,8 +71,9 @@ func (s *Stream) HostCallback(fn func() error, reads, writes []Syncable) error {
 	if fn == nil {
 		return argError(CodeNullArgument, op, "nil callback")
 	}
-	var rbuf, wbuf [4]C.sluice_sync_t
-	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
+	var sc syncScratch
+	defer sc.release()
+	r, w, err := sc.sets(op, reads, writes)
 	if err != nil {
 		return err
 	}

@@ -55,3 +55,114 @@ func cBenchQuery(s *Stream, n int) (time.Duration, error) {
 	runtime.KeepAlive(s)
 	return time.Duration(ns), takeError(e)
 }
+
+// cHandles resolves the sync handles of a set for a C loop.
+func cHandles(op string, set []Syncable) ([]C.sluice_sync_t, error) {
+	return appendSyncs(op, set, make([]C.sluice_sync_t, 0, len(set)))
+}
+
+func cBenchOpSets(s *Stream, reads, writes []Syncable, n int) (time.Duration, error) {
+	const op = "cBenchOpSets"
+	h, err := s.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	r, err := cHandles(op, reads)
+	if err != nil {
+		return 0, err
+	}
+	w, err := cHandles(op, writes)
+	if err != nil {
+		return 0, err
+	}
+	var e *C.sluice_error_t
+	ns := C.sluice_go_bench_op_sets(h, syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), C.uint64_t(n), &e)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(reads)
+	runtime.KeepAlive(writes)
+	return time.Duration(ns), takeError(e)
+}
+
+func cBenchCopy(s *Stream, dst, src Memory, size, n int) (time.Duration, error) {
+	const op = "cBenchCopy"
+	h, err := s.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	dm, sm := dst.mem(), src.mem()
+	dh, err := dm.h.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	sh, err := sm.h.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	var e *C.sluice_error_t
+	ns := C.sluice_go_bench_copy(h, dh, sh, C.size_t(size), C.uint64_t(n), &e)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(dm)
+	runtime.KeepAlive(sm)
+	return time.Duration(ns), takeError(e)
+}
+
+func cBenchMemset(s *Stream, dst Memory, size, n int) (time.Duration, error) {
+	const op = "cBenchMemset"
+	h, err := s.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	dm := dst.mem()
+	dh, err := dm.h.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	var e *C.sluice_error_t
+	ns := C.sluice_go_bench_memset(h, dh, C.size_t(size), C.uint64_t(n), &e)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(dm)
+	return time.Duration(ns), takeError(e)
+}
+
+func cBenchLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Syncable, args []any, n int) (time.Duration, error) {
+	const op = "cBenchLaunch"
+	h, err := s.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	fh, err := f.h.raw(op)
+	if err != nil {
+		return 0, err
+	}
+	r, err := cHandles(op, reads)
+	if err != nil {
+		return 0, err
+	}
+	w, err := cHandles(op, writes)
+	if err != nil {
+		return 0, err
+	}
+	dims := C.sluice_launch_dims_t{
+		grid:             [3]C.uint32_t{one(cfg.Grid.X), one(cfg.Grid.Y), one(cfg.Grid.Z)},
+		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
+		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
+	}
+	blk := getArgBlock(len(args))
+	if blk == nil {
+		return 0, argError(CodeOutOfMemory, op, "no memory for kernel arguments")
+	}
+	defer argBlocks.Put(blk)
+	argv, err := blk.fill(op, args)
+	if err != nil {
+		return 0, err
+	}
+	var e *C.sluice_error_t
+	ns := C.sluice_go_bench_launch(h, fh, &dims, argv, C.size_t(len(args)),
+		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), C.uint64_t(n), &e)
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(f)
+	runtime.KeepAlive(reads)
+	runtime.KeepAlive(writes)
+	runtime.KeepAlive(args)
+	return time.Duration(ns), takeError(e)
+}

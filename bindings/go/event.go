@@ -19,8 +19,13 @@ const EventTiming EventFlags = C.SLUICE_EVENT_TIMING
 // Event is one recording of a pooled event (sluice_event_t): a point in a
 // stream, with a per-stream sequence number that only increases. An Event
 // keeps its Stream alive.
+//
+// An Event comes from Stream.Record (a new *Event per call), or is a
+// caller-owned value that Stream.RecordInto records into again and again:
+// the allocation-free form for hot loops. The zero Event is valid and reads
+// as closed until it is recorded into.
 type Event struct {
-	h      handle[C.sluice_event_t]
+	h      reusable[C.sluice_event_t]
 	stream *Stream
 	// capture is the capture the event was recorded in, if any: a stream
 	// that waits on the event joins it.
@@ -31,20 +36,65 @@ type Event struct {
 // EventTiming. The *Event owns the handle: Close destroys it, or a runtime
 // cleanup does if the Event becomes unreachable first; the pooled event is
 // recycled once nothing references the recording.
+//
+// Record allocates the Event (and its cleanup) on every call; RecordInto
+// does not.
 func (s *Stream) Record(flags EventFlags) (*Event, error) {
-	h, err := s.raw("Stream.Record")
+	c, err := s.record("Stream.Record", flags)
 	if err != nil {
 		return nil, err
 	}
-	var ev C.sluice_event_t
-	e := C.sluice_event_record(h, C.uint32_t(flags), &ev)
-	runtime.KeepAlive(s)
-	if err := check(e, s.hs()); err != nil {
-		return nil, err
-	}
 	out := &Event{stream: s, capture: s.root().capture.Load()}
-	openHandle(out, &out.h, ev)
+	openHandle(out, &out.h.own, c)
 	return out, nil
+}
+
+// RecordInto records an event at the current end of the stream into ev, a
+// caller-owned Event (the zero Event, or one recorded before): the
+// allocation-free form of Record. If ev still holds a recording, that
+// recording is destroyed once the new one is made (as if ev were closed
+// first); on an error ev is left as it was.
+//
+// The first RecordInto into an Event allocates its handle cell and
+// registers one runtime cleanup; later ones allocate nothing. ev owns each
+// recording as an Event from Record does: Close destroys it, and the cleanup
+// destroys the last one if ev becomes unreachable while it is open.
+//
+// RecordInto writes ev: it must not run concurrently with any other use of
+// the same ev (other goroutines may use other Events, and the stream, at
+// once). Recording into ev again moves it: a WaitEvent, Query or
+// Synchronize made afterwards sees the new recording, never the old one.
+func (s *Stream) RecordInto(ev *Event, flags EventFlags) error {
+	return s.recordInto("Stream.RecordInto", ev, flags)
+}
+
+// record is sluice_event_record.
+func (s *Stream) record(op string, flags EventFlags) (C.sluice_event_t, error) {
+	var c C.sluice_event_t
+	h, err := s.raw(op)
+	if err != nil {
+		return c, err
+	}
+	e := C.sluice_event_record(h, C.uint32_t(flags), &c)
+	runtime.KeepAlive(s)
+	return c, check(e, s.hs())
+}
+
+func (s *Stream) recordInto(op string, ev *Event, flags EventFlags) error {
+	if ev == nil {
+		return argError(CodeNullArgument, op, "nil *Event")
+	}
+	c, err := s.record(op, flags)
+	if err != nil {
+		return err
+	}
+	ev.stream = s
+	ev.capture = s.root().capture.Load()
+	if old, ok := openReusable(ev, &ev.h, c); ok {
+		// The replaced recording: ours alone (the swap took it).
+		C.sluice_error_free(destroy(old))
+	}
+	return nil
 }
 
 // WaitEvent makes the stream wait, on the device, for the work before ev; the

@@ -221,3 +221,68 @@ func check(e *C.sluice_error_t, hs ...anyHandle) error {
 	}
 	return err
 }
+
+// reusable is the handle state of a wrapper that can be opened again after
+// it is closed: an Event that Stream.RecordInto records into, an Op that
+// Stream.BeginOpInto begins.
+//
+// A wrapper made by a single-use constructor (Stream.Record, Stream.BeginOp)
+// uses own, as every other wrapper does: its cleanup, stopped by the close,
+// carries the handle bits. A wrapper opened with openReusable instead keeps
+// its state in cell, allocated once, on the first such open, with a cleanup
+// that receives the cell (never the wrapper) and destroys whatever handle
+// the cell holds when the wrapper becomes unreachable. Later opens only
+// store new bits in the cell: no allocation, no new cleanup. Closing leaves
+// that cleanup in place (it then finds bits 0 and does nothing).
+//
+// The zero value reads as closed.
+type reusable[T cHandle] struct {
+	own  handle[T]
+	cell *handle[T]
+}
+
+// state returns the handle state in use: the cell once there is one.
+func (r *reusable[T]) state() *handle[T] {
+	if r.cell != nil {
+		return r.cell
+	}
+	return &r.own
+}
+
+// releaseCell is the cleanup of a reusable wrapper's cell.
+func releaseCell[T cHandle](h *handle[T]) {
+	if c, ok := h.take(); ok {
+		C.sluice_error_free(destroy(c))
+	}
+}
+
+// openReusable stores c in r, the reusable handle of owner, and returns the
+// handle r held open before, if any (the caller destroys it).
+func openReusable[O any, T cHandle](owner *O, r *reusable[T], c T) (old T, ok bool) {
+	b := uint64(struct{ bits C.uint64_t }(c).bits)
+	if r.cell == nil {
+		old, ok = r.own.take()
+		h := new(handle[T])
+		h.bits.Store(b)
+		r.cell = h
+		runtime.AddCleanup(owner, releaseCell[T], h)
+		return old, ok
+	}
+	ob := r.cell.bits.Swap(b)
+	return T{bits: C.uint64_t(ob)}, ob != 0
+}
+
+// raw returns the C handle, or ErrClosed (naming op) once it is closed or if
+// it was never opened.
+func (r *reusable[T]) raw(op string) (T, error) { return r.state().raw(op) }
+
+// isClosed reports whether the handle is closed (or was never opened).
+func (r *reusable[T]) isClosed() bool { return r.state().isClosed() }
+
+// take marks the handle closed and returns it; only the first call after an
+// open gets ok.
+func (r *reusable[T]) take() (c T, ok bool) { return r.state().take() }
+
+// close destroys the handle the first time after an open; later calls
+// return nil.
+func (r *reusable[T]) close() error { return r.state().close() }

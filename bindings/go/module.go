@@ -8,9 +8,11 @@ import "C"
 
 import (
 	"math"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -174,7 +176,11 @@ func one(v uint32) C.uint32_t {
 // *Buffer (passed as its CUdeviceptr), int8, uint8, int16, uint16, int32,
 // uint32, int64, uint64, float32, float64, uintptr. Plain int and uint are
 // refused, since their C width is ambiguous. The parameter values are copied
-// into C memory for the call.
+// into C memory for the call (a pooled block, reused from call to call).
+//
+// Launch allocates nothing in steady state: args does not escape, so the
+// values that the call boxes into its ...any stay on the caller's stack, and
+// the read and write sets are handled as by BeginOpInto.
 func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable, args ...any) error {
 	const op = "Function.Launch"
 	sh, err := s.raw(op)
@@ -190,31 +196,23 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
 		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
 	}
-	var rbuf, wbuf [4]C.sluice_sync_t
-	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
+	var sc syncScratch
+	defer sc.release()
+	r, w, err := sc.sets(op, reads, writes)
 	if err != nil {
 		return err
 	}
-	// One C block: len(args) pointers, then one 8-byte slot per value.
 	n := len(args)
-	var block unsafe.Pointer
 	var argv *unsafe.Pointer
 	if n > 0 {
-		block = C.calloc(C.size_t(2*n), 8)
-		if block == nil {
+		blk := getArgBlock(n)
+		if blk == nil {
 			return argError(CodeOutOfMemory, op, "no memory for %d kernel arguments", n)
 		}
-		defer C.free(block)
-		ptrs := unsafe.Slice((*unsafe.Pointer)(block), n)
-		vals := unsafe.Slice((*uint64)(unsafe.Add(block, 8*n)), n)
-		for i, a := range args {
-			slot := unsafe.Pointer(&vals[i])
-			if err := putArg(op, i, a, slot); err != nil {
-				return err
-			}
-			ptrs[i] = slot
+		defer argBlocks.Put(blk)
+		if argv, err = blk.fill(op, args); err != nil {
+			return err
 		}
-		argv = &ptrs[0]
 	}
 	e := C.sluice_stream_launch(sh, fh, &dims, argv, C.size_t(n),
 		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)))
@@ -233,11 +231,71 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		s.captureKeep(reads, writes)
 		for _, a := range args {
 			if b, ok := a.(*Buffer); ok {
-				s.captureKeep([]Syncable{b})
+				s.captureKeep([]Syncable{heapBuffer(b)})
 			}
 		}
 	}
 	return nil
+}
+
+// heapBuffer returns b, hiding from escape analysis that it flows from args
+// into the capture's keep set, so that Launch's args do not escape (and the
+// caller's boxed values stay on its stack). This is sound because every
+// *Buffer that a launch accepted is open, and open Buffers are made only by
+// this package's constructors, on the heap; the boxed non-pointer values
+// are never kept.
+func heapBuffer(b *Buffer) *Buffer {
+	u := uintptr(unsafe.Pointer(b))
+	return *(**Buffer)(unsafe.Pointer(&u))
+}
+
+// argBlock is C memory for a launch's arguments: cap pointers, then one
+// 8-byte slot per value. Blocks are pooled (argBlocks); a runtime cleanup
+// frees the C memory of one the pool drops.
+type argBlock struct {
+	p   unsafe.Pointer
+	cap int
+}
+
+var argBlocks sync.Pool
+
+// minArgBlock is the capacity of the smallest block (256 bytes).
+const minArgBlock = 16
+
+func freeArgBlock(p unsafe.Pointer) { C.free(p) }
+
+// getArgBlock returns a pooled block with room for n arguments (nil if C
+// memory ran out).
+func getArgBlock(n int) *argBlock {
+	if b, ok := argBlocks.Get().(*argBlock); ok {
+		if b.cap >= n {
+			return b
+		}
+		argBlocks.Put(b)
+	}
+	c := max(n, minArgBlock)
+	p := C.malloc(C.size_t(16 * c))
+	if p == nil {
+		return nil
+	}
+	b := &argBlock{p: p, cap: c}
+	runtime.AddCleanup(b, freeArgBlock, p)
+	return b
+}
+
+// fill writes args into the block and returns the pointer array.
+func (b *argBlock) fill(op string, args []any) (*unsafe.Pointer, error) {
+	ptrs := unsafe.Slice((*unsafe.Pointer)(b.p), len(args))
+	vals := unsafe.Slice((*uint64)(unsafe.Add(b.p, 8*b.cap)), len(args))
+	for i, a := range args {
+		slot := unsafe.Pointer(&vals[i])
+		*(*uint64)(slot) = 0
+		if err := putArg(op, i, a, slot); err != nil {
+			return nil, err
+		}
+		ptrs[i] = slot
+	}
+	return &ptrs[0], nil
 }
 
 func putArg(op string, i int, a any, slot unsafe.Pointer) error {
@@ -273,7 +331,12 @@ func putArg(op string, i int, a any, slot unsafe.Pointer) error {
 	case uintptr:
 		*(*uint64)(slot) = uint64(v)
 	default:
-		return argError(CodeInvalidArgument, op, "argument %d has unsupported type %T", i, a)
+		// reflect.TypeOf, not %T: a must not escape (see Launch).
+		name := "nil"
+		if t := reflect.TypeOf(a); t != nil {
+			name = t.String()
+		}
+		return argError(CodeInvalidArgument, op, "argument %d has unsupported type %s", i, name)
 	}
 	return nil
 }

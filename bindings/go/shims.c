@@ -245,3 +245,62 @@ uint64_t sluice_go_bench_query(sluice_stream_t stream, uint64_t n, sluice_error_
 	}
 	return now_ns() - t0;
 }
+
+uint64_t sluice_go_bench_op_sets(sluice_stream_t stream, const sluice_sync_t *reads, size_t num_reads,
+                                 const sluice_sync_t *writes, size_t num_writes, uint64_t n,
+                                 sluice_error_t **err_out) {
+	uint64_t t0 = now_ns();
+	for (uint64_t i = 0; i < n; i++) {
+		sluice_op_t op;
+		sluice_error_t *e = sluice_op_begin(stream, reads, num_reads, writes, num_writes, &op);
+		if (!e) e = sluice_op_end(op);
+		if (e) {
+			*err_out = e;
+			return 0;
+		}
+	}
+	return now_ns() - t0;
+}
+
+uint64_t sluice_go_bench_copy(sluice_stream_t stream, sluice_buffer_t dst, sluice_buffer_t src,
+                              size_t len, uint64_t n, sluice_error_t **err_out) {
+	uint64_t t0 = now_ns();
+	for (uint64_t i = 0; i < n; i++) {
+		sluice_error_t *e = sluice_stream_copy(stream, dst, 0, src, 0, len);
+		if (e) {
+			*err_out = e;
+			return 0;
+		}
+	}
+	return now_ns() - t0;
+}
+
+uint64_t sluice_go_bench_memset(sluice_stream_t stream, sluice_buffer_t dst, size_t len, uint64_t n,
+                                sluice_error_t **err_out) {
+	uint64_t t0 = now_ns();
+	for (uint64_t i = 0; i < n; i++) {
+		sluice_error_t *e = sluice_stream_memset(stream, dst, 0, (uint8_t)i, len);
+		if (e) {
+			*err_out = e;
+			return 0;
+		}
+	}
+	return now_ns() - t0;
+}
+
+uint64_t sluice_go_bench_launch(sluice_stream_t stream, sluice_function_t function,
+                                const sluice_launch_dims_t *dims, void **args, size_t num_args,
+                                const sluice_sync_t *reads, size_t num_reads,
+                                const sluice_sync_t *writes, size_t num_writes, uint64_t n,
+                                sluice_error_t **err_out) {
+	uint64_t t0 = now_ns();
+	for (uint64_t i = 0; i < n; i++) {
+		sluice_error_t *e = sluice_stream_launch(stream, function, dims, args, num_args, reads,
+		                                         num_reads, writes, num_writes);
+		if (e) {
+			*err_out = e;
+			return 0;
+		}
+	}
+	return now_ns() - t0;
+}

@@ -86,6 +86,18 @@ uint64_t sluice_go_bench_event(sluice_stream_t stream, uint64_t n, sluice_error_
 uint64_t sluice_go_bench_op(sluice_stream_t stream, sluice_sync_t obj, uint64_t n,
                             sluice_error_t **err_out);
 uint64_t sluice_go_bench_query(sluice_stream_t stream, uint64_t n, sluice_error_t **err_out);
+uint64_t sluice_go_bench_op_sets(sluice_stream_t stream, const sluice_sync_t *reads, size_t num_reads,
+                                 const sluice_sync_t *writes, size_t num_writes, uint64_t n,
+                                 sluice_error_t **err_out);
+uint64_t sluice_go_bench_copy(sluice_stream_t stream, sluice_buffer_t dst, sluice_buffer_t src,
+                              size_t len, uint64_t n, sluice_error_t **err_out);
+uint64_t sluice_go_bench_memset(sluice_stream_t stream, sluice_buffer_t dst, size_t len, uint64_t n,
+                                sluice_error_t **err_out);
+uint64_t sluice_go_bench_launch(sluice_stream_t stream, sluice_function_t function,
+                                const sluice_launch_dims_t *dims, void **args, size_t num_args,
+                                const sluice_sync_t *reads, size_t num_reads,
+                                const sluice_sync_t *writes, size_t num_writes, uint64_t n,
+                                sluice_error_t **err_out);
 
 // Wraps foreign device memory (sluice_buffer_wrap_device) with the Go release
 // trampoline as its release_fn and a cgo.Handle of the Go function as its

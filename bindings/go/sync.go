@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
@@ -109,20 +110,65 @@ func (o *SyncObject) Info() (SyncInfo, error) {
 	return SyncInfo{ID: uint64(in.id), Readers: int(in.reader_count), HasWriter: in.has_writer != 0}, nil
 }
 
-// syncSets returns the handles of an op's read and write sets, in rbuf and
-// wbuf while they fit (the common op allocates nothing).
-func syncSets(op string, reads, writes []Syncable, rbuf, wbuf *[4]C.sluice_sync_t) (r, w []C.sluice_sync_t, err error) {
-	if r, err = syncArray(op, reads, rbuf[:0]); err != nil {
+// maxStackSyncs is the size of a read or write set whose handles an op
+// passes from its own frame; a larger set borrows a pooled buffer.
+const maxStackSyncs = 16
+
+// syncScratch holds the handle arrays of one call's read and write sets:
+// on the caller's stack up to maxStackSyncs each, in pooled buffers beyond,
+// so that no set size allocates in steady state. Call release after the C
+// call.
+type syncScratch struct {
+	r, w   [maxStackSyncs]C.sluice_sync_t
+	rx, wx *[]C.sluice_sync_t
+}
+
+// syncBufs are the pooled handle buffers of sets over maxStackSyncs (Go
+// memory without Go pointers, so C may read it during the call).
+var syncBufs = sync.Pool{New: func() any { return new([]C.sluice_sync_t) }}
+
+// sets returns the handles of an op's read and write sets.
+func (sc *syncScratch) sets(op string, reads, writes []Syncable) (r, w []C.sluice_sync_t, err error) {
+	if r, err = syncArray(op, reads, sc.r[:0], &sc.rx); err != nil {
 		return nil, nil, err
 	}
-	if w, err = syncArray(op, writes, wbuf[:0]); err != nil {
+	if w, err = syncArray(op, writes, sc.w[:0], &sc.wx); err != nil {
 		return nil, nil, err
 	}
 	return r, w, nil
 }
 
-// syncArray appends the handles of list to dst.
-func syncArray(op string, list []Syncable, dst []C.sluice_sync_t) ([]C.sluice_sync_t, error) {
+// release returns the pooled buffers sets borrowed.
+func (sc *syncScratch) release() {
+	for _, x := range [2]**[]C.sluice_sync_t{&sc.rx, &sc.wx} {
+		if *x != nil {
+			**x = (**x)[:0]
+			syncBufs.Put(*x)
+			*x = nil
+		}
+	}
+}
+
+// syncArray returns the handles of list: in stack (a zero-length slice of
+// the caller's array) while they fit, else in a pooled buffer stored in
+// *pooled. (The two paths use distinct variables so that escape analysis
+// keeps the stack array on the stack.)
+func syncArray(op string, list []Syncable, stack []C.sluice_sync_t, pooled **[]C.sluice_sync_t) ([]C.sluice_sync_t, error) {
+	if len(list) <= cap(stack) {
+		return appendSyncs(op, list, stack)
+	}
+	p := syncBufs.Get().(*[]C.sluice_sync_t)
+	*pooled = p
+	dst, err := appendSyncs(op, list, (*p)[:0])
+	if err != nil {
+		return nil, err
+	}
+	*p = dst // keep a grown buffer for the next borrower
+	return dst, nil
+}
+
+// appendSyncs appends the handles of list to dst.
+func appendSyncs(op string, list []Syncable, dst []C.sluice_sync_t) ([]C.sluice_sync_t, error) {
 	for i, s := range list {
 		if s == nil {
 			return nil, argError(CodeNullArgument, op, "sync set entry %d is nil", i)
@@ -163,9 +209,15 @@ func checkSets(e *C.sluice_error_t, op string, s *Stream, sets ...[]Syncable) er
 	return err
 }
 
-// Op is an open foreign op (sluice_op_t), between Stream.BeginOp and End.
+// Op is an open foreign op (sluice_op_t), between Stream.BeginOp (or
+// BeginOpInto) and End.
+//
+// An Op comes from Stream.BeginOp (a new *Op per call), or is a
+// caller-owned value that Stream.BeginOpInto begins again and again once
+// ended: the allocation-free form for hot loops. The zero Op is valid and
+// reads as ended.
 type Op struct {
-	h      handle[C.sluice_op_t]
+	h      reusable[C.sluice_op_t]
 	stream *Stream
 }
 
@@ -179,27 +231,66 @@ type Op struct {
 // such ops yourself.
 //
 // The *Op owns the open op: End or Close ends it, or a runtime cleanup does
-// if the Op becomes unreachable first.
+// if the Op becomes unreachable first. BeginOp allocates the Op (and its
+// cleanup) on every call; BeginOpInto and RunOp do not.
 func (s *Stream) BeginOp(reads, writes []Syncable) (*Op, error) {
 	o, err := s.beginOp("Stream.BeginOp", reads, writes)
 	if err != nil {
 		return nil, err
 	}
 	out := &Op{stream: s}
-	openHandle(out, &out.h, o)
+	openHandle(out, &out.h.own, o)
 	return out, nil
 }
 
-// beginOp is sluice_op_begin for BeginOp and RunOp; the handle arrays live in
-// its frame, so the common op allocates nothing.
+// BeginOpInto is BeginOp into op, a caller-owned Op (the zero Op, or one
+// already ended): the allocation-free form of BeginOp. It fails with
+// ErrInvalidArgument, beginning nothing, while op is still open.
+//
+// The read and write sets are only read during the call: reuse the same
+// slices from call to call. Up to 16 objects per set the handles travel on
+// the stack; larger sets use pooled buffers, so no size allocates in steady
+// state.
+//
+// The first BeginOpInto into an Op allocates its handle cell and registers
+// one runtime cleanup, which ends the op if op becomes unreachable while
+// open; later ones allocate nothing. BeginOpInto writes op: it must not run
+// concurrently with any other use of the same op.
+func (s *Stream) BeginOpInto(op *Op, reads, writes []Syncable) error {
+	return s.beginOpInto("Stream.BeginOpInto", op, reads, writes)
+}
+
+func (s *Stream) beginOpInto(name string, op *Op, reads, writes []Syncable) error {
+	if op == nil {
+		return argError(CodeNullArgument, name, "nil *Op")
+	}
+	if !op.h.isClosed() {
+		return argError(CodeInvalidArgument, name, "the Op is still open (End it first)")
+	}
+	o, err := s.beginOp(name, reads, writes)
+	if err != nil {
+		return err
+	}
+	op.stream = s
+	if old, ok := openReusable(op, &op.h, o); ok {
+		// Only a concurrent BeginOpInto into the same op (a misuse) gets
+		// here; end the op it began rather than leak it.
+		C.sluice_error_free(destroy(old))
+	}
+	return nil
+}
+
+// beginOp is sluice_op_begin for BeginOp, BeginOpInto and RunOp; the
+// handle arrays live in its frame (syncScratch), so no op allocates.
 func (s *Stream) beginOp(op string, reads, writes []Syncable) (C.sluice_op_t, error) {
 	var o C.sluice_op_t
 	h, err := s.raw(op)
 	if err != nil {
 		return o, err
 	}
-	var rbuf, wbuf [4]C.sluice_sync_t
-	r, w, err := syncSets(op, reads, writes, &rbuf, &wbuf)
+	var sc syncScratch
+	defer sc.release()
+	r, w, err := sc.sets(op, reads, writes)
 	if err != nil {
 		return o, err
 	}
