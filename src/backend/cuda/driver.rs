@@ -185,8 +185,6 @@ driver_api! {
     optional {
         // CUDA 12.4+: the launch checks its argument count with it.
         cuFuncGetParamInfo: fn(CUfunction, usize, *mut usize, *mut usize);
-        // CUDA 12.9+: the count in one call, without probing past the end.
-        cuFuncGetParamCount: fn(CUfunction, *mut usize);
     }
 }
 
