@@ -39,9 +39,26 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
     }
 }
 
+/// A stream blocked by a host callback until `open` (or the guard's drop: a failed
+/// assertion must not leave the callback blocking, on CUDA, the driver's one
+/// callback thread and with it every other test's host work).
+struct Gate(Arc<AtomicBool>);
+
+impl Gate {
+    fn open(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        self.open();
+    }
+}
+
 /// A tracked host callback on `s` that writes `b` and blocks its stream until the
-/// returned flag is set.
-fn gate(s: &Stream, b: &Buffer) -> Arc<AtomicBool> {
+/// returned gate opens.
+fn gate(s: &Stream, b: &Buffer) -> Gate {
     let open = Arc::new(AtomicBool::new(false));
     let o = open.clone();
     ops::host_callback(
@@ -56,7 +73,7 @@ fn gate(s: &Stream, b: &Buffer) -> Arc<AtomicBool> {
         std::slice::from_ref(&b.sync),
     )
     .expect("gate");
-    open
+    Gate(open)
 }
 
 fn read(s: &Stream, b: &Buffer) -> Vec<u8> {
@@ -120,7 +137,7 @@ fn release_waits_for_outstanding_use_without_blocking_the_free() {
         0,
         "released while a use was outstanding"
     );
-    open.store(true, Ordering::Release);
+    open.open();
     wait_until("the release after the gate", || {
         released.load(Ordering::SeqCst) == 1
     });
@@ -257,7 +274,7 @@ fn dlpack_import_reads_shape_and_dtype_and_deletes_after_last_use() {
     drop(b);
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(deleted.load(Ordering::SeqCst), 0, "deleted during a use");
-    open.store(true, Ordering::Release);
+    open.open();
     wait_until("the DLPack deleter", || deleted.load(Ordering::SeqCst) == 1);
     assert_eq!(read(&s, &owner), vals);
 }
@@ -399,7 +416,7 @@ fn dlpack_export_orders_the_consumer_stream_on_the_device() {
     let probe = Buffer::alloc(&c, 256).unwrap();
     let raw = Buffer::wrap_device(&k.dev, b.addr, 256, None, None, None).unwrap();
     ops::copy(&c, &probe, 0, &raw, 0, 256).unwrap();
-    open.store(true, Ordering::Release);
+    open.open();
     assert_eq!(read(&c, &probe), vec![0x5A; 256]);
     // The deleter publishes the consumer's end: a later write on `p` waits for it.
     unsafe {
@@ -416,7 +433,7 @@ fn dlpack_export_without_a_consumer_waits_on_the_host() {
     let b = Buffer::alloc(&p, 128).unwrap();
     let open = gate(&p, &b);
     ops::memset(&p, &b, 0, 7, 128).unwrap();
-    let o = open.clone();
+    let o = open.0.clone();
     let opener = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(150));
         o.store(true, Ordering::Release);
