@@ -1114,7 +1114,9 @@ struct sluice_error_t *sluice_device_priority_range(struct sluice_device_t devic
 
 /**
  * Blocks until all work on every stream of the device has completed, then reports
- * the first deferred error, if any.
+ * the first deferred error, if any. Streams capturing a graph are skipped (their
+ * captured work runs only when the graph is launched; a capture another thread is
+ * making is left alone), and the work of streams destroyed while busy is included.
  *
  * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`);
  * `SLUICE_ERROR_CALLBACK_FAILED` (a host callback on one of its streams failed).
