@@ -16,6 +16,7 @@
 //! the device samples' or the file's. Logging only tries the sink's.
 
 mod buf;
+mod clock;
 mod device;
 mod sink;
 
@@ -30,7 +31,7 @@ use buf::{Rec, GENERATION};
 use sink::{Json, Sink, PID_DEVICE, PID_THREADS};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Mutex, MutexGuard, Once, OnceLock};
+use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 const TRACE: u8 = 1;
@@ -44,8 +45,6 @@ static COUNTING: AtomicBool = AtomicBool::new(false);
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 /// Serialises starts and stops (a stop resolves device spans after releasing SINK).
 static CONTROL: Mutex<()> = Mutex::new(());
-/// The trace clock's origin (`mono_ns`).
-static EPOCH: OnceLock<u64> = OnceLock::new();
 
 /// Options of a trace.
 #[derive(Clone, Copy, Debug, Default)]
@@ -76,24 +75,11 @@ fn env_flag(name: &str) -> bool {
     )
 }
 
-/// CLOCK_MONOTONIC (`Instant`'s clock) in ns, without `Instant`'s checked
-/// `Duration` arithmetic (it showed in profiles of traced ops).
-#[inline(always)]
-fn mono_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes the timespec it is given; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// Nanoseconds since the trace clock's origin, plus 2 (so a span start is never
 /// 0 or 1, see [`Obs`]).
+#[inline(always)]
 pub(crate) fn now_ns() -> u64 {
-    let origin = *EPOCH.get_or_init(mono_ns);
-    mono_ns().saturating_sub(origin) + 2
+    clock::since_start_ns() + 2
 }
 
 /// What one op saw of the switch: 0 off, 1 counting only, else tracing and the
@@ -193,7 +179,7 @@ fn init() {
 /// thread, the exit hook).
 fn open(path: PathBuf, opts: TraceOptions) -> Result<Sink> {
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
-    EPOCH.get_or_init(mono_ns);
+    clock::init();
     let s = Sink::create(path.clone(), generation, now_ns()).map_err(|e| {
         Error::invalid_argument(format!("cannot write trace {}: {e}", path.display()))
     })?;
