@@ -78,4 +78,15 @@ echo "RESULT steps_per_s graph=$gp eager=$ep ratio=$(ratio "$gp" "$ep") (prefetc
 echo "RESULT steps_per_s graph_blocking=$gb eager_blocking=$eb ratio=$(ratio "$gb" "$eb") (blocking copies)"
 echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (graph)"
 echo "RESULT steps_per_s eager_prefetch=$ep eager_blocking=$eb ratio=$(ratio "$ep" "$eb") (eager)"
+
+# 4. Where a step's device time goes: one eager epoch of 50 batches with a device
+# span on every op, summed per kernel (tools/trace-summary/kernel_times.py).
+summary=../../tools/trace-summary/kernel_times.py
+if command -v python3 >/dev/null && [ -f "$summary" ]; then
+	echo "== 4. device time per kernel (eager, 50 batches, SLUICE_TRACE_DEVICE=1)"
+	SLUICE_TRACE="$tmp/trace.json" SLUICE_TRACE_DEVICE=1 \
+		./trainer -epochs 1 -batch 256 -limit 12800 -eager "${extra[@]}" >"$tmp/profile.out" 2>&1 \
+		&& python3 "$summary" "$tmp/trace.json" 16 \
+		|| { echo "profile run failed:"; tail -5 "$tmp/profile.out"; }
+fi
 exit $rc
