@@ -257,18 +257,16 @@ impl Stream {
         if self.current_capture().is_some() {
             return Ok(());
         }
-        let seq = self.last_seq();
-        self.device
-            .backend
-            .stream_synchronize(self.raw)
-            .map_err(|e| self.fault(e))?;
-        self.pool.complete_through(seq);
-        self.take_deferred()
+        self.synchronize_now()
     }
 
     /// Blocks until all work enqueued so far completed; reports deferred errors.
     pub fn synchronize(&self) -> Result<()> {
         self.reject_in_capture("stream synchronize")?;
+        self.synchronize_now()
+    }
+
+    fn synchronize_now(&self) -> Result<()> {
         let seq = self.last_seq();
         self.device
             .backend
