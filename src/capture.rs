@@ -368,6 +368,23 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
             format!("{stream:?} is already capturing"),
         ));
     }
+    // Two sluice handles on one raw stream (`sluice_stream_wrap_external`) track
+    // their work apart; the driver would capture the other handle's work too, which
+    // its tracking would take as run, and waits on it would order nothing.
+    if let Some(other) = stream
+        .device
+        .live_streams()
+        .into_iter()
+        .find(|s| s.id != stream.id && s.raw() == stream.raw())
+    {
+        return Err(Error::new(
+            ErrorCode::InvalidState,
+            format!(
+                "{stream:?} shares its raw stream with {other:?} \
+                 (sluice_stream_wrap_external): capture on a raw stream with one handle"
+            ),
+        ));
+    }
     stream.push(|| {
         stream.device.backend.capture_begin(stream.raw, mode)?;
         trace::capture_mark(stream, true, 0, true);

@@ -92,7 +92,21 @@ impl Stream {
 
     /// Adopts a foreign stream without owning it; destroying the sluice stream
     /// leaves the foreign one alone.
+    ///
+    /// A raw stream that another live sluice stream is capturing is refused: the
+    /// driver would capture the new handle's work while its tracking took it as
+    /// run (see `capture::capture_begin`).
     pub fn wrap_external(device: &Arc<Device>, raw: u64) -> Result<Arc<Stream>> {
+        if let Some(s) = device
+            .live_streams()
+            .into_iter()
+            .find(|s| s.raw() == raw && s.is_capturing())
+        {
+            return Err(Error::new(
+                ErrorCode::CaptureUnsupported,
+                format!("the raw stream of {s:?} is capturing a graph: wrap it after the capture"),
+            ));
+        }
         let adopted = device.backend.stream_adopt_external(raw)?;
         Ok(Stream::wrap(device, adopted, raw, false))
     }

@@ -527,3 +527,23 @@ fn destroying_a_capturing_stream_ends_its_capture() {
     }
     assert!(sluice_device_close(dev).is_null());
 }
+
+/// Two sluice handles on one raw stream track their work apart, so neither may
+/// capture: the driver would capture the other's work while its tracking took it
+/// as run (the ABI fuzzer's use-after-free on the host backend).
+#[test]
+fn a_raw_stream_with_two_handles_is_not_captured() {
+    let k = kit();
+    let s = k.stream();
+    let w = Stream::wrap_external(&k.dev, s.raw()).unwrap();
+    let e = capture::capture_begin(&s, CaptureMode::Relaxed).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidState);
+    assert!(e.message.contains("wrap_external"), "{e}");
+    assert!(!s.is_capturing());
+    drop(w);
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    let e = Stream::wrap_external(&k.dev, s.raw()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::CaptureUnsupported);
+    capture::capture_end(&s).unwrap();
+    drop(Stream::wrap_external(&k.dev, s.raw()).unwrap());
+}
