@@ -1266,7 +1266,9 @@ struct sluice_error_t *sluice_event_destroy(struct sluice_event_t event);
  *
  * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`);
  * `SLUICE_ERROR_INVALID_ARGUMENT` (`mode` not a `SLUICE_CAPTURE_*`);
- * `SLUICE_ERROR_INVALID_STATE` (`stream` is already capturing: beginning twice).
+ * `SLUICE_ERROR_INVALID_STATE` (`stream` is already capturing: beginning twice; or
+ * another sluice stream handle shares its raw stream, made by
+ * `sluice_stream_wrap_external`: the two track their work apart, so neither captures).
  */
 struct sluice_error_t *sluice_graph_capture_begin(struct sluice_stream_t stream, uint32_t mode);
 
@@ -2271,7 +2273,9 @@ struct sluice_error_t *sluice_stream_create(struct sluice_device_t device,
  * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_out` NULL);
  * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
  * (`raw` NULL or another default stream: the legacy and per-thread default streams
- * are refused; on host, a `raw` that is not a live host stream's).
+ * are refused; on host, a `raw` that is not a live host stream's);
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`raw` is the raw stream of a sluice stream
+ * that is capturing a graph).
  */
 struct sluice_error_t *sluice_stream_wrap_external(struct sluice_device_t device,
                                                    void *raw,

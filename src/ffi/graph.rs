@@ -69,7 +69,9 @@ pub type sluice_graph_body_fn =
 ///
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`);
 /// `SLUICE_ERROR_INVALID_ARGUMENT` (`mode` not a `SLUICE_CAPTURE_*`);
-/// `SLUICE_ERROR_INVALID_STATE` (`stream` is already capturing: beginning twice).
+/// `SLUICE_ERROR_INVALID_STATE` (`stream` is already capturing: beginning twice; or
+/// another sluice stream handle shares its raw stream, made by
+/// `sluice_stream_wrap_external`: the two track their work apart, so neither captures).
 #[no_mangle]
 pub extern "C" fn sluice_graph_capture_begin(
     stream: sluice_stream_t,

@@ -69,7 +69,9 @@ pub extern "C" fn sluice_stream_create(
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`stream_out` NULL);
 /// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_INVALID_ARGUMENT`
 /// (`raw` NULL or another default stream: the legacy and per-thread default streams
-/// are refused; on host, a `raw` that is not a live host stream's).
+/// are refused; on host, a `raw` that is not a live host stream's);
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`raw` is the raw stream of a sluice stream
+/// that is capturing a graph).
 #[no_mangle]
 pub extern "C" fn sluice_stream_wrap_external(
     device: sluice_device_t,

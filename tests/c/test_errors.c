@@ -508,6 +508,29 @@ TEST(errors_prefetcher_timeouts_and_fill) {
     CHECK_OK(sluice_device_close(d));
 }
 
+/* Two handles on one raw stream: neither captures, and a capturing raw stream is
+ * not wrapped (their tracking would disagree with what the driver captures). */
+TEST(errors_capture_of_a_shared_raw_stream) {
+    sluice_device_t d;
+    REQUIRE(open_dev(&d));
+    sluice_stream_t s, w;
+    REQUIRE(new_stream(d, &s));
+    void *raw;
+    REQUIRE_OK(sluice_stream_raw(s, &raw));
+    REQUIRE_OK(sluice_stream_wrap_external(d, raw, &w));
+    CHECK_ERR_MSG(sluice_graph_capture_begin(s, SLUICE_CAPTURE_RELAXED), SLUICE_ERROR_INVALID_STATE,
+                  "wrap_external");
+    CHECK_ERR(sluice_graph_capture_begin(w, SLUICE_CAPTURE_RELAXED), SLUICE_ERROR_INVALID_STATE);
+    CHECK_OK(sluice_stream_destroy(w));
+    REQUIRE_OK(sluice_graph_capture_begin(s, SLUICE_CAPTURE_RELAXED));
+    CHECK_ERR(sluice_stream_wrap_external(d, raw, &w), SLUICE_ERROR_CAPTURE_UNSUPPORTED);
+    sluice_graph_t g;
+    REQUIRE_OK(sluice_graph_capture_end(s, &g));
+    CHECK_OK(sluice_graph_destroy(g));
+    CHECK_OK(sluice_stream_destroy(s));
+    CHECK_OK(sluice_device_close(d));
+}
+
 /* ---- objects of two devices (a child with SLUICE_HOST_DEVICES=2) ------------------------ */
 
 CHILD(errors_wrong_device) {
