@@ -191,6 +191,17 @@ fn threads_for(len: usize) -> bool {
     len > ONE_THREAD_MAX
 }
 
+/// Runs `work` on this thread, and on the pool's helpers too with `parallel`.
+/// True when a run of it panicked (never unwinds: the caller must wait for what
+/// was issued before returning).
+fn run(parallel: bool, work: &(dyn Fn() + Sync)) -> bool {
+    if parallel {
+        broadcast(work)
+    } else {
+        catch_unwind(AssertUnwindSafe(work)).is_err()
+    }
+}
+
 /// The direct path: every piece copied straight into the caller's page-locked
 /// buffer, then each chunk checksummed once its piece completed.
 fn direct_into(
@@ -243,12 +254,7 @@ fn direct_into(
             crcs[j].store(crc32c::crc32c(bytes), Ordering::Relaxed);
         }
     };
-    let panicked = if threads_for(len) {
-        broadcast(&work)
-    } else {
-        work();
-        false
-    };
+    let panicked = run(threads_for(len), &work);
     finish(io, panicked, &fail).0
 }
 
@@ -341,12 +347,7 @@ fn staged_into(
             cur = nxt;
         }
     };
-    let panicked = if threads > 1 {
-        broadcast(&work)
-    } else {
-        work();
-        false
-    };
+    let panicked = run(threads > 1, &work);
     let (r, drained) = finish(io, panicked, &fail);
     // Where copies into the slots may still be in flight, they are not handed out
     // again (dropping them waits for their recorded uses before the memory is reused).
@@ -522,12 +523,11 @@ fn helper(pool: &'static Pool) {
 
 /// Runs `f` on the calling thread and on the pool's helpers that start before the
 /// caller's own run returns (none while another job runs); returns once every run
-/// of it returned. True when one panicked (the caller's own panic is resumed).
+/// of it returned. True when one panicked, the caller's included.
 fn broadcast(f: &(dyn Fn() + Sync)) -> bool {
     let pool = pool();
     if pool.helpers() == 0 || pool.busy.swap(true, Ordering::Acquire) {
-        f();
-        return false;
+        return catch_unwind(AssertUnwindSafe(f)).is_err();
     }
     // SAFETY: the reference outlives every use: helpers take it only while `job`
     // holds it, and this function clears `job` and waits for `running` to reach 0
@@ -551,10 +551,7 @@ fn broadcast(f: &(dyn Fn() + Sync)) -> bool {
         st.panicked
     };
     pool.busy.store(false, Ordering::Release);
-    if let Err(p) = mine {
-        std::panic::resume_unwind(p);
-    }
-    panicked
+    panicked || mine.is_err()
 }
 
 #[cfg(test)]
@@ -594,16 +591,20 @@ mod tests {
         let work = || while n.fetch_add(1, Ordering::Relaxed) < 10_000 {};
         assert!(!broadcast(&work));
         assert!(n.load(Ordering::Relaxed) >= 10_000);
-        if pool().helpers() > 0 {
-            let first = AtomicBool::new(true);
-            // The caller's run ends at once; a helper that starts panics.
-            let boom = || {
-                if !first.swap(false, Ordering::Relaxed) {
-                    panic!("boom");
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            };
-            let _ = broadcast(&boom);
-        }
+        // The caller's own panic comes back as `true`, after the helpers left.
+        assert!(broadcast(&|| panic!("the caller's run panics")));
+        assert!(run(false, &|| panic!("a single run panics")));
+        // A helper's panic (when one starts in time) neither hangs nor breaks the pool.
+        let first = AtomicBool::new(true);
+        let boom = || {
+            if !first.swap(false, Ordering::Relaxed) {
+                panic!("a helper's run panics");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let _ = broadcast(&boom);
+        n.store(0, Ordering::Relaxed);
+        assert!(!broadcast(&work));
+        assert!(n.load(Ordering::Relaxed) >= 10_000);
     }
 }

@@ -158,12 +158,14 @@ impl MemoryApi for CudaDevice {
         if mem_type(ptr as u64, Some((&mut start, &mut size))) != CU_MEMORYTYPE_HOST {
             return false;
         }
-        if size != 0 {
+        let end = start.saturating_add(size as u64);
+        if size != 0 && start <= ptr as u64 && (ptr as u64) < end {
             // The allocation (or registration) the first byte lies in holds them all.
-            return start <= ptr as u64 && last < start.saturating_add(size as u64);
+            return last < end;
         }
-        // No range reported: the last byte must be page-locked too (one object the
-        // caller hands over does not span a pageable hole).
+        // No range reported (or one in other terms): the last byte must be
+        // page-locked too (one object the caller hands over does not span a
+        // pageable hole).
         mem_type(last, None) == CU_MEMORYTYPE_HOST
     }
 
