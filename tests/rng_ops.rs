@@ -454,7 +454,7 @@ fn bad_arguments_get_clear_errors() {
 fn a_large_checkpoint_downloads_in_pieces_with_one_checksum() {
     let k = kit();
     let s = k.stream();
-    let n = 300_000; // 19.2 MB of states: three 8 MiB pieces
+    let n = 300_000; // 19.2 MB of states: many pieces and checksum chunks
     let rng = Rng::create(&s, 8, n).unwrap();
     let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
     rng.save(&s, &ckpt).unwrap();
