@@ -2220,9 +2220,18 @@ struct sluice_error_t *sluice_rng_restore(struct sluice_stream_t stream,
  * size it needs; with `out` NULL that is all it does. Otherwise `capacity` must
  * be at least that size (else `SLUICE_ERROR_OUT_OF_RANGE`, nothing written).
  * The bytes: magic `SLRNGCK\0`, format version, algorithm, n_states, seed, the
- * states, and a CRC32C (`src/rng/checkpoint.rs`). One bulk device-to-host copy,
- * which waits for the last save into this checkpoint, not for later work on the
- * save's stream. Blocks until the bytes are written.
+ * states, and a CRC32C (`src/rng/checkpoint.rs`). The states are copied device to
+ * host in pieces on a stream of the library's own, which wait for the last save
+ * into this checkpoint, not for later work on the save's stream; host threads
+ * checksum each piece while the next ones are copied. Blocks until the bytes are
+ * written.
+ *
+ * Pass page-locked memory for a direct copy: where `out` is pinned
+ * (`cudaMallocHost`, `cuMemHostAlloc`, `sluice_buffer_alloc_pinned`) or registered
+ * (`cudaHostRegister`, `sluice_buffer_register_host`), the pieces are copied straight
+ * into it (meant to run close to one raw pinned copy). Pageable memory works too,
+ * but each piece goes through a pinned slot of the library's (cached per device,
+ * 16 MiB at most) and one more host copy.
  *
  * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`len_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
  * (a stale `checkpoint`); `SLUICE_ERROR_OUT_OF_RANGE` (`capacity` below the serialized

@@ -100,6 +100,12 @@ impl Device {
         self.backend.kind()
     }
 
+    /// True when all of `[ptr, ptr+len)` is page-locked host memory this device
+    /// copies to and from directly (pinned or registered); false when unsure.
+    pub fn host_ptr_is_pinned(&self, ptr: *const u8, len: usize) -> bool {
+        self.backend.host_ptr_is_pinned(ptr, len)
+    }
+
     pub fn ordinal(&self) -> u32 {
         self.backend.ordinal()
     }

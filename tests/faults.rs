@@ -360,6 +360,43 @@ fn prefetcher(dev: sluice_device_t) -> R {
 
 type Scenario = (&'static str, fn(sluice_device_t) -> R);
 
+/// Serialize in pieces on several threads (3 MiB and a state), into pageable and
+/// into pinned memory: a failure anywhere leaves nothing in flight into either.
+fn rng_serialize_in_pieces(dev: sluice_device_t) -> R {
+    let mut bag = Bag::default();
+    let s = stream(dev, &mut bag)?;
+    let mut r = sluice_rng_t { bits: 0 };
+    ck(sluice_rng_create(s, 99, 3 * 16384 + 1, &mut r))?;
+    bag.add(move || sluice_rng_destroy(r));
+    let mut cp = sluice_rng_checkpoint_t { bits: 0 };
+    ck(sluice_rng_checkpoint_create(s, r, &mut cp))?;
+    bag.add(move || sluice_rng_checkpoint_destroy(cp));
+    let mut len = 0usize;
+    ck(sluice_rng_checkpoint_serialize(cp, null_mut(), 0, &mut len))?;
+    let mut pageable = vec![0u8; len];
+    ck(sluice_rng_checkpoint_serialize(
+        cp,
+        pageable.as_mut_ptr(),
+        len,
+        &mut len,
+    ))?;
+    let mut pb = sluice_buffer_t { bits: 0 };
+    ck(sluice_buffer_alloc_pinned(dev, len, &mut pb))?;
+    bag.add(move || sluice_buffer_free(pb));
+    let mut info = sluice_buffer_info_t {
+        kind: 0,
+        size: 0,
+        device_ptr: 0,
+        host_ptr: null_mut(),
+    };
+    ck(sluice_buffer_info(pb, &mut info))?;
+    let pinned = info.host_ptr.cast::<u8>();
+    ck(sluice_rng_checkpoint_serialize(cp, pinned, len, &mut len))?;
+    // SAFETY: the pinned buffer holds `len` bytes, all written above.
+    let direct = unsafe { std::slice::from_raw_parts(pinned, len) };
+    expect(direct == pageable.as_slice(), "pinned and pageable bytes")
+}
+
 const SCENARIOS: &[Scenario] = &[
     ("streams", streams),
     ("events", events),
@@ -368,6 +405,7 @@ const SCENARIOS: &[Scenario] = &[
     ("captures and graphs", graphs),
     ("graph cache", graph_cache),
     ("rng", rng),
+    ("rng serialize in pieces", rng_serialize_in_pieces),
     ("prefetcher", prefetcher),
 ];
 

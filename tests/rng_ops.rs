@@ -454,7 +454,7 @@ fn bad_arguments_get_clear_errors() {
 fn a_large_checkpoint_downloads_in_pieces_with_one_checksum() {
     let k = kit();
     let s = k.stream();
-    let n = 300_000; // 19.2 MB of states: three 8 MiB pieces
+    let n = 300_000; // 19.2 MB of states: many pieces and checksum chunks
     let rng = Rng::create(&s, 8, n).unwrap();
     let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
     rng.save(&s, &ckpt).unwrap();
@@ -469,4 +469,113 @@ fn a_large_checkpoint_downloads_in_pieces_with_one_checksum() {
             "state {i}"
         );
     }
+}
+
+/// Serializes `ckpt` into a Vec (pageable: the staged path) and into sluice's
+/// pinned memory (page-locked: the direct path); both must give the same bytes.
+fn serialize_both_ways(k: &common::Kit, ckpt: &RngCheckpoint) -> Vec<u8> {
+    let len = ckpt.serialized_len();
+    let mut pageable = vec![0u8; len];
+    ckpt.serialize_into(&mut pageable).unwrap();
+    let pinned = Buffer::alloc_pinned(&k.dev, len).unwrap();
+    let p = pinned.host_ptr().unwrap();
+    assert!(k.dev.host_ptr_is_pinned(p, len));
+    assert!(!k.dev.host_ptr_is_pinned(pageable.as_ptr(), len));
+    // SAFETY: the pinned buffer holds `len` bytes and nothing else uses it.
+    let direct = unsafe { std::slice::from_raw_parts_mut(p, len) };
+    direct.fill(0xA5);
+    ckpt.serialize_into(direct).unwrap();
+    assert!(
+        direct == pageable.as_slice(),
+        "pinned and pageable bytes differ ({len} bytes)"
+    );
+    pageable
+}
+
+fn check_states(bytes: &[u8], seed: u64, n: usize) {
+    let back = sluice::rng::checkpoint::Checkpoint::deserialize(bytes).unwrap();
+    assert_eq!(back.states.len(), n);
+    for i in [0, 1, n / 2, n.saturating_sub(2), n - 1]
+        .into_iter()
+        .filter(|&i| i < n)
+    {
+        assert_eq!(
+            back.states[i],
+            PhiloxState::new(seed, i as u64, 0),
+            "state {i} of {n}"
+        );
+    }
+}
+
+#[test]
+fn pinned_and_pageable_destinations_give_the_same_bytes_around_piece_boundaries() {
+    let k = kit();
+    let s = k.stream();
+    // Checksum chunks are 128 KiB (2048 states), staged pieces 1 MiB (16384
+    // states), direct pieces 1 MiB up to 8 MiB of states; one thread up to 1 MiB.
+    let chunk = (128 << 10) / STATE_BYTES;
+    let piece = (1 << 20) / STATE_BYTES;
+    for base in [1, chunk, 3 * chunk, piece, 2 * piece, 5 * piece] {
+        for n in [base.saturating_sub(1).max(1), base, base + 1] {
+            let rng = Rng::create(&s, 77, n).unwrap();
+            let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
+            check_states(&serialize_both_ways(&k, &ckpt), 77, n);
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_of_many_pieces_serializes_the_same_into_pinned_and_pageable_memory() {
+    let k = kit();
+    let s = k.stream();
+    let n = 19 * ((1 << 20) / STATE_BYTES) + 333; // 19 MiB and a bit: many pieces both ways
+    let rng = Rng::create(&s, 9, n).unwrap();
+    let out = k.buffer(&s, n * 4);
+    rng.generate(&s, Distribution::Uniform, &out, 0, 4, Layout::SampleMajor)
+        .unwrap();
+    let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
+    let want = read_states(&s, &rng);
+    let bytes = serialize_both_ways(&k, &ckpt);
+    let back = sluice::rng::checkpoint::Checkpoint::deserialize(&bytes).unwrap();
+    assert!(back.states == want, "the bytes are not the saved states");
+    // Registered memory is page-locked too: the direct path.
+    let mut reg = vec![0u8; bytes.len()];
+    // SAFETY: `reg` outlives the registration (dropped first).
+    let r = unsafe { Buffer::register(&k.dev, reg.as_mut_ptr(), reg.len()) }.unwrap();
+    assert!(k.dev.host_ptr_is_pinned(reg.as_ptr(), reg.len()));
+    ckpt.serialize_into(&mut reg).unwrap();
+    drop(r);
+    assert!(reg == bytes, "registered and pageable bytes differ");
+}
+
+#[test]
+fn serialize_into_pinned_memory_holds_the_save_point_while_the_stream_goes_on() {
+    let k = kit();
+    let s = k.stream();
+    let n = 40_000; // 2.5 MB: several pieces, several threads
+    let rng = Rng::create(&s, 5, n).unwrap();
+    let out = k.buffer(&s, n * 8);
+    let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
+    rng.generate(&s, Distribution::Uniform, &out, 0, 8, Layout::SampleMajor)
+        .unwrap();
+    rng.save(&s, &ckpt).unwrap();
+    let saved = read_states(&s, &rng);
+    let spin = Duration::from_millis(if k.is_cuda() { 800 } else { 400 });
+    let other = k.buffer(&s, 1024);
+    k.fill(&s, &other, 3, spin.as_nanos() as u64);
+    rng.generate(&s, Distribution::Normal, &out, 0, 8, Layout::SampleMajor)
+        .unwrap();
+    let len = ckpt.serialized_len();
+    let pinned = Buffer::alloc_pinned(&k.dev, len).unwrap();
+    // SAFETY: the pinned buffer holds `len` bytes and nothing else uses it.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(pinned.host_ptr().unwrap(), len) };
+    let t0 = Instant::now();
+    ckpt.serialize_into(bytes).unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took < spin / 2,
+        "serialize waited for later work on the stream ({took:?})"
+    );
+    let back = sluice::rng::checkpoint::Checkpoint::deserialize(bytes).unwrap();
+    assert!(back.states == saved, "the bytes are not the save point");
 }

@@ -14,7 +14,7 @@ use super::{
     GraphApi, HostFn, LaunchDims, MemoryApi, ModuleApi, StreamApi,
 };
 use crate::error::{Error, ErrorCode, Result};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::ffi::{c_void, CStr};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
@@ -56,6 +56,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn live_streams() -> &'static Mutex<HashSet<u64>> {
     static LIVE: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
     LIVE.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// Host memory this backend treats as page-locked: its pinned blocks and registered
+/// ranges, by start address (any host device's; host memory is one).
+fn pinned_ranges() -> &'static Mutex<BTreeMap<u64, usize>> {
+    static RANGES: OnceLock<Mutex<BTreeMap<u64, usize>>> = OnceLock::new();
+    RANGES.get_or_init(|| Mutex::new(BTreeMap::new()))
 }
 
 struct WorkerState {
@@ -496,20 +503,39 @@ impl MemoryApi for HostDevice {
         hit("pinned_alloc")?;
         let p = aligned_alloc(size, 4096)?;
         faults::made(Kind::PinnedBytes, p as u64, size);
+        lock(pinned_ranges()).insert(p as u64, size);
         Ok(p)
     }
 
     fn pinned_free(&self, ptr: *mut u8) {
         faults::gone(ptr as u64);
+        lock(pinned_ranges()).remove(&(ptr as u64));
         // SAFETY: ptr came from posix_memalign in pinned_alloc and is freed once.
         unsafe { libc::free(ptr as *mut c_void) }
     }
 
-    fn host_register(&self, _ptr: *mut u8, _len: usize) -> Result<()> {
-        hit("host_register")
+    fn host_register(&self, ptr: *mut u8, len: usize) -> Result<()> {
+        hit("host_register")?;
+        lock(pinned_ranges()).insert(ptr as u64, len);
+        Ok(())
     }
 
-    fn host_unregister(&self, _ptr: *mut u8) {}
+    fn host_unregister(&self, ptr: *mut u8) {
+        lock(pinned_ranges()).remove(&(ptr as u64));
+    }
+
+    fn host_ptr_is_pinned(&self, ptr: *const u8, len: usize) -> bool {
+        let (p, Some(end)) = (ptr as u64, (ptr as u64).checked_add(len as u64)) else {
+            return false;
+        };
+        if ptr.is_null() || len == 0 {
+            return false;
+        }
+        lock(pinned_ranges())
+            .range(..=p)
+            .next_back()
+            .is_some_and(|(&start, &size)| end <= start + size as u64)
+    }
 
     fn check_foreign_range(&self, _ptr: u64, _len: usize) -> Result<()> {
         // Host "device" memory is host memory: any address the caller vouches for.

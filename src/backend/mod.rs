@@ -248,6 +248,11 @@ backend_api! {
         /// Checks that `[ptr, ptr+len)` is memory of this device, allocated by someone
         /// else (cuda: `cuPointerGetAttribute`; host: any address is accepted).
         fn check_foreign_range(&self, ptr: u64, len: usize) -> Result<()>;
+        /// True when all of `[ptr, ptr+len)` is page-locked host memory that this
+        /// device copies to and from directly (cuda: allocated or registered with the
+        /// driver, `cuPointerGetAttributes`; host: this backend's own pinned blocks and
+        /// registered ranges). False when unsure; never an error.
+        fn host_ptr_is_pinned(&self, ptr: *const u8, len: usize) -> bool;
     }
 
     /// Modules and kernel launches (cuda; host returns Unsupported).

@@ -1,11 +1,12 @@
 //! The checkpointable on-device RNG (issue 13): per-sample Philox4x32-10 states in
 //! device memory, exactly cuRAND's `curandStatePhilox4_32_10_t`; generation as a
 //! tracked op on an explicit stream; saves and restores as stream-ordered copies;
-//! checkpoints serialized with one bulk copy into a versioned, checksummed byte
-//! string.
+//! checkpoints serialized into a versioned, checksummed byte string (`download.rs`:
+//! piecewise copies overlapped with the checksum).
 
 pub mod checkpoint;
 mod device;
+mod download;
 pub mod philox;
 
 use crate::c_enum::c_enum;
@@ -15,7 +16,6 @@ use crate::memory::{Buffer, BufferKind};
 use crate::ops;
 use crate::stream::Stream;
 use crate::sync::access_set;
-use crate::trace::OpKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -246,8 +246,12 @@ impl RngCheckpoint {
     }
 
     /// Writes the checkpoint as a versioned byte string into `out` (exactly
-    /// `serialized_len` bytes): ONE bulk device-to-host copy of the states, which
-    /// waits for the last save into this checkpoint and nothing later.
+    /// `serialized_len` bytes): the states copied device to host in pieces on the
+    /// device's io stream, which wait for the last save into this checkpoint and
+    /// nothing later, checksummed on host threads while later pieces are on the
+    /// wire. Where `out` is page-locked (pinned or registered), the pieces go
+    /// straight into it; otherwise through pinned slots cached per device
+    /// (`download.rs`).
     pub fn serialize_into(&self, out: &mut [u8]) -> Result<()> {
         let len = self.serialized_len();
         if out.len() != len {
@@ -261,7 +265,7 @@ impl RngCheckpoint {
         let (head, rest) = out.split_at_mut(checkpoint::PAYLOAD_OFFSET);
         head.copy_from_slice(&checkpoint::header(self.n, self.seed()));
         let (body, tail) = rest.split_at_mut(self.n * STATE_BYTES);
-        let crc = download_with_crc(&self.states, &io, body, crc32c::crc32c(head))?;
+        let crc = download::download_with_crc(&self.states, &io, body, crc32c::crc32c(head))?;
         tail.copy_from_slice(&crc.to_le_bytes());
         Ok(())
     }
@@ -286,75 +290,4 @@ impl RngCheckpoint {
             seed: AtomicU64::new(seed),
         }))
     }
-}
-
-/// Pieces of a download: each one copy into a pinned slot, then copied out and
-/// checksummed on the host while the next pieces are on the wire.
-const PIECE: usize = 8 << 20;
-const MAX_WORKERS: usize = 8;
-
-/// Copies `src` into `body` (device to host) and returns the CRC32C continued from
-/// `crc` over it. The copies are ordered on `io` after the last write of `src` and
-/// nothing else; up to 8 host threads each own a pinned slot, copy a piece into it,
-/// and move it out with its checksum while other pieces are copied.
-fn download_with_crc(src: &Buffer, io: &Stream, body: &mut [u8], crc: u32) -> Result<u32> {
-    let len = body.len();
-    let pieces = len.div_ceil(PIECE);
-    let workers = std::thread::available_parallelism()
-        .map_or(2, |n| n.get())
-        .clamp(1, MAX_WORKERS)
-        .min(pieces);
-    let slots = (0..workers)
-        .map(|_| Buffer::alloc_pinned(&src.device, PIECE.min(len)))
-        .collect::<Result<Vec<_>>>()?;
-    let mut crcs = vec![(0u32, 0usize); pieces];
-    type Job<'a> = (usize, &'a mut [u8], &'a mut (u32, usize));
-    let mut per_worker: Vec<Vec<Job<'_>>> = (0..workers).map(|_| Vec::new()).collect();
-    for (k, (dst, c)) in body.chunks_mut(PIECE).zip(crcs.iter_mut()).enumerate() {
-        per_worker[k % workers].push((k, dst, c));
-    }
-    let piece = |slot: &Buffer, k: usize, dst: &mut [u8]| -> Result<u32> {
-        let (r, w) = ([src.sync.clone()], [slot.sync.clone()]);
-        let from = src.range(k * PIECE, dst.len(), "checkpoint")?;
-        let rec = crate::engine::run_op_recorded(
-            io,
-            OpKind::Copy(crate::counters::CopyDir::D2H, dst.len() as u64),
-            &access_set(&r, &w),
-            || {
-                io.device
-                    .backend
-                    .memcpy_async(slot.addr, from, dst.len(), io.raw())
-            },
-        )?;
-        match rec {
-            Some(r) => r.synchronize()?,
-            None => io.synchronize()?,
-        }
-        let host = slot.host_ptr().expect("pinned memory has a host address");
-        // SAFETY: the copy into the slot completed above; the slot is this
-        // thread's alone.
-        let staged = unsafe { std::slice::from_raw_parts(host as *const u8, dst.len()) };
-        dst.copy_from_slice(staged);
-        Ok(crc32c::crc32c(dst))
-    };
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = per_worker
-            .into_iter()
-            .zip(&slots)
-            .map(|(jobs, slot)| {
-                scope.spawn(move || -> Result<()> {
-                    for (k, dst, out) in jobs {
-                        *out = (piece(slot, k, dst)?, dst.len());
-                    }
-                    Ok(())
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .try_for_each(|h| h.join().expect("a download thread panicked"))
-    })?;
-    Ok(crcs
-        .into_iter()
-        .fold(crc, |acc, (c, n)| crc32c::crc32c_combine(acc, c, n)))
 }

@@ -32,6 +32,7 @@ pub(super) const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
 pub(super) const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
 pub(super) const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_uint = 11;
 pub(super) const CU_POINTER_ATTRIBUTE_RANGE_SIZE: c_uint = 12;
+pub(super) const CU_MEMORYTYPE_HOST: c_uint = 1;
 pub(super) const CUDA_ERROR_INVALID_VALUE: u32 = 1;
 pub(super) const CU_JIT_INFO_LOG_BUFFER: c_uint = 3;
 pub(super) const CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES: c_uint = 4;

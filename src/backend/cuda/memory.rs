@@ -115,6 +115,60 @@ impl MemoryApi for CudaDevice {
         d.check(res, "cuMemsetD8Async")
     }
 
+    fn host_ptr_is_pinned(&self, ptr: *const u8, len: usize) -> bool {
+        if ptr.is_null() || len == 0 {
+            return false;
+        }
+        let Some(last) = (ptr as u64).checked_add(len as u64 - 1) else {
+            return false;
+        };
+        let Ok(d) = self.bind() else {
+            return false;
+        };
+        // The plural query reports type 0 (and no range) for memory the driver does
+        // not know, instead of failing.
+        let mem_type = |p: u64, range: Option<(&mut CUdeviceptr, &mut usize)>| -> c_uint {
+            let mut t: c_uint = 0;
+            let mut attrs = [
+                CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            ];
+            let mut data: [*mut c_void; 3] =
+                [(&mut t as *mut c_uint).cast(), null_mut(), null_mut()];
+            let n = match range {
+                Some((start, size)) => {
+                    data[1] = (start as *mut CUdeviceptr).cast();
+                    data[2] = (size as *mut usize).cast();
+                    3
+                }
+                None => 1,
+            };
+            // SAFETY: n attributes, each with an output slot of its type; a
+            // read-only query.
+            let res =
+                unsafe { (d.cuPointerGetAttributes)(n, attrs.as_mut_ptr(), data.as_mut_ptr(), p) };
+            if res == CUDA_SUCCESS {
+                t
+            } else {
+                0
+            }
+        };
+        let (mut start, mut size): (CUdeviceptr, usize) = (0, 0);
+        if mem_type(ptr as u64, Some((&mut start, &mut size))) != CU_MEMORYTYPE_HOST {
+            return false;
+        }
+        let end = start.saturating_add(size as u64);
+        if size != 0 && start <= ptr as u64 && (ptr as u64) < end {
+            // The allocation (or registration) the first byte lies in holds them all.
+            return last < end;
+        }
+        // No range reported (or one in other terms): the last byte must be
+        // page-locked too (one object the caller hands over does not span a
+        // pageable hole).
+        mem_type(last, None) == CU_MEMORYTYPE_HOST
+    }
+
     fn check_foreign_range(&self, ptr: u64, len: usize) -> Result<()> {
         let d = self.bind()?;
         let mut ordinal: c_int = -1;

@@ -1,0 +1,610 @@
+//! Checkpoint downloads (issue 13): the states copied device to host in pieces on
+//! the device's io stream, each piece one op with its own recording, and
+//! checksummed (CRC32C) on host threads while later pieces are on the wire.
+//!
+//! Two paths, by where the bytes go:
+//! - **direct**: the caller's buffer is page-locked (the backend says so): every
+//!   piece is copied straight into it, all issued at once; host threads checksum
+//!   each chunk of it once its piece's copy completed.
+//! - **staged**: pageable memory: pieces go through pinned slots (cached per
+//!   device, bounded), two per thread, so that one copy is on the wire while the
+//!   thread moves the other slot's piece out and checksums it.
+//!
+//! The checksum runs in chunks of [`CHUNK`] bytes, so that the last piece's work is
+//! spread over the threads and the tail after the last copy is short; the chunks'
+//! CRCs are folded with a precomputed shift operator. The threads are a small pool,
+//! started once; small checkpoints stay on the calling thread. On any error,
+//! everything issued is waited for before the error is returned: nothing stays in
+//! flight into the caller's buffer or a slot.
+
+use crate::counters::CopyDir;
+use crate::device::Device;
+use crate::error::{Error, ErrorCode, Result};
+use crate::event::RecRef;
+use crate::memory::Buffer;
+use crate::stream::Stream;
+use crate::sync::access_set;
+use crate::trace::OpKind;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+
+/// The unit of host work: one CRC (and, staged, one move out of a slot).
+pub(crate) const CHUNK: usize = 128 << 10;
+/// Direct pieces: about an eighth of the checkpoint, within these bounds.
+const DIRECT_PIECE_MIN: usize = 1 << 20;
+const DIRECT_PIECE_MAX: usize = 4 << 20;
+/// Staged pieces, and the size of a slot.
+pub(crate) const STAGED_PIECE: usize = 1 << 20;
+/// Slots kept per device between calls (16 MiB of pinned memory at most).
+const CACHED_SLOTS: usize = 16;
+/// Up to this many bytes, one thread (the caller's) does all the host work.
+const ONE_THREAD_MAX: usize = 1 << 20;
+/// Threads taking part at most, the caller included.
+const MAX_THREADS: usize = 8;
+
+/// Copies `src` into `body` (device to host) on `io`, ordered after the last write
+/// of `src` and nothing else, and returns the CRC32C continued from `crc` over it.
+pub(crate) fn download_with_crc(
+    src: &Buffer,
+    io: &Stream,
+    body: &mut [u8],
+    crc: u32,
+) -> Result<u32> {
+    let len = body.len();
+    debug_assert!(len <= src.size);
+    if len == 0 {
+        return Ok(crc);
+    }
+    let chunks = len.div_ceil(CHUNK);
+    let crcs: Vec<AtomicU32> = (0..chunks).map(|_| AtomicU32::new(0)).collect();
+    let direct = io.device.backend.host_ptr_is_pinned(body.as_ptr(), len);
+    let dst = body.as_mut_ptr() as usize;
+    if direct {
+        direct_into(src, io, dst, len, &crcs)?;
+    } else {
+        staged_into(src, io, dst, len, &crcs)?;
+    }
+    Ok(fold(crc, &crcs, len))
+}
+
+/// Continues `crc` over the chunks' CRCs, in order.
+fn fold(mut crc: u32, crcs: &[AtomicU32], len: usize) -> u32 {
+    let shift = chunk_shift();
+    for (j, c) in crcs.iter().enumerate() {
+        let c = c.load(Ordering::Relaxed);
+        let n = (len - j * CHUNK).min(CHUNK);
+        crc = if n == CHUNK {
+            shift.apply(crc) ^ c
+        } else {
+            crc32c::crc32c_combine(crc, c, n)
+        };
+    }
+    crc
+}
+
+/// `crc32c_combine(a, b, CHUNK) == apply(a) ^ b`: appending `CHUNK` bytes to a
+/// stream is a linear map on its CRC (zlib's combine is exactly that map, then the
+/// XOR), here as four byte tables.
+struct Shift([[u32; 256]; 4]);
+
+impl Shift {
+    fn new(len: usize) -> Shift {
+        let col: [u32; 32] = std::array::from_fn(|i| crc32c::crc32c_combine(1 << i, 0, len));
+        let mut t = [[0u32; 256]; 4];
+        for (b, table) in t.iter_mut().enumerate() {
+            for (v, e) in table.iter_mut().enumerate() {
+                *e = (0..8)
+                    .filter(|bit| v >> bit & 1 == 1)
+                    .fold(0, |acc, bit| acc ^ col[8 * b + bit]);
+            }
+        }
+        Shift(t)
+    }
+
+    fn apply(&self, x: u32) -> u32 {
+        let t = &self.0;
+        t[0][(x & 0xff) as usize]
+            ^ t[1][(x >> 8 & 0xff) as usize]
+            ^ t[2][(x >> 16 & 0xff) as usize]
+            ^ t[3][(x >> 24) as usize]
+    }
+}
+
+fn chunk_shift() -> &'static Shift {
+    static SHIFT: OnceLock<Shift> = OnceLock::new();
+    SHIFT.get_or_init(|| Shift::new(CHUNK))
+}
+
+/// The caller's bytes, shared by the threads; each writes or reads disjoint ranges
+/// only, after the copy into them completed.
+#[derive(Clone, Copy)]
+struct Dst(usize);
+
+impl Dst {
+    /// # Safety
+    /// `[off, off+len)` lies in the caller's buffer, its copy completed, and no
+    /// other thread touches it meanwhile.
+    unsafe fn slice<'a>(self, off: usize, len: usize) -> &'a mut [u8] {
+        // SAFETY: as the caller promises.
+        unsafe { std::slice::from_raw_parts_mut((self.0 + off) as *mut u8, len) }
+    }
+}
+
+/// The first error of any thread; the others stop at their next step.
+#[derive(Default)]
+struct Failure {
+    failed: AtomicBool,
+    first: Mutex<Option<Error>>,
+}
+
+impl Failure {
+    fn set(&self, e: Error) {
+        let mut f = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        f.get_or_insert(e);
+        self.failed.store(true, Ordering::Release);
+    }
+
+    fn any(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    fn take(&self) -> Option<Error> {
+        self.first.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// One D2H copy of `len` bytes of `src` at `off` to host address `to`, ordered
+/// after `src`'s last write; `slot` is written too when given. Returns its
+/// recording, or waits for it where none was kept.
+fn copy_piece(
+    src: &Buffer,
+    io: &Stream,
+    off: usize,
+    to: u64,
+    len: usize,
+    slot: Option<&Buffer>,
+) -> Result<Option<RecRef>> {
+    let from = src.range(off, len, "checkpoint")?;
+    let r = [src.sync.clone()];
+    let w = slot.map(|s| s.sync.clone());
+    let w = w.as_slice();
+    let rec = crate::engine::run_op_recorded(
+        io,
+        OpKind::Copy(CopyDir::D2H, len as u64),
+        &access_set(&r, w),
+        || io.device.backend.memcpy_async(to, from, len, io.raw()),
+    )?;
+    if rec.is_none() {
+        io.synchronize()?;
+    }
+    Ok(rec)
+}
+
+/// Waits for everything issued on `io` after a failure (best effort: the first
+/// error is the one reported).
+fn drain_after_failure(io: &Stream) -> bool {
+    io.synchronize().is_ok()
+}
+
+fn threads_for(len: usize) -> bool {
+    len > ONE_THREAD_MAX
+}
+
+/// Runs `work` on this thread, and on the pool's helpers too with `parallel`.
+/// True when a run of it panicked (never unwinds: the caller must wait for what
+/// was issued before returning).
+fn run(parallel: bool, work: &(dyn Fn() + Sync)) -> bool {
+    if parallel {
+        broadcast(work)
+    } else {
+        catch_unwind(AssertUnwindSafe(work)).is_err()
+    }
+}
+
+/// The direct path: every piece copied straight into the caller's page-locked
+/// buffer, then each chunk checksummed once its piece completed.
+fn direct_into(
+    src: &Buffer,
+    io: &Stream,
+    dst: usize,
+    len: usize,
+    crcs: &[AtomicU32],
+) -> Result<()> {
+    let piece = (len / 8)
+        .next_multiple_of(CHUNK)
+        .clamp(DIRECT_PIECE_MIN, DIRECT_PIECE_MAX);
+    let pieces = len.div_ceil(piece);
+    let mut recs: Vec<Option<RecRef>> = Vec::with_capacity(pieces);
+    for k in 0..pieces {
+        let off = k * piece;
+        let n = (len - off).min(piece);
+        match copy_piece(src, io, off, (dst + off) as u64, n, None) {
+            Ok(r) => recs.push(r),
+            Err(e) => {
+                drain_after_failure(io);
+                return Err(e);
+            }
+        }
+    }
+    let done: Vec<AtomicBool> = (0..pieces).map(|_| AtomicBool::new(false)).collect();
+    let next = AtomicUsize::new(0);
+    let fail = Failure::default();
+    let dst = Dst(dst);
+    let work = || {
+        while !fail.any() {
+            let j = next.fetch_add(1, Ordering::Relaxed);
+            if j >= crcs.len() {
+                break;
+            }
+            let off = j * CHUNK;
+            let k = off / piece;
+            if !done[k].load(Ordering::Acquire) {
+                if let Some(r) = &recs[k] {
+                    if let Err(e) = r.synchronize() {
+                        fail.set(e);
+                        break;
+                    }
+                }
+                done[k].store(true, Ordering::Release);
+            }
+            // SAFETY: chunk j lies in piece k, whose copy completed; chunk j is
+            // this thread's alone (claimed above).
+            let bytes = unsafe { dst.slice(off, (len - off).min(CHUNK)) };
+            crcs[j].store(crc32c::crc32c(bytes), Ordering::Relaxed);
+        }
+    };
+    let panicked = run(threads_for(len), &work);
+    finish(io, panicked, &fail).0
+}
+
+/// After the threads: the first error, with everything issued waited for; and
+/// whether nothing can be in flight any more.
+fn finish(io: &Stream, panicked: bool, fail: &Failure) -> (Result<()>, bool) {
+    let err = fail.take().or_else(|| {
+        panicked.then(|| Error::new(ErrorCode::Panic, "a checkpoint download thread panicked"))
+    });
+    match err {
+        None => (Ok(()), true),
+        Some(e) => {
+            let drained = drain_after_failure(io);
+            (Err(e), drained)
+        }
+    }
+}
+
+/// The staged path: each thread owns two pinned slots; it issues the copy of its
+/// next piece into one while it moves the other's out and checksums it.
+fn staged_into(
+    src: &Buffer,
+    io: &Stream,
+    dst: usize,
+    len: usize,
+    crcs: &[AtomicU32],
+) -> Result<()> {
+    let pieces = len.div_ceil(STAGED_PIECE);
+    let threads = if threads_for(len) {
+        pool().helpers() + 1
+    } else {
+        1
+    }
+    .min(pieces);
+    let mut slots = SlotLease::take(&io.device, 2 * threads)?;
+    let next = AtomicUsize::new(0);
+    let who = AtomicUsize::new(0);
+    let fail = Failure::default();
+    let dst = Dst(dst);
+    let per_chunk = STAGED_PIECE / CHUNK;
+    let slot_list = &slots.slots;
+    // Claims the next piece and issues its copy into `slot`.
+    let issue = |slot: &Arc<Buffer>| -> Option<(usize, Option<RecRef>)> {
+        if fail.any() {
+            return None;
+        }
+        let k = next.fetch_add(1, Ordering::Relaxed);
+        if k >= pieces {
+            return None;
+        }
+        let off = k * STAGED_PIECE;
+        let n = (len - off).min(STAGED_PIECE);
+        match copy_piece(src, io, off, slot.addr, n, Some(slot)) {
+            Ok(r) => Some((k, r)),
+            Err(e) => {
+                fail.set(e);
+                None
+            }
+        }
+    };
+    let work = || {
+        let me = who.fetch_add(1, Ordering::Relaxed);
+        if 2 * me + 2 > slot_list.len() {
+            return; // more threads came than slots were taken for
+        }
+        let (mut a, mut b) = (&slot_list[2 * me], &slot_list[2 * me + 1]);
+        let mut cur = issue(a);
+        while let Some((k, rec)) = cur {
+            let nxt = issue(b);
+            if let Some(r) = &rec {
+                if let Err(e) = r.synchronize() {
+                    fail.set(e);
+                    return;
+                }
+            }
+            let off = k * STAGED_PIECE;
+            let n = (len - off).min(STAGED_PIECE);
+            let host = a.host_ptr().expect("pinned memory has a host address");
+            for c in 0..n.div_ceil(CHUNK) {
+                let at = c * CHUNK;
+                let m = (n - at).min(CHUNK);
+                // SAFETY: the copy into slot `a` completed and the slot is this
+                // thread's alone until it issues into it again.
+                let from = unsafe { std::slice::from_raw_parts(host.add(at) as *const u8, m) };
+                // SAFETY: piece k is this thread's alone (claimed in `issue`).
+                let to = unsafe { dst.slice(off + at, m) };
+                crcs[k * per_chunk + c].store(copy_and_crc(to, from), Ordering::Relaxed);
+            }
+            std::mem::swap(&mut a, &mut b);
+            cur = nxt;
+        }
+    };
+    let panicked = run(threads > 1, &work);
+    let (r, drained) = finish(io, panicked, &fail);
+    // Where copies into the slots may still be in flight, they are not handed out
+    // again (dropping them waits for their recorded uses before the memory is reused).
+    slots.keep = drained;
+    r
+}
+
+/// Copies `from` into `to` and returns the CRC32C of the bytes, in blocks small
+/// enough that the checksum reads them from the cache the copy just filled.
+fn copy_and_crc(to: &mut [u8], from: &[u8]) -> u32 {
+    const BLOCK: usize = 32 << 10;
+    let mut crc = 0;
+    for (t, f) in to.chunks_mut(BLOCK).zip(from.chunks(BLOCK)) {
+        t.copy_from_slice(f);
+        crc = crc32c::crc32c_append(crc, f);
+    }
+    crc
+}
+
+type SlotCache = Mutex<Vec<((u32, u32), Vec<Arc<Buffer>>)>>;
+
+fn slot_cache() -> &'static SlotCache {
+    static CACHE: OnceLock<SlotCache> = OnceLock::new();
+    CACHE.get_or_init(Default::default)
+}
+
+/// Pinned slots of [`STAGED_PIECE`] bytes, taken from the device's cache (or
+/// allocated) for one download and given back after it.
+struct SlotLease {
+    key: (u32, u32),
+    slots: Vec<Arc<Buffer>>,
+    keep: bool,
+}
+
+impl SlotLease {
+    fn take(device: &Arc<Device>, n: usize) -> Result<SlotLease> {
+        let key = (device.kind() as u32, device.ordinal());
+        let taken = {
+            let mut c = lock(slot_cache());
+            match c.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, v)) => {
+                    let at = v.len().saturating_sub(n);
+                    v.split_off(at)
+                }
+                None => Vec::new(),
+            }
+        };
+        // On failure, the slots taken so far go back to the cache with `lease`.
+        let mut lease = SlotLease {
+            key,
+            slots: taken,
+            keep: true,
+        };
+        while lease.slots.len() < n {
+            lease
+                .slots
+                .push(Buffer::alloc_pinned(device, STAGED_PIECE)?);
+        }
+        Ok(lease)
+    }
+}
+
+impl Drop for SlotLease {
+    fn drop(&mut self) {
+        if !self.keep || self.slots.is_empty() {
+            return;
+        }
+        let mut c = lock(slot_cache());
+        let v = match c.iter().position(|(k, _)| *k == self.key) {
+            Some(i) => &mut c[i].1,
+            None => {
+                c.push((self.key, Vec::new()));
+                &mut c.last_mut().expect("just pushed").1
+            }
+        };
+        let room = CACHED_SLOTS.saturating_sub(v.len());
+        v.extend(self.slots.drain(..).take(room));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A small pool of helper threads, started on first use, that run one job at a
+/// time beside the thread that gave it.
+struct Pool {
+    /// Helper threads started (set once, before the pool is used).
+    helpers: AtomicUsize,
+    busy: AtomicBool,
+    st: Mutex<PoolState>,
+    wake: Condvar,
+    done: Condvar,
+}
+
+struct PoolState {
+    generation: u64,
+    /// The job, while its giver runs it; a helper that wakes after the giver
+    /// finished finds none.
+    job: Option<Job>,
+    /// Helpers inside the job.
+    running: usize,
+    panicked: bool,
+}
+
+impl Pool {
+    fn helpers(&self) -> usize {
+        self.helpers.load(Ordering::Relaxed)
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Job(&'static (dyn Fn() + Sync));
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<&'static Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let want = std::thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .clamp(1, MAX_THREADS)
+            - 1;
+        let pool: &'static Pool = Box::leak(Box::new(Pool {
+            helpers: AtomicUsize::new(0),
+            busy: AtomicBool::new(false),
+            st: Mutex::new(PoolState {
+                generation: 0,
+                job: None,
+                running: 0,
+                panicked: false,
+            }),
+            wake: Condvar::new(),
+            done: Condvar::new(),
+        }));
+        let started = (0..want)
+            .take_while(|i| {
+                std::thread::Builder::new()
+                    .name(format!("sluice-ckpt-{i}"))
+                    .spawn(move || helper(pool))
+                    .is_ok()
+            })
+            .count();
+        pool.helpers.store(started, Ordering::Relaxed);
+        pool
+    })
+}
+
+fn helper(pool: &'static Pool) {
+    let mut seen = 0;
+    loop {
+        let job = {
+            let mut st = lock(&pool.st);
+            while st.generation == seen {
+                st = pool.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+            }
+            seen = st.generation;
+            match st.job {
+                Some(j) => {
+                    st.running += 1;
+                    j
+                }
+                None => continue,
+            }
+        };
+        let ok = catch_unwind(AssertUnwindSafe(job.0)).is_ok();
+        let mut st = lock(&pool.st);
+        st.panicked |= !ok;
+        st.running -= 1;
+        if st.running == 0 {
+            pool.done.notify_all();
+        }
+    }
+}
+
+/// Runs `f` on the calling thread and on the pool's helpers that start before the
+/// caller's own run returns (none while another job runs); returns once every run
+/// of it returned. True when one panicked, the caller's included.
+fn broadcast(f: &(dyn Fn() + Sync)) -> bool {
+    let pool = pool();
+    if pool.helpers() == 0 || pool.busy.swap(true, Ordering::Acquire) {
+        return catch_unwind(AssertUnwindSafe(f)).is_err();
+    }
+    // SAFETY: the reference outlives every use: helpers take it only while `job`
+    // holds it, and this function clears `job` and waits for `running` to reach 0
+    // before returning or unwinding.
+    let job =
+        Job(unsafe { std::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(f) });
+    {
+        let mut st = lock(&pool.st);
+        st.job = Some(job);
+        st.generation += 1;
+        st.panicked = false;
+    }
+    pool.wake.notify_all();
+    let mine = catch_unwind(AssertUnwindSafe(f));
+    let panicked = {
+        let mut st = lock(&pool.st);
+        st.job = None;
+        while st.running > 0 {
+            st = pool.done.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.panicked
+    };
+    pool.busy.store(false, Ordering::Release);
+    panicked || mine.is_err()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_chunk_shift_is_crc32c_combine() {
+        let s = Shift::new(CHUNK);
+        for (a, b) in [
+            (0u32, 0u32),
+            (1, 2),
+            (0xdead_beef, 0x1234_5678),
+            (u32::MAX, 7),
+        ] {
+            assert_eq!(s.apply(a) ^ b, crc32c::crc32c_combine(a, b, CHUNK));
+        }
+    }
+
+    #[test]
+    fn folding_chunks_gives_the_crc_of_the_whole() {
+        let data: Vec<u8> = (0..3 * CHUNK + 77).map(|i| (i * 31 % 251) as u8).collect();
+        let head = crc32c::crc32c(b"head");
+        let crcs: Vec<AtomicU32> = data
+            .chunks(CHUNK)
+            .map(|c| AtomicU32::new(crc32c::crc32c(c)))
+            .collect();
+        assert_eq!(
+            fold(head, &crcs, data.len()),
+            crc32c::crc32c_append(head, &data)
+        );
+    }
+
+    #[test]
+    fn broadcast_runs_the_job_to_the_end_and_reports_panics() {
+        let n = AtomicUsize::new(0);
+        let work = || while n.fetch_add(1, Ordering::Relaxed) < 10_000 {};
+        assert!(!broadcast(&work));
+        assert!(n.load(Ordering::Relaxed) >= 10_000);
+        // The caller's own panic comes back as `true`, after the helpers left.
+        assert!(broadcast(&|| panic!("the caller's run panics")));
+        assert!(run(false, &|| panic!("a single run panics")));
+        // A helper's panic (when one starts in time) neither hangs nor breaks the pool.
+        let first = AtomicBool::new(true);
+        let boom = || {
+            if !first.swap(false, Ordering::Relaxed) {
+                panic!("a helper's run panics");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let _ = broadcast(&boom);
+        n.store(0, Ordering::Relaxed);
+        assert!(!broadcast(&work));
+        assert!(n.load(Ordering::Relaxed) >= 10_000);
+    }
+}
