@@ -295,7 +295,19 @@ impl<P: Shared> HandleTable<P> {
     where
         P: Clone,
     {
-        self.borrow(bits).map(|b| (*b).clone())
+        self.get_pinned_clone(&epoch::pin(), bits)
+    }
+
+    /// [`HandleTable::get`] under the caller's pin (one pin for several lookups).
+    #[inline(always)]
+    pub fn get_pinned_clone(&self, _pin: &epoch::Guard, bits: u64) -> Result<P, Stale>
+    where
+        P: Clone,
+    {
+        let p = self.lookup(bits)?;
+        // SAFETY: read while live and pinned, so the object is not dropped before
+        // the clone; ManuallyDrop keeps the table's reference.
+        Ok((*ManuallyDrop::new(unsafe { P::from_raw(p) })).clone())
     }
 
     /// Runs `f` on the object without cloning it. `f` must not remove this entry.

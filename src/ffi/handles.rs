@@ -95,6 +95,17 @@ where
         .map_err(|e| stale::<H>(e, h.bits()))
 }
 
+/// The object a handle names (a new reference), looked up under the caller's pin.
+#[inline(always)]
+pub(crate) fn get_pinned<H: Castable>(pin: &Guard, h: H) -> Result<H::Target>
+where
+    H::Target: Clone,
+{
+    H::table()
+        .get_pinned_clone(pin, h.bits())
+        .map_err(|e| stale::<H>(e, h.bits()))
+}
+
 /// Runs `f` on the object a handle names, borrowed (no clone). Short,
 /// non-blocking calls only.
 #[inline(always)]

@@ -5,7 +5,9 @@ use crate::engine::{self, EngineMode, ForeignOp};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
 use crate::handle::Stale;
+use crate::stream::Stream;
 use crate::sync::{Access, AccessSet, ObjRef, OwnedAccessSet, SyncObject};
+use std::sync::Arc;
 
 /// A sync object: the dependency record of one buffer or of foreign memory. It
 /// holds at most one writer event and one reader event per stream.
@@ -75,19 +77,21 @@ fn access_set<'g, const N: usize>(
     Ok(set)
 }
 
-/// The access set of an op that keeps its objects: it holds a reference to each,
-/// taken at once, so the thread is not pinned while the op's waits are issued (a
-/// destroy on another thread never waits for them).
+/// The stream and the access set of an op that keeps them, with references of
+/// its own, taken under one pin, so that the thread is not pinned while the op's
+/// waits are issued (a destroy on another thread never waits for them).
 #[inline(always)]
-fn owned_access_set(
+fn op_operands(
+    stream: sluice_stream_t,
     reads: *const sluice_sync_t,
     num_reads: usize,
     writes: *const sluice_sync_t,
     num_writes: usize,
-) -> Result<OwnedAccessSet> {
+) -> Result<(Arc<Stream>, OwnedAccessSet)> {
     let pin = crate::epoch::pin();
+    let s = get_pinned(&pin, stream)?;
     let set = access_set(&pin, reads, num_reads, writes, num_writes)?;
-    Ok(OwnedAccessSet::new(set))
+    Ok((s, OwnedAccessSet::new(set)))
 }
 
 #[cold]
@@ -197,8 +201,7 @@ pub extern "C" fn sluice_op_begin(
 ) -> *mut sluice_error_t {
     boundary("sluice_op_begin", || {
         let out = out_ptr(op_out, "op_out")?;
-        let s = get(stream)?;
-        let set = owned_access_set(reads, num_reads, writes, num_writes)?;
+        let (s, set) = op_operands(stream, reads, num_reads, writes, num_writes)?;
         write_new(out, ForeignOp::begin_boxed(s, set)?);
         Ok(())
     })
