@@ -723,17 +723,15 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     };
     {
         let locked = Locked::new(set);
-        if seen.len() == set.len() {
+        let mut current = seen.len() == set.len();
+        if current {
             for (a, s) in locked.set.iter().zip(seen) {
                 // SAFETY: locked.
-                close_open(unsafe { a.state() }, a.write(), s);
+                let st = unsafe { a.state() };
+                close_open(st, a.write(), s);
+                current &= s.still_current(st, a.write());
             }
         }
-        let current = seen.len() == set.len()
-            && locked.set.iter().zip(seen).all(|(a, s)| {
-                // SAFETY: locked.
-                s.still_current(unsafe { a.state() }, a.write())
-            });
         if current {
             locked.publish(me, &rec, &mut Publish::unlocked());
         } else {
