@@ -219,16 +219,46 @@ fn main() {
         });
         row("ping-pong op (launch, 1 read, 1 write, 1 wait)", s, r);
     }
-    if want("op") {
+    // Foreign op pairs reading k objects that no other stream writes (the common
+    // case: one record, no wait). Keys op1obj, op4obj, op16obj ("op" runs all three).
+    for k in [1usize, 4, 16] {
+        if !want(&format!("op{k}obj")) {
+            continue;
+        }
+        // The 1-object row reads a buffer's object, as before; the others standalone ones.
+        let objs: Vec<sluice_sync_t> = if k == 1 {
+            vec![x]
+        } else {
+            (0..k)
+                .map(|_| {
+                    let mut o = sluice_sync_t { bits: 0 };
+                    ok(sluice_sync_create(&mut o));
+                    o
+                })
+                .collect()
+        };
         let s = ns(&mut || {
             let mut op = sluice_op_t { bits: 0 };
-            ok(sluice_op_begin(sa, &x, 1, std::ptr::null(), 0, &mut op));
+            ok(sluice_op_begin(
+                sa,
+                objs.as_ptr(),
+                k,
+                std::ptr::null(),
+                0,
+                &mut op,
+            ));
             ok(sluice_op_end(op));
         });
         let r = ns(&mut || unsafe {
             black_box((drv.cuEventRecord)(eva, ra as _));
         });
-        row("op_begin + op_end, 1 read", s, r);
+        let what = if k == 1 { "read" } else { "reads" };
+        row(&format!("op_begin + op_end, {k} {what}"), s, r);
+        if k > 1 {
+            for o in objs {
+                ok(sluice_sync_destroy(o));
+            }
+        }
     }
     if want("alloc") {
         let s = ns(&mut || {

@@ -14,7 +14,7 @@
 use crate::backend::BackendKind;
 use crate::c_enum::c_enum;
 use crate::device::Device;
-use crate::engine::{op_begin, op_end};
+use crate::engine::{op_begin, op_end, Seen};
 use crate::error::{Error, ErrorCode, Result};
 use crate::memory::{Buffer, BufferKind, Release};
 use crate::stream::Stream;
@@ -370,7 +370,14 @@ unsafe extern "C" fn deleter<M>(p: *mut M) {
 /// writer and readers; with `publish`, its current end becomes the buffer's writer.
 fn consumer_use(stream: &Stream, buf: &Buffer) -> Result<()> {
     let set = [Access::new(ObjRef::new(&buf.sync), true)];
-    let seen = op_begin(stream, &set, OpKind::ForeignBegin("dlpack"), false)?;
+    let mut seen = Seen::new();
+    op_begin(
+        stream,
+        &set,
+        OpKind::ForeignBegin("dlpack"),
+        false,
+        &mut seen,
+    )?;
     op_end(stream, &set, &seen)
 }
 

@@ -18,8 +18,10 @@ use crate::event::{PoolInner, Publish, RecRef, Recording};
 use crate::inline::Small;
 use crate::objlock::ObjGuard;
 use crate::stream::Stream;
-use crate::sync::{Access, SyncObject, SyncState};
+use crate::sync::{Access, OwnedAccessSet, SyncObject, SyncState, OWNED_INLINE};
 use crate::trace::{self, Obs, OpKind, Waited};
+use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
@@ -546,7 +548,8 @@ pub(crate) struct SeenState {
     open: bool,
 }
 
-type Seen = Small<SeenState, 4>;
+/// Inline for as many objects as an [`OwnedAccessSet`].
+pub(crate) type Seen = Small<SeenState, OWNED_INLINE>;
 
 impl SeenState {
     fn of(st: &SyncState) -> SeenState {
@@ -573,8 +576,8 @@ impl SeenState {
 }
 
 /// Begins a foreign op: issues the waits for its accesses (with the objects
-/// locked, so the waits are ordered against library ops on them). Returns what it
-/// saw of each object, for [`op_end`]. `kind` names it in traces. With
+/// locked, so the waits are ordered against library ops on them). Writes what it
+/// saw of each object to `seen` (empty on entry), for [`op_end`]. `kind` names it in traces. With
 /// `track_open`, the op counts as open on its objects until [`op_end`], and a
 /// conflicting foreign op still open on one of them is an `InvalidState` error:
 /// two such ops cannot be ordered (neither has a recording yet).
@@ -584,11 +587,11 @@ pub(crate) fn op_begin(
     set: &[Access<'_>],
     kind: OpKind<'_>,
     track_open: bool,
-) -> Result<Seen> {
+    seen: &mut Seen,
+) -> Result<()> {
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
-            cap.op_begin(stream, set, kind)?;
-            return Ok(Seen::new());
+            return cap.op_begin(stream, set, kind);
         }
     }
     let locked = Locked::new(set);
@@ -603,7 +606,6 @@ pub(crate) fn op_begin(
     }
     let mut need = Waits::new();
     collect_waits(stream, &locked, &mut need)?;
-    let mut seen = Seen::with_capacity(set.len());
     let obs = trace::observe();
     let waits = if need.recs.is_empty() && !obs.on() {
         0 // nothing to enqueue: no push lock
@@ -632,7 +634,7 @@ pub(crate) fn op_begin(
         }
         seen.push(s);
     }
-    Ok(seen)
+    Ok(())
 }
 
 #[cold]
@@ -721,17 +723,15 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     };
     {
         let locked = Locked::new(set);
-        if seen.len() == set.len() {
+        let mut current = seen.len() == set.len();
+        if current {
             for (a, s) in locked.set.iter().zip(seen) {
                 // SAFETY: locked.
-                close_open(unsafe { a.state() }, a.write(), s);
+                let st = unsafe { a.state() };
+                close_open(st, a.write(), s);
+                current &= s.still_current(st, a.write());
             }
         }
-        let current = seen.len() == set.len()
-            && locked.set.iter().zip(seen).all(|(a, s)| {
-                // SAFETY: locked.
-                s.still_current(unsafe { a.state() }, a.write())
-            });
         if current {
             locked.publish(me, &rec, &mut Publish::unlocked());
         } else {
@@ -767,11 +767,17 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
 /// it without `end` ends it.
 pub struct ForeignOp {
     stream: Arc<Stream>,
-    reads: Vec<Arc<SyncObject>>,
-    writes: Vec<Arc<SyncObject>>,
-    /// What the op saw at begin.
+    /// Its accesses, normalised once at begin; the op holds the objects.
+    set: OwnedAccessSet,
+    /// What the op saw at begin, in the order of `set`.
     seen: Seen,
     ended: AtomicBool,
+}
+
+thread_local! {
+    /// The memory of this thread's last ended C op, reused by its next one, so
+    /// that a begin/end pair allocates nothing (see [`ForeignOp::begin_boxed`]).
+    static SPARE_OP: Cell<Option<Box<MaybeUninit<ForeignOp>>>> = const { Cell::new(None) };
 }
 
 impl ForeignOp {
@@ -782,17 +788,52 @@ impl ForeignOp {
         reads: Vec<Arc<SyncObject>>,
         writes: Vec<Arc<SyncObject>>,
     ) -> Result<ForeignOp> {
-        let seen = {
-            let set = crate::sync::access_set(&reads, &writes);
-            op_begin(stream, &set, OpKind::ForeignBegin("op begin"), true)?
-        };
-        Ok(ForeignOp {
-            stream: stream.clone(),
-            reads,
-            writes,
-            seen,
-            ended: AtomicBool::new(false),
-        })
+        let mut op = ForeignOp::unopened(stream.clone(), OwnedAccessSet::of(&reads, &writes));
+        op.open()?;
+        Ok(op)
+    }
+
+    /// [`ForeignOp::begin`] on a set already owned, in a box (a C handle owns it):
+    /// the box is the memory of the thread's last ended op when there is one.
+    pub(crate) fn begin_boxed(stream: Arc<Stream>, set: OwnedAccessSet) -> Result<Box<ForeignOp>> {
+        let spare = SPARE_OP.try_with(Cell::take).ok().flatten();
+        let mut op = spare.unwrap_or_else(Box::new_uninit);
+        op.write(ForeignOp::unopened(stream, set));
+        // SAFETY: written just above.
+        let mut op = unsafe { op.assume_init() };
+        match op.open() {
+            Ok(()) => Ok(op),
+            Err(e) => {
+                recycle(op);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends a boxed op ([`ForeignOp::end`]) and keeps its memory for the thread's
+    /// next [`ForeignOp::begin_boxed`].
+    pub(crate) fn end_boxed(op: Box<ForeignOp>) -> Result<()> {
+        let ended = op.end();
+        recycle(op);
+        ended
+    }
+
+    /// An op not begun yet: marked ended, so that dropping it does nothing.
+    fn unopened(stream: Arc<Stream>, set: OwnedAccessSet) -> ForeignOp {
+        ForeignOp {
+            stream,
+            set,
+            seen: Seen::new(),
+            ended: AtomicBool::new(true),
+        }
+    }
+
+    /// Issues the op's waits; from here on it is open.
+    fn open(&mut self) -> Result<()> {
+        let kind = OpKind::ForeignBegin("op begin");
+        op_begin(&self.stream, self.set.get(), kind, true, &mut self.seen)?;
+        *self.ended.get_mut() = false;
+        Ok(())
     }
 
     /// The stream the foreign work goes on.
@@ -808,12 +849,22 @@ impl ForeignOp {
                 "the foreign op has already ended",
             ));
         }
-        op_end(
-            &self.stream,
-            &crate::sync::access_set(&self.reads, &self.writes),
-            &self.seen,
-        )
+        op_end(&self.stream, self.set.get(), &self.seen)
     }
+}
+
+/// Drops a boxed op (ending it if it is open) and keeps its memory as the
+/// thread's spare; an older spare is freed.
+fn recycle(op: Box<ForeignOp>) {
+    let raw = Box::into_raw(op);
+    // SAFETY: the op is dropped once, in place; its memory stays allocated, owned
+    // by the new box, which treats it as uninitialised.
+    let spare = unsafe {
+        std::ptr::drop_in_place(raw);
+        Box::from_raw(raw.cast::<MaybeUninit<ForeignOp>>())
+    };
+    // During thread teardown the spare is simply freed.
+    let _ = SPARE_OP.try_with(|s| s.set(Some(spare)));
 }
 
 impl Drop for ForeignOp {

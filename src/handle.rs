@@ -27,17 +27,31 @@ const SEG0_LOG: u32 = 6;
 const SEG0: usize = 1 << SEG0_LOG;
 const SEGMENTS: usize = 26;
 
-/// A pointer type a table can hold: converts to and from one raw pointer.
+/// A pointer type a table can hold: converts to and from one raw pointer. Tables
+/// of shared objects hold `Arc`s (cloned by [`HandleTable::get`]); a token table
+/// may hold a `Box`, owned by the handle alone.
 ///
 /// # Safety
 /// `from_raw(into_raw(p))` must give back `p`, and the pointee must stay valid
 /// while that raw pointer is owned.
-pub unsafe trait Shared: Clone {
+pub unsafe trait Shared {
     type Target;
     fn into_raw(self) -> *const Self::Target;
     /// # Safety
     /// `p` came from `into_raw` and is owned by the caller.
     unsafe fn from_raw(p: *const Self::Target) -> Self;
+}
+
+// SAFETY: Box's own raw round trip.
+unsafe impl<T> Shared for Box<T> {
+    type Target = T;
+    fn into_raw(self) -> *const T {
+        Box::into_raw(self)
+    }
+    unsafe fn from_raw(p: *const T) -> Self {
+        // SAFETY: forwarded contract.
+        unsafe { Box::from_raw(p.cast_mut()) }
+    }
 }
 
 // SAFETY: Arc's own raw round trip.
@@ -277,8 +291,23 @@ impl<P: Shared> HandleTable<P> {
         Ok(p)
     }
 
-    pub fn get(&self, bits: u64) -> Result<P, Stale> {
-        self.borrow(bits).map(|b| (*b).clone())
+    pub fn get(&self, bits: u64) -> Result<P, Stale>
+    where
+        P: Clone,
+    {
+        self.get_pinned_clone(&epoch::pin(), bits)
+    }
+
+    /// [`HandleTable::get`] under the caller's pin (one pin for several lookups).
+    #[inline(always)]
+    pub fn get_pinned_clone(&self, _pin: &epoch::Guard, bits: u64) -> Result<P, Stale>
+    where
+        P: Clone,
+    {
+        let p = self.lookup(bits)?;
+        // SAFETY: read while live and pinned, so the object is not dropped before
+        // the clone; ManuallyDrop keeps the table's reference.
+        Ok((*ManuallyDrop::new(unsafe { P::from_raw(p) })).clone())
     }
 
     /// Runs `f` on the object without cloning it. `f` must not remove this entry.

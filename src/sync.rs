@@ -214,14 +214,22 @@ impl<'a> Access<'a> {
     }
 }
 
-/// An op's accesses, sorted by object id, each object once; inline for up to 4
+/// An op's accesses, sorted by object id, each object once; inline for up to `N`
 /// objects (no allocation on the common path).
-pub struct AccessSet<'a>(Small<Access<'a>, 4>);
+pub struct AccessSet<'a, const N: usize = 4>(Small<Access<'a>, N>);
 
 impl<'a> AccessSet<'a> {
     /// Room for `n` accesses.
     #[inline(always)]
     pub fn with_capacity(n: usize) -> Self {
+        AccessSet::with_room(n)
+    }
+}
+
+impl<'a, const N: usize> AccessSet<'a, N> {
+    /// Room for `n` accesses (inline up to `N`).
+    #[inline(always)]
+    pub(crate) fn with_room(n: usize) -> Self {
         AccessSet(Small::with_capacity(n))
     }
 
@@ -246,6 +254,8 @@ impl<'a> AccessSet<'a> {
                     self.0.truncate(1);
                 }
             },
+            // Already strictly increasing (objects named in creation order): done.
+            _ if v.windows(2).all(|w| id(&w[0]) < id(&w[1])) => {}
             _ => {
                 v.sort_unstable_by_key(|a| (id(a), !a.write()));
                 let mut kept = 1;
@@ -261,11 +271,58 @@ impl<'a> AccessSet<'a> {
     }
 }
 
-impl<'a> std::ops::Deref for AccessSet<'a> {
+impl<'a, const N: usize> std::ops::Deref for AccessSet<'a, N> {
     type Target = [Access<'a>];
     #[inline(always)]
     fn deref(&self) -> &[Access<'a>] {
         &self.0
+    }
+}
+
+/// Objects an owned set holds inline: an open foreign op of up to this many
+/// objects allocates nothing for them.
+pub(crate) const OWNED_INLINE: usize = 16;
+
+/// A normalised access set that holds one counted reference to each of its
+/// objects, for an op that outlives the call that named them (an open foreign op).
+pub struct OwnedAccessSet(AccessSet<'static, OWNED_INLINE>);
+
+impl OwnedAccessSet {
+    /// Takes a counted reference to each object of `set` (normalised by the caller).
+    #[inline(always)]
+    pub fn new(set: AccessSet<'_, OWNED_INLINE>) -> Self {
+        for a in set.iter() {
+            // SAFETY: every access points into a live Arc (see ObjRef's constructors).
+            unsafe { Arc::increment_strong_count(a.obj().ptr.as_ptr()) };
+        }
+        // SAFETY: each object now lives while its counted reference, dropped with
+        // the set, does; `get` lends the accesses for no longer than the set.
+        OwnedAccessSet(unsafe {
+            std::mem::transmute::<AccessSet<'_, OWNED_INLINE>, AccessSet<'static, OWNED_INLINE>>(
+                set,
+            )
+        })
+    }
+
+    /// The set of `reads` and `writes` (an object in both counts as written).
+    pub fn of(reads: &[Arc<SyncObject>], writes: &[Arc<SyncObject>]) -> Self {
+        Self::new(access_set_n(reads, writes))
+    }
+
+    /// The accesses, valid while the set is.
+    #[inline(always)]
+    pub fn get(&self) -> &[Access<'_>] {
+        &self.0
+    }
+}
+
+impl Drop for OwnedAccessSet {
+    #[inline(always)]
+    fn drop(&mut self) {
+        for a in self.0.iter() {
+            // SAFETY: the reference taken in `new`, dropped once.
+            unsafe { Arc::decrement_strong_count(a.obj().ptr.as_ptr()) };
+        }
     }
 }
 
@@ -283,7 +340,15 @@ pub fn access_set<'a>(
     reads: &'a [Arc<SyncObject>],
     writes: &'a [Arc<SyncObject>],
 ) -> AccessSet<'a> {
-    let mut v = AccessSet::with_capacity(reads.len() + writes.len());
+    access_set_n(reads, writes)
+}
+
+#[inline(always)]
+fn access_set_n<'a, const N: usize>(
+    reads: &'a [Arc<SyncObject>],
+    writes: &'a [Arc<SyncObject>],
+) -> AccessSet<'a, N> {
+    let mut v = AccessSet::with_room(reads.len() + writes.len());
     for (objs, write) in [(reads, false), (writes, true)] {
         for o in objs {
             v.push(ObjRef::new(o), write);

@@ -71,7 +71,7 @@ handles! {
     sluice_stream_t => Arc<Stream>, "stream";
     sluice_event_t => RecRef, "event";
     sluice_sync_t => Arc<SyncObject>, "sync object";
-    sluice_op_t => Arc<ForeignOp>, "op", tokens;
+    sluice_op_t => Box<ForeignOp>, "op", tokens;
     sluice_buffer_t => Arc<Buffer>, "buffer";
     sluice_module_t => Arc<Module>, "module";
     sluice_function_t => Arc<Function>, "function";
@@ -86,9 +86,23 @@ handles! {
 
 /// The object a handle names (a new reference).
 #[inline(always)]
-pub(crate) fn get<H: Castable>(h: H) -> Result<H::Target> {
+pub(crate) fn get<H: Castable>(h: H) -> Result<H::Target>
+where
+    H::Target: Clone,
+{
     H::table()
         .get(h.bits())
+        .map_err(|e| stale::<H>(e, h.bits()))
+}
+
+/// The object a handle names (a new reference), looked up under the caller's pin.
+#[inline(always)]
+pub(crate) fn get_pinned<H: Castable>(pin: &Guard, h: H) -> Result<H::Target>
+where
+    H::Target: Clone,
+{
+    H::table()
+        .get_pinned_clone(pin, h.bits())
         .map_err(|e| stale::<H>(e, h.bits()))
 }
 

@@ -5,7 +5,8 @@ use crate::engine::{self, EngineMode, ForeignOp};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
 use crate::handle::Stale;
-use crate::sync::{Access, AccessSet, ObjRef, SyncObject};
+use crate::stream::Stream;
+use crate::sync::{Access, AccessSet, ObjRef, OwnedAccessSet, SyncObject};
 use std::sync::Arc;
 
 /// A sync object: the dependency record of one buffer or of foreign memory. It
@@ -48,9 +49,21 @@ pub(crate) fn with_access_set<'g, R>(
     num_writes: usize,
     f: impl FnOnce(&[Access<'g>]) -> Result<R>,
 ) -> Result<R> {
+    f(&access_set::<4>(pin, reads, num_reads, writes, num_writes)?)
+}
+
+/// The normalised access set of an op's handle arrays, borrowed under `pin`.
+#[inline(always)]
+fn access_set<'g, const N: usize>(
+    pin: &'g Guard,
+    reads: *const sluice_sync_t,
+    num_reads: usize,
+    writes: *const sluice_sync_t,
+    num_writes: usize,
+) -> Result<AccessSet<'g, N>> {
     let r = slice_in(reads, num_reads, "reads")?;
     let w = slice_in(writes, num_writes, "writes")?;
-    let mut set = AccessSet::with_capacity(r.len() + w.len());
+    let mut set = AccessSet::with_room(r.len() + w.len());
     for (handles, write, name) in [(r, false, "reads"), (w, true, "writes")] {
         for (i, h) in handles.iter().enumerate() {
             match sluice_sync_t::table().get_pinned(pin, h.bits) {
@@ -61,20 +74,24 @@ pub(crate) fn with_access_set<'g, R>(
         }
     }
     set.normalize();
-    f(&set)
+    Ok(set)
 }
 
-/// The sync objects of one handle array, owned (for ops that keep them).
-fn owned_syncs(p: *const sluice_sync_t, n: usize, name: &str) -> Result<Vec<Arc<SyncObject>>> {
-    slice_in(p, n, name)?
-        .iter()
-        .enumerate()
-        .map(|(i, h)| {
-            sluice_sync_t::table()
-                .get(h.bits)
-                .map_err(|e| bad_sync(e, h.bits, name, i))
-        })
-        .collect()
+/// The stream and the access set of an op that keeps them, with references of
+/// its own, taken under one pin, so that the thread is not pinned while the op's
+/// waits are issued (a destroy on another thread never waits for them).
+#[inline(always)]
+fn op_operands(
+    stream: sluice_stream_t,
+    reads: *const sluice_sync_t,
+    num_reads: usize,
+    writes: *const sluice_sync_t,
+    num_writes: usize,
+) -> Result<(Arc<Stream>, OwnedAccessSet)> {
+    let pin = crate::epoch::pin();
+    let s = get_pinned(&pin, stream)?;
+    let set = access_set(&pin, reads, num_reads, writes, num_writes)?;
+    Ok((s, OwnedAccessSet::new(set)))
 }
 
 #[cold]
@@ -184,15 +201,8 @@ pub extern "C" fn sluice_op_begin(
 ) -> *mut sluice_error_t {
     boundary("sluice_op_begin", || {
         let out = out_ptr(op_out, "op_out")?;
-        let s = get(stream)?;
-        // Owned at once (the op keeps them), so the thread is not pinned while the
-        // waits are issued: a destroy on another thread never waits for them.
-        let (r, w) = (
-            owned_syncs(reads, num_reads, "reads")?,
-            owned_syncs(writes, num_writes, "writes")?,
-        );
-        let op = ForeignOp::begin(&s, r, w)?;
-        write_new(out, Arc::new(op));
+        let (s, set) = op_operands(stream, reads, num_reads, writes, num_writes)?;
+        write_new(out, ForeignOp::begin_boxed(s, set)?);
         Ok(())
     })
 }
@@ -204,10 +214,7 @@ pub extern "C" fn sluice_op_begin(
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `op`, or ending it twice).
 #[no_mangle]
 pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
-    boundary("sluice_op_end", || {
-        let tok = remove(op)?;
-        tok.end()
-    })
+    boundary("sluice_op_end", || ForeignOp::end_boxed(remove(op)?))
 }
 
 /// Sets the process-wide engine mode: `SLUICE_ENGINE_ASYNC` or `SLUICE_ENGINE_SYNC`.

@@ -426,7 +426,9 @@ TEST(callback_user_data_is_freed_exactly_once) {
 
 /* Found by the ABI fuzzer: an event recorded during a capture through a wrapper
  * stream, then waited on after the wrapper was destroyed, read the freed wrapper
- * (heap-use-after-free on host, caught by ASan). Any documented result is fine. */
+ * (heap-use-after-free on host, caught by ASan). Since the fuzzer's fourth bug a
+ * raw stream with two handles does not capture, so the path is closed at its
+ * start; the wait on an event of a destroyed (not capturing) wrapper still works. */
 TEST(wait_on_event_captured_by_destroyed_wrapper) {
     sluice_device_t d;
     REQUIRE(open_dev(&d));
@@ -436,15 +438,12 @@ TEST(wait_on_event_captured_by_destroyed_wrapper) {
     void *raw = NULL;
     REQUIRE_OK(sluice_stream_raw(orig, &raw));
     REQUIRE_OK(sluice_stream_wrap_external(d, raw, &wrap));
-    REQUIRE_OK(sluice_graph_capture_begin(orig, SLUICE_CAPTURE_RELAXED));
+    CHECK_ERR(sluice_graph_capture_begin(orig, SLUICE_CAPTURE_RELAXED), SLUICE_ERROR_INVALID_STATE);
     sluice_event_t ev = {0};
     REQUIRE_OK(sluice_event_record(wrap, 0, &ev));
     CHECK_OK(sluice_stream_destroy(wrap));
-    sluice_error_free(sluice_stream_wait_event(other, ev));
-    sluice_graph_t g = {0};
-    sluice_error_t *end = sluice_graph_capture_end(orig, &g);
-    if (end == NULL) CHECK_OK(sluice_graph_destroy(g));
-    sluice_error_free(end);
+    CHECK_OK(sluice_stream_wait_event(other, ev));
+    CHECK_OK(sluice_stream_synchronize(other));
     CHECK_OK(sluice_event_destroy(ev));
     CHECK_OK(sluice_stream_destroy(other));
     CHECK_OK(sluice_stream_destroy(orig));
