@@ -2371,7 +2371,9 @@ struct sluice_error_t *sluice_stream_launch_host_func(struct sluice_stream_t str
  * Sets the byte bound (default 64 MiB, at most 16 blocks) of the stream's cache of
  * freed device blocks, and returns what is cached beyond it to the driver's pool.
  * A device buffer freed with this stream as its home is kept for reuse by an
- * allocation of exactly the same size on this stream; 0 disables the cache.
+ * allocation of exactly the same size on this stream; 0 disables the cache. While
+ * the stream captures a graph nothing is returned (a free would become part of the
+ * graph): the blocks go back at the next call or when the stream is destroyed.
  *
  * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`).
  */

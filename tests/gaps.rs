@@ -162,3 +162,28 @@ fn freeing_a_buffer_while_its_home_stream_captures_is_deferred_and_safe() {
     drop((d, out, c));
     faults::track(false);
 }
+
+/// Found by the ABI fuzzer: trimming a stream's block cache while it captured put
+/// the frees into the graph, and a discarded graph lost them (the memory leaked).
+/// Now the blocks stay cached through the capture and go back at a later trim.
+#[test]
+fn trimming_the_block_cache_during_a_capture_loses_no_memory() {
+    let _g = one_at_a_time();
+    faults::track(true);
+    let k = kit();
+    let s = k.stream();
+    let before = device_bytes(&k);
+    let x = k.buffer(&s, W);
+    drop(k.buffer(&s, W)); // cached by `s`
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    s.set_block_cache_limit(0).unwrap();
+    k.fill(&s, &x, 1, 0);
+    drop(capture::capture_end(&s).unwrap()); // discarded, never launched
+    s.set_block_cache_limit(0).unwrap();
+    drop(x);
+    s.synchronize().unwrap();
+    if let Some(b) = before {
+        assert_eq!(device_bytes(&k), Some(b), "a cached block was lost");
+    }
+    faults::track(false);
+}

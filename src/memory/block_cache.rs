@@ -89,8 +89,13 @@ impl Stream {
         self.trim_block_cache()
     }
 
-    /// Returns every cached block to the driver's pool, in stream order.
+    /// Returns every cached block to the driver's pool, in stream order. While the
+    /// stream captures a graph the blocks stay cached (a free would become part of
+    /// the graph, and be lost with a discarded one); a later trim returns them.
     pub fn trim_block_cache(&self) -> Result<()> {
+        if self.is_capturing() {
+            return Ok(());
+        }
         let blocks = {
             let mut c = self.cached();
             c.trims += c.blocks.len() as u64;
