@@ -76,6 +76,9 @@ pub(crate) struct OpRec {
     pub(crate) cat: Cat,
     pub(crate) arg_kind: ArgKind,
     pub(crate) captured: bool,
+    /// The first recording the op waited on, (stream, seq); seq 0: none. Further
+    /// ones come as `Wait` records before the op (one record for the common op).
+    pub(crate) waited: (u64, u64),
 }
 
 /// A record of a per-thread buffer.
@@ -282,9 +285,17 @@ pub(crate) fn op(
             cat,
             arg_kind,
             captured,
+            waited: from.first().copied().unwrap_or((0, 0)),
         });
         let mut g = local.buf.lock();
-        push(&mut g, new_label, t0, &label, from, rec)
+        push(
+            &mut g,
+            new_label,
+            t0,
+            &label,
+            from.get(1..).unwrap_or(&[]),
+            rec,
+        )
     };
     let len = LOCAL
         .try_with(|l| {
@@ -304,8 +315,9 @@ pub(crate) fn op(
                 cat,
                 arg_kind,
                 captured,
+                waited: from.first().copied().unwrap_or((0, 0)),
             });
-            push(&mut g, true, t0, &label, from, rec)
+            push(&mut g, true, t0, &label, from.get(1..).unwrap_or(&[]), rec)
         });
     if len >= WAKE_AT && len % WAKE_AT == 0 {
         full(len);

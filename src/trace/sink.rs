@@ -226,6 +226,9 @@ impl Sink {
                     self.stream_track(PID_STREAMS, stream, label);
                 }
                 Rec::Op(o) => {
+                    if o.waited.1 != 0 {
+                        waits.push(o.waited);
+                    }
                     if o.t0 >= self.start_ns {
                         self.op(&o, &waits);
                     }
