@@ -189,14 +189,22 @@ fn open(path: PathBuf, opts: TraceOptions) -> Result<Sink> {
     register_exit_hook();
     let flusher = std::thread::Builder::new()
         .name("sluice-trace".into())
-        .spawn(move || flush_loop(generation));
-    *flusher_slot() = flusher.ok().map(|h| h.thread().clone());
+        .spawn(move || flush_loop(generation))
+        .ok();
+    *flusher_slot() = flusher.as_ref().map(|h| h.thread().clone());
+    *lock_join() = flusher;
     crate::log::info(|| format!("trace started: {}", path.display()));
     Ok(s)
 }
 
 /// The flush thread of the current trace, for ops whose buffer filled to wake.
 static FLUSHER: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
+/// Its handle, joined by `stop`.
+static FLUSHER_JOIN: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
+
+fn lock_join() -> MutexGuard<'static, Option<std::thread::JoinHandle<()>>> {
+    FLUSHER_JOIN.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn flusher_slot() -> MutexGuard<'static, Option<std::thread::Thread>> {
     FLUSHER.lock().unwrap_or_else(|p| p.into_inner())
@@ -300,6 +308,11 @@ fn stop_inner(at_exit: bool) -> Result<()> {
     let path = s.path.clone();
     let r = s.finish();
     if !at_exit {
+        // The flush thread sees the trace gone at its next wake-up and ends.
+        if let Some(h) = lock_join().take() {
+            h.thread().unpark();
+            let _ = h.join();
+        }
         crate::log::info(|| format!("trace stopped: {}", path.display()));
     }
     r.map_err(|e| Error::invalid_argument(format!("writing trace {}: {e}", path.display())))
