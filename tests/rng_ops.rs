@@ -297,32 +297,47 @@ fn a_checkpoint_resumes_in_another_process() {
 fn serialize_holds_the_save_point_while_the_stream_goes_on() {
     let k = kit();
     let s = k.stream();
-    let n = 1024;
-    let rng = Rng::create(&s, 5, n).unwrap();
-    let out = k.buffer(&s, n * 8);
-    rng.generate(&s, Distribution::Uniform, &out, 0, 8, Layout::SampleMajor)
-        .unwrap();
-    let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
-    rng.save(&s, &ckpt).unwrap();
-    let saved = read_states(&s, &rng);
-    // After the save: a long kernel, then more draws that change the states.
-    let spin = Duration::from_millis(if k.is_cuda() { 800 } else { 400 });
-    let other = k.buffer(&s, 1024);
-    k.fill(&s, &other, 3, spin.as_nanos() as u64);
-    rng.generate(&s, Distribution::Normal, &out, 0, 8, Layout::SampleMajor)
-        .unwrap();
-    let t0 = Instant::now();
+    let (rng, ckpt, saved, spin) = save_then_go_on(&k, &s, 1024);
     let mut bytes = vec![0u8; ckpt.serialized_len()];
-    ckpt.serialize_into(&mut bytes).unwrap();
+    serialize_holds(&ckpt, &mut bytes, &saved, spin);
+    let later = read_states(&s, &rng);
+    assert_ne!(later, saved, "the draws after the save changed nothing");
+}
+
+/// An RNG of `n` states that drew, saved into a new checkpoint, then had a long
+/// kernel and more draws queued after the save: (rng, checkpoint, saved states,
+/// the kernel's length).
+fn save_then_go_on(
+    k: &common::Kit,
+    s: &Arc<Stream>,
+    n: usize,
+) -> (Arc<Rng>, Arc<RngCheckpoint>, Vec<PhiloxState>, Duration) {
+    let rng = Rng::create(s, 5, n).unwrap();
+    let out = k.buffer(s, n * 8);
+    rng.generate(s, Distribution::Uniform, &out, 0, 8, Layout::SampleMajor)
+        .unwrap();
+    let ckpt = RngCheckpoint::create(s, &rng).unwrap();
+    rng.save(s, &ckpt).unwrap();
+    let saved = read_states(s, &rng);
+    let spin = Duration::from_millis(if k.is_cuda() { 800 } else { 400 });
+    let other = k.buffer(s, 1024);
+    k.fill(s, &other, 3, spin.as_nanos() as u64);
+    rng.generate(s, Distribution::Normal, &out, 0, 8, Layout::SampleMajor)
+        .unwrap();
+    (rng, ckpt, saved, spin)
+}
+
+/// Serializes into `bytes` well before the long kernel ends, and the bytes hold the save point.
+fn serialize_holds(ckpt: &RngCheckpoint, bytes: &mut [u8], saved: &[PhiloxState], spin: Duration) {
+    let t0 = Instant::now();
+    ckpt.serialize_into(bytes).unwrap();
     let took = t0.elapsed();
     assert!(
         took < spin / 2,
         "serialize waited for later work on the stream ({took:?})"
     );
-    let back = sluice::rng::checkpoint::Checkpoint::deserialize(&bytes).unwrap();
-    assert_eq!(back.states, saved, "the bytes are not the save point");
-    let later = read_states(&s, &rng);
-    assert_ne!(later, saved, "the draws after the save changed nothing");
+    let back = sluice::rng::checkpoint::Checkpoint::deserialize(bytes).unwrap();
+    assert!(back.states == saved, "the bytes are not the save point");
 }
 
 #[test]
@@ -552,30 +567,11 @@ fn a_checkpoint_of_many_pieces_serializes_the_same_into_pinned_and_pageable_memo
 fn serialize_into_pinned_memory_holds_the_save_point_while_the_stream_goes_on() {
     let k = kit();
     let s = k.stream();
-    let n = 40_000; // 2.5 MB: several pieces, several threads
-    let rng = Rng::create(&s, 5, n).unwrap();
-    let out = k.buffer(&s, n * 8);
-    let ckpt = RngCheckpoint::create(&s, &rng).unwrap();
-    rng.generate(&s, Distribution::Uniform, &out, 0, 8, Layout::SampleMajor)
-        .unwrap();
-    rng.save(&s, &ckpt).unwrap();
-    let saved = read_states(&s, &rng);
-    let spin = Duration::from_millis(if k.is_cuda() { 800 } else { 400 });
-    let other = k.buffer(&s, 1024);
-    k.fill(&s, &other, 3, spin.as_nanos() as u64);
-    rng.generate(&s, Distribution::Normal, &out, 0, 8, Layout::SampleMajor)
-        .unwrap();
+    // 2.5 MB: several pieces, several threads.
+    let (_rng, ckpt, saved, spin) = save_then_go_on(&k, &s, 40_000);
     let len = ckpt.serialized_len();
     let pinned = Buffer::alloc_pinned(&k.dev, len).unwrap();
     // SAFETY: the pinned buffer holds `len` bytes and nothing else uses it.
     let bytes = unsafe { std::slice::from_raw_parts_mut(pinned.host_ptr().unwrap(), len) };
-    let t0 = Instant::now();
-    ckpt.serialize_into(bytes).unwrap();
-    let took = t0.elapsed();
-    assert!(
-        took < spin / 2,
-        "serialize waited for later work on the stream ({took:?})"
-    );
-    let back = sluice::rng::checkpoint::Checkpoint::deserialize(bytes).unwrap();
-    assert!(back.states == saved, "the bytes are not the save point");
+    serialize_holds(&ckpt, bytes, &saved, spin);
 }
