@@ -80,13 +80,13 @@ echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (g
 echo "RESULT steps_per_s eager_prefetch=$ep eager_blocking=$eb ratio=$(ratio "$ep" "$eb") (eager)"
 
 # 4. Where a step's device time goes: one eager epoch of 50 batches with a device
-# span on every op, summed per kernel (tools/trace-summary/kernel_times.py).
-summary=../../tools/trace-summary/kernel_times.py
+# span on every op, summed per kernel (tools/sluice-trace --device-summary).
+summary=../../tools/sluice-trace
 if command -v python3 >/dev/null && [ -f "$summary" ]; then
 	echo "== 4. device time per kernel (eager, 50 batches, SLUICE_TRACE_DEVICE=1)"
 	SLUICE_TRACE="$tmp/trace.json" SLUICE_TRACE_DEVICE=1 \
 		./trainer -epochs 1 -batch 256 -limit 12800 -eager "${extra[@]}" >"$tmp/profile.out" 2>&1 \
-		&& python3 "$summary" "$tmp/trace.json" 16 \
+		&& python3 "$summary" "$tmp/trace.json" --device-summary 16 \
 		|| { echo "profile run failed:"; tail -5 "$tmp/profile.out"; }
 fi
 exit $rc
