@@ -61,17 +61,22 @@ func cHandles(op string, set []Syncable) ([]C.sluice_sync_t, error) {
 	return appendSyncs(op, set, make([]C.sluice_sync_t, 0, len(set)))
 }
 
+// cSets gives the read and write sets as C handles.
+func cSets(op string, reads, writes []Syncable) (r, w []C.sluice_sync_t, err error) {
+	if r, err = cHandles(op, reads); err != nil {
+		return nil, nil, err
+	}
+	w, err = cHandles(op, writes)
+	return r, w, err
+}
+
 func cBenchOpSets(s *Stream, reads, writes []Syncable, n int) (time.Duration, error) {
 	const op = "cBenchOpSets"
 	h, err := s.raw(op)
 	if err != nil {
 		return 0, err
 	}
-	r, err := cHandles(op, reads)
-	if err != nil {
-		return 0, err
-	}
-	w, err := cHandles(op, writes)
+	r, w, err := cSets(op, reads, writes)
 	if err != nil {
 		return 0, err
 	}
@@ -134,11 +139,7 @@ func cBenchLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Sync
 	if err != nil {
 		return 0, err
 	}
-	r, err := cHandles(op, reads)
-	if err != nil {
-		return 0, err
-	}
-	w, err := cHandles(op, writes)
+	r, w, err := cSets(op, reads, writes)
 	if err != nil {
 		return 0, err
 	}
