@@ -264,13 +264,16 @@ TEST(errors_sync_and_ops) {
     CHECK_ERR(sluice_sync_wait_write(y), SLUICE_ERROR_CALLBACK_FAILED);
     sluice_error_free(sluice_stream_synchronize(s));
     /* host waits on an object that a capture uses */
+    /* (a foreign op: CUDA cannot capture a host callback) */
     REQUIRE_OK(sluice_graph_capture_begin(s, SLUICE_CAPTURE_RELAXED));
-    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, NULL, NULL, NULL, 0, &y, 1));
+    REQUIRE_OK(sluice_op_begin(s, NULL, 0, &y, 1, &a));
+    CHECK_OK(sluice_op_end(a));
     CHECK_ERR(sluice_sync_wait_read(y), SLUICE_ERROR_CAPTURE_UNSUPPORTED);
     sluice_graph_t g;
     sluice_error_free(sluice_graph_capture_end(s, &g));
     REQUIRE_OK(sluice_graph_capture_begin(s, SLUICE_CAPTURE_RELAXED));
-    CHECK_OK(sluice_stream_launch_host_func(s, return_cb, NULL, NULL, &y, 1, NULL, 0));
+    REQUIRE_OK(sluice_op_begin(s, &y, 1, NULL, 0, &a));
+    CHECK_OK(sluice_op_end(a));
     CHECK_ERR(sluice_sync_wait_write(y), SLUICE_ERROR_CAPTURE_UNSUPPORTED);
     sluice_error_free(sluice_graph_capture_end(s, &g));
     CHECK_ERR(sluice_engine_set_mode(7), SLUICE_ERROR_INVALID_ARGUMENT);
