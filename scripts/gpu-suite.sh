@@ -163,12 +163,32 @@ sanitizer_reports() {
     | awk '{s += $NF} END {print NR ? s : "?"}'
 }
 
+# One binary under one compute-sanitizer tool: sanitize_one TOOL BINARY TIMEOUT;
+# prints "TOOL NAME RC REPORTS".
+sanitize_one() {
+  local tool=$1 b=$2 secs=$3 n args api rc
+  n=$(basename "$b")
+  args=(--test-threads=1)
+  [ "$n" = sluice_c_tests ] && args=()
+  # API errors are not memory errors: the negative tests make them on purpose
+  # (invalid PTX, a missing symbol, out of memory, a refused graph update).
+  api=()
+  [ "$tool" = memcheck ] && api=(--report-api-errors no)
+  SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout "$secs" compute-sanitizer --tool "$tool" \
+    "${api[@]}" --error-exitcode 99 "$b" "${args[@]}" > "$out/sanitize-$tool-$n.log" 2>&1
+  rc=$?
+  echo "$tool $n $rc $(sanitizer_reports "$out/sanitize-$tool-$n.log")"
+}
+
 # Every Rust test binary and the C suite under each compute-sanitizer tool, within
-# one time budget for the whole part.
+# one time budget for the whole part. SLUICE_GPU_SANITIZE_JOBS=N runs N at once
+# (each with the whole budget as its limit); 1 (the default) runs them in turn,
+# sharing the budget.
 sanitize_part() {
   command -v compute-sanitizer >/dev/null || { note "sanitize: no compute-sanitizer, skipped"; return; }
   local tools=${SLUICE_GPU_SANITIZE_TOOLS:-"memcheck initcheck racecheck synccheck"}
-  local budget=${SLUICE_GPU_SANITIZE_BUDGET:-540} t0 bins=() tool b n runs left share rc reports
+  local budget=${SLUICE_GPU_SANITIZE_BUDGET:-540} jobs=${SLUICE_GPU_SANITIZE_JOBS:-1}
+  local t0 bins=() tool b runs left share results="$out/sanitize-results.txt"
   for b in .gpu/rust/*; do
     case $(basename "$b") in faults | soak) ;; *) bins+=("$b") ;; esac
   done
@@ -178,33 +198,39 @@ sanitize_part() {
     for b in "${bins[@]}"; do [[ " $SLUICE_GPU_SANITIZE_ONLY " == *" $(basename "$b") "* ]] && keep+=("$b"); done
     bins=("${keep[@]}")
   fi
+  : > "$results"
   t0=$(date +%s)
-  runs=$(( ${#bins[@]} * $(wc -w <<<"$tools") ))
+  if [ "$jobs" -gt 1 ]; then
+    export -f sanitize_one sanitizer_reports
+    export out
+    for tool in $tools; do for b in "${bins[@]}"; do echo "$tool $b"; done; done \
+      | xargs -P "$jobs" -L 1 bash -c 'sanitize_one "$0" "$1" '"$budget" >> "$results"
+  else
+    runs=$(( ${#bins[@]} * $(wc -w <<<"$tools") ))
+    for tool in $tools; do
+      for b in "${bins[@]}"; do
+        left=$(( budget - ($(date +%s) - t0) ))
+        share=$(( left / (runs > 0 ? runs : 1) ))
+        runs=$((runs - 1))
+        if [ "$share" -lt 5 ]; then echo "$tool $(basename "$b") 124 ?" >> "$results"; continue; fi
+        sanitize_one "$tool" "$b" "$share" >> "$results"
+      done
+    done
+  fi
+  local n rc reports total failed timedout unknown
+  while read -r tool n rc reports; do
+    [ "$rc" = 0 ] || note "  compute-sanitizer $tool $n: rc=$rc reports=$reports"
+  done < <(sort "$results")
   for tool in $tools; do
-    local total=0 failed=0 timedout=0 unknown=0
-    for b in "${bins[@]}"; do
-      n=$(basename "$b")
-      left=$(( budget - ($(date +%s) - t0) ))
-      share=$(( left / (runs > 0 ? runs : 1) ))
-      runs=$((runs - 1))
-      if [ "$share" -lt 5 ]; then timedout=$((timedout + 1)); continue; fi
-      args=(--test-threads=1)
-      [ "$n" = sluice_c_tests ] && args=()
-      # API errors are not memory errors: the negative tests make them on purpose
-      # (invalid PTX, a missing symbol, out of memory, a refused graph update).
-      api=()
-      [ "$tool" = memcheck ] && api=(--report-api-errors no)
-      SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout "$share" compute-sanitizer --tool "$tool" \
-        "${api[@]}" --error-exitcode 99 "$b" "${args[@]}" > "$out/sanitize-$tool-$n.log" 2>&1
-      rc=$?
-      reports=$(sanitizer_reports "$out/sanitize-$tool-$n.log")
+    total=0 failed=0 timedout=0 unknown=0
+    while read -r _ n rc reports; do
       case $rc in 124 | 137) timedout=$((timedout + 1)) ;; 0) ;; *) failed=$((failed + 1)) ;; esac
       if [ "$reports" = "?" ]; then unknown=$((unknown + 1)); else total=$((total + reports)); fi
-      [ "$rc" = 0 ] || note "  compute-sanitizer $tool $n: rc=$rc reports=$reports"
-    done
+    done < <(grep "^$tool " "$results")
     note "compute-sanitizer $tool: ${#bins[@]} binaries, $total reports, $failed failed," \
       "$timedout out of time, $unknown without a summary"
   done
+  note "sanitize: $(( $(date +%s) - t0 )) s, $jobs at once"
 }
 
 soak_part() {

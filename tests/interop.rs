@@ -3,7 +3,7 @@
 //! backend: host in CI, cuda on the GPU.
 
 mod common;
-use common::{kit, waits};
+use common::{kit, kit_alone, waits};
 use sluice::dlpack::{
     self, DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor,
 };
@@ -41,7 +41,9 @@ fn wait_until(what: &str, f: impl Fn() -> bool) {
 
 /// A stream blocked by a host callback until `open` (or the guard's drop: a failed
 /// assertion must not leave the callback blocking, on CUDA, the driver's one
-/// callback thread and with it every other test's host work).
+/// callback thread and with it every other test's host work). Tests that gate run
+/// alone (`kit_alone`): another test's module unload, which waits for the whole
+/// device, would otherwise hold up the driver calls made before the gate opens.
 struct Gate(Arc<AtomicBool>);
 
 impl Gate {
@@ -117,7 +119,7 @@ fn wrapped_memory_is_a_buffer_for_copies_and_memsets() {
 
 #[test]
 fn release_waits_for_outstanding_use_without_blocking_the_free() {
-    let k = kit();
+    let k = kit_alone(); // it gates a stream with a host callback
     let s = Stream::create(&k.dev, 0, 0).unwrap();
     let owner = Buffer::alloc(&s, 1024).unwrap();
     s.synchronize().unwrap();
@@ -254,7 +256,7 @@ const F32: DLDataType = DLDataType {
 
 #[test]
 fn dlpack_import_reads_shape_and_dtype_and_deletes_after_last_use() {
-    let k = kit();
+    let k = kit_alone(); // it gates a stream with a host callback
     let s = Stream::create(&k.dev, 0, 0).unwrap();
     let owner = Buffer::alloc(&s, 2 * 3 * 4).unwrap();
     s.synchronize().unwrap();
@@ -394,7 +396,7 @@ fn dlpack_export_round_trips_and_keeps_the_buffer_alive() {
 
 #[test]
 fn dlpack_export_orders_the_consumer_stream_on_the_device() {
-    let k = kit();
+    let k = kit_alone(); // it gates a stream with a host callback
     let p = Stream::create(&k.dev, 0, 0).unwrap();
     let c = Stream::create(&k.dev, 0, 0).unwrap();
     let b = Buffer::alloc(&p, 256).unwrap();
@@ -428,7 +430,7 @@ fn dlpack_export_orders_the_consumer_stream_on_the_device() {
 
 #[test]
 fn dlpack_export_without_a_consumer_waits_on_the_host() {
-    let k = kit();
+    let k = kit_alone(); // it gates a stream with a host callback
     let p = Stream::create(&k.dev, 0, 0).unwrap();
     let b = Buffer::alloc(&p, 128).unwrap();
     let open = gate(&p, &b);

@@ -4,46 +4,15 @@
 
 mod common;
 
+use common::{kit, kit_alone};
+
 use sluice::backend::CaptureMode;
 use sluice::capture;
 use sluice::rng::philox::PhiloxState;
 use sluice::rng::{Distribution, Layout, Rng, RngCheckpoint, STATE_BYTES};
 use sluice::{BackendKind, Buffer, ErrorCode, Stream};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// The tests that time a serialize against a long kernel run alone: freeing or
-/// registering page-locked memory, which other tests do, waits for the whole device
-/// (CUDA's implicit synchronization), and the driver holds up other threads' copies
-/// into page-locked memory meanwhile.
-static ALONE: RwLock<()> = RwLock::new(());
-
-/// A kit for a test that runs beside the others.
-struct Kit {
-    k: common::Kit,
-    _shared: RwLockReadGuard<'static, ()>,
-}
-
-impl std::ops::Deref for Kit {
-    type Target = common::Kit;
-    fn deref(&self) -> &common::Kit {
-        &self.k
-    }
-}
-
-fn kit() -> Kit {
-    let shared = ALONE.read().unwrap_or_else(|e| e.into_inner());
-    Kit {
-        k: common::kit(),
-        _shared: shared,
-    }
-}
-
-/// A kit for a timing test, with no other test running meanwhile.
-fn kit_alone() -> (common::Kit, RwLockWriteGuard<'static, ()>) {
-    let alone = ALONE.write().unwrap_or_else(|e| e.into_inner());
-    (common::kit(), alone)
-}
 
 const DISTS: [Distribution; 3] = [
     Distribution::U32,
@@ -327,7 +296,7 @@ fn a_checkpoint_resumes_in_another_process() {
 
 #[test]
 fn serialize_holds_the_save_point_while_the_stream_goes_on() {
-    let (k, _alone) = kit_alone();
+    let k = kit_alone();
     let s = k.stream();
     let (rng, ckpt, saved, spin) = save_then_go_on(&k, &s, 1024);
     let mut bytes = vec![0u8; ckpt.serialized_len()];
@@ -597,7 +566,7 @@ fn a_checkpoint_of_many_pieces_serializes_the_same_into_pinned_and_pageable_memo
 
 #[test]
 fn serialize_into_pinned_memory_holds_the_save_point_while_the_stream_goes_on() {
-    let (k, _alone) = kit_alone();
+    let k = kit_alone();
     let s = k.stream();
     // 2.5 MB: several pieces, several threads.
     let (_rng, ckpt, saved, spin) = save_then_go_on(&k, &s, 40_000);

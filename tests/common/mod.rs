@@ -6,7 +6,7 @@ use sluice::module::{Function, Module};
 use sluice::ops;
 use sluice::{BackendKind, Buffer, Device, LaunchDims, Stream, SyncObject};
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub const PTX: &[u8] = include_bytes!("../../kernels/test_kernels.ptx");
@@ -14,7 +14,15 @@ pub const PTX: &[u8] = include_bytes!("../../kernels/test_kernels.ptx");
 pub struct Kit {
     pub dev: Arc<Device>,
     funcs: Option<Funcs>,
+    _turn: Turn, // last: the module unloads before another test's turn
 }
+
+/// Tests in one process run beside each other, except those that take `kit_alone`:
+/// on CUDA, freeing page-locked memory or unloading a module waits for the whole
+/// device, so a test that blocks a stream with a host callback (or times a stream
+/// against a long kernel) must not share the process with them.
+static TURNS: Mutex<isize> = Mutex::new(0); // tests running; -1: one alone
+static TURN_ENDED: Condvar = Condvar::new();
 
 struct Funcs {
     _module: Arc<Module>,
@@ -23,8 +31,41 @@ struct Funcs {
     spin_copy: Arc<Function>,
 }
 
+/// A test's turn (a reader-writer lock's guard that threads may move).
+struct Turn {
+    alone: bool,
+}
+
+impl Turn {
+    fn take(alone: bool) -> Turn {
+        let mut running = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        while *running < 0 || (alone && *running > 0) {
+            running = TURN_ENDED.wait(running).unwrap_or_else(|e| e.into_inner());
+        }
+        *running = if alone { -1 } else { *running + 1 };
+        Turn { alone }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut running = TURNS.lock().unwrap_or_else(|e| e.into_inner());
+        *running = if self.alone { 0 } else { *running - 1 };
+        TURN_ENDED.notify_all();
+    }
+}
+
 /// Opens the default device (`SLUICE_BACKEND`, host in CI) and loads kernels on cuda.
 pub fn kit() -> Kit {
+    open(Turn::take(false))
+}
+
+/// As `kit`, with no other test of this process running until it drops.
+pub fn kit_alone() -> Kit {
+    open(Turn::take(true))
+}
+
+fn open(turn: Turn) -> Kit {
     let dev = Device::open_default().expect("open default device");
     let funcs = (dev.kind() == BackendKind::Cuda).then(|| {
         let m = Module::load(&dev, PTX).expect("load test PTX");
@@ -36,7 +77,11 @@ pub fn kit() -> Kit {
             _module: m,
         }
     });
-    Kit { dev, funcs }
+    Kit {
+        dev,
+        funcs,
+        _turn: turn,
+    }
 }
 
 fn spin(ns: u64) {
