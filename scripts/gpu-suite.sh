@@ -174,7 +174,7 @@ sanitize_one() {
   # (invalid PTX, a missing symbol, out of memory, a refused graph update).
   api=()
   [ "$tool" = memcheck ] && api=(--report-api-errors no)
-  SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout "$secs" compute-sanitizer --tool "$tool" \
+  SLUICE_TEST_SANITIZER=1 SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout "$secs" compute-sanitizer --tool "$tool" \
     "${api[@]}" --error-exitcode 99 "$b" "${args[@]}" > "$out/sanitize-$tool-$n.log" 2>&1
   rc=$?
   echo "$tool $n $rc $(sanitizer_reports "$out/sanitize-$tool-$n.log")"
@@ -190,7 +190,9 @@ sanitize_part() {
   local budget=${SLUICE_GPU_SANITIZE_BUDGET:-540} jobs=${SLUICE_GPU_SANITIZE_JOBS:-1}
   local t0 bins=() tool b runs left share results="$out/sanitize-results.txt"
   for b in .gpu/rust/*; do
-    case $(basename "$b") in faults | soak) ;; *) bins+=("$b") ;; esac
+    # faults, soak: host backend only; c_constants, op_allocs: no CUDA call at all
+    # (compute-sanitizer refuses a program that makes none).
+    case $(basename "$b") in faults | soak | c_constants | op_allocs) ;; *) bins+=("$b") ;; esac
   done
   [ -x .gpu/c/sluice_c_tests ] && bins+=(.gpu/c/sluice_c_tests)
   if [ -n "${SLUICE_GPU_SANITIZE_ONLY:-}" ]; then

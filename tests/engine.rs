@@ -94,6 +94,7 @@ fn same_stream_inserts_no_waits() {
     let s = k.stream();
     let x = k.buffer(&s, N);
     let y = k.buffer(&s, N);
+    k.fill(&s, &y, 0, 0); // y += x below reads y
     for i in 0..50 {
         k.fill(&s, &x, i, 0);
         k.add(&s, &y, &x, 0);

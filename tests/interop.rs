@@ -59,14 +59,19 @@ impl Drop for Gate {
 }
 
 /// A tracked host callback on `s` that writes `b` and blocks its stream until the
-/// returned gate opens.
+/// returned gate opens, or fails after 20 s (so that a driver call that waits for the
+/// whole device, as under compute-sanitizer, fails the test instead of hanging it).
 fn gate(s: &Stream, b: &Buffer) -> Gate {
     let open = Arc::new(AtomicBool::new(false));
     let o = open.clone();
     ops::host_callback(
         s,
         move || {
+            let end = Instant::now() + Duration::from_secs(20);
             while !o.load(Ordering::Acquire) {
+                if Instant::now() > end {
+                    return 99;
+                }
                 std::thread::sleep(Duration::from_micros(100));
             }
             0
@@ -400,6 +405,9 @@ fn dlpack_export_orders_the_consumer_stream_on_the_device() {
     let p = Stream::create(&k.dev, 0, 0).unwrap();
     let c = Stream::create(&k.dev, 0, 0).unwrap();
     let b = Buffer::alloc(&p, 256).unwrap();
+    let probe = Buffer::alloc(&c, 256).unwrap();
+    let raw = Buffer::wrap_device(&k.dev, b.addr, 256, None, None, None).unwrap();
+    c.synchronize().unwrap();
     let open = gate(&p, &b);
     ops::memset(&p, &b, 0, 0x5A, 256).unwrap();
     let before = waits(&c);
@@ -415,8 +423,6 @@ fn dlpack_export_orders_the_consumer_stream_on_the_device() {
         "the consumer stream waits on the device"
     );
     // The consumer's own work on `c` (a copy out of the raw memory) sees the memset.
-    let probe = Buffer::alloc(&c, 256).unwrap();
-    let raw = Buffer::wrap_device(&k.dev, b.addr, 256, None, None, None).unwrap();
     ops::copy(&c, &probe, 0, &raw, 0, 256).unwrap();
     open.open();
     assert_eq!(read(&c, &probe), vec![0x5A; 256]);
