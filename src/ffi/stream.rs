@@ -220,6 +220,12 @@ unsafe impl Sync for UserData {}
 /// callback captured into a graph (host backend), when the last graph holding it is
 /// destroyed. A captured callback runs once per launch.
 ///
+/// Keep callbacks short. On cuda the driver runs the context's host functions on one
+/// thread, in turn: a callback that blocks holds up every stream's callbacks, and a
+/// driver call that waits for the whole device (unloading a module, freeing
+/// page-locked memory) waits for it too. A callback that waits for something the
+/// host has yet to do can therefore deadlock.
+///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`callback` NULL, or `reads`/`writes` NULL with
 /// a non-zero count); `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, or a stale sync
 /// object, named by its index); `SLUICE_ERROR_OUT_OF_RANGE` (a count whose byte size
