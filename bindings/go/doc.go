@@ -122,7 +122,10 @@
 // op to the op whose wait the engine inserted for it, graphs, allocations,
 // prefetcher batches and log messages. SLUICE_TRACE=path starts one without
 // code. The file is a valid prefix while it is written, and complete JSON
-// after TraceStop (or at exit). Tracing is process-wide.
+// after TraceStop. A Go program must call TraceStop before it ends (also with
+// SLUICE_TRACE): Go's exit does not run the C atexit hook that stops the
+// trace in C programs, and what was not yet flushed, device spans included,
+// is lost. Tracing is process-wide.
 //
 // Device.Counters and ProcessCounters return a Counters snapshot: waits
 // inserted, deduplicated and skipped, events, bytes copied per direction,

@@ -28,8 +28,11 @@ import (
 // SetCountersEnabled turns on count too.
 //
 // The file is valid JSON once TraceStop returns. Before that it is a prefix
-// that the viewers open (its closing "]" is missing), also after a crash; a
-// process that exits without TraceStop closes it at exit.
+// that the viewers open (its closing "]" is missing), also after a crash.
+// Call TraceStop before a Go program ends: Go's exit (a return from main,
+// os.Exit) does not run the C atexit hook that closes the trace in C
+// programs, so what was buffered since the last flush (every 100 ms) is
+// lost, device spans still pending included.
 func TraceStart(path string) error {
 	if strings.IndexByte(path, 0) >= 0 {
 		return argError(CodeInvalidArgument, "TraceStart", "path contains a NUL byte")

@@ -4,6 +4,7 @@
 # next to DIR/trainer and the MNIST files in DIR/mnist; DIR/run.sh calls it.
 #
 #   1. 5 epochs of the full MNIST at batch 256         RESULT accuracy=...   (goal >= 0.97)
+#      and the kernels' start-up self-test             RESULT kernel self-test: ...
 #   2. epochs 1-2 with -save, then a fresh process
 #      with -resume for epochs 3-5, against run 1       RESULT resume_identical=1
 #   3. steps/s, 2 epochs each, of the second epoch:
@@ -45,6 +46,8 @@ echo "== 1. accuracy: 5 epochs, batch 256"
 if run full -epochs 5 -batch 256 -losses "$tmp/full.losses" -save "$tmp/full.ckpt"; then
 	echo "RESULT accuracy=$(field full accuracy) epochs=5 batch=256 ($(grep -o 'hidden=[0-9]*' "$tmp/full.out" | tail -1))"
 fi
+# The start-up check of the GEMM kernels against the host (TF32, or the FP32 fallback).
+echo "RESULT $(grep -m1 '^kernel self-test' "$tmp/full.out" || echo 'kernel self-test: no line (the run failed before it?)')"
 
 echo "== 2. resume: epochs 1-2 and -save, then -resume for epochs 3-5"
 same=0
@@ -80,7 +83,9 @@ echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (g
 echo "RESULT steps_per_s eager_prefetch=$ep eager_blocking=$eb ratio=$(ratio "$ep" "$eb") (eager)"
 
 # 4. Where a step's device time goes: one eager epoch of 50 batches with a device
-# span on every op, summed per kernel (tools/sluice-trace --device-summary).
+# span on every op, summed per kernel (tools/sluice-trace --device-summary). The
+# trainer stops the trace before it exits (Go's exit runs no atexit hook, and the
+# spans still pending were lost: "no device spans").
 summary=../../tools/sluice-trace
 if command -v python3 >/dev/null && [ -f "$summary" ]; then
 	echo "== 4. device time per kernel (eager, 50 batches, SLUICE_TRACE_DEVICE=1)"

@@ -9,7 +9,8 @@ import "math"
 // process to the next, and across a save and resume). Their float results
 // are not those of the GPU (another summation order, Go's math.Exp).
 
-// hostGemm: C[M,N] = op(A)[M,K] * op(B)[K,N], as gemm_nn/tn/nt.
+// hostGemm: C[M,N] = op(A)[M,K] * op(B)[K,N] in FP32 (op(B) = B^T when tb:
+// B is [N,K]); the GPU's gemm_nn and gemm_tn compute the first two in TF32.
 func hostGemm(ta, tb bool, M, N, K int, A, B, C []float32) {
 	switch {
 	case !ta && !tb:
@@ -88,15 +89,15 @@ func hostBiasReLU(z, bias []float32) {
 	}
 }
 
-// hostBiasReLUDropout is bias_relu_dropout, where mask holds on entry the
-// uniform draw of each element's RNG state (RNG.Generate, one draw per state,
+// hostBiasReLUDropout is the epilogue of gemm_nn_bias_relu_drop, in place
+// on a (which holds x W1 on entry), where mask holds on entry the uniform
+// draw of each element's RNG state (RNG.Generate, one draw per state,
 // sample-major: the draw of state i at i, as the kernel's), and on return
 // the mask: 0 when the draw is below p, scale otherwise.
-func hostBiasReLUDropout(z, a, mask, bias []float32, p, scale float32) {
+func hostBiasReLUDropout(a, mask, bias []float32, p, scale float32) {
 	cols := len(bias)
-	for i := range z {
-		v := z[i] + bias[i%cols]
-		z[i] = v
+	for i := range a {
+		v := a[i] + bias[i%cols]
 		m := float32(1)
 		if p > 0 {
 			m = scale
@@ -109,17 +110,25 @@ func hostBiasReLUDropout(z, a, mask, bias []float32, p, scale float32) {
 	}
 }
 
-func hostReLUDropoutBwd(da, z, mask []float32) {
-	for i := range da {
-		if z[i] > 0 {
-			da[i] *= mask[i]
+// hostBwd2 is bwd2: da1 = (dz2 W2^T) * scale where a1 > 0 (relu passed and
+// dropout kept), else 0; dW2 = a1^T dz2; db2 and db1 the column sums of dz2
+// and da1.
+func hostBwd2(rows, hid int, a1, dz2, w2, da1, gw2, gb1, gb2 []float32, scale float32) {
+	hostGemm(false, true, rows, hid, classes, dz2, w2, da1)
+	for i, a := range a1[:rows*hid] {
+		if a > 0 {
+			da1[i] *= scale
 		} else {
-			da[i] = 0
+			da1[i] = 0
 		}
 	}
+	hostGemm(true, false, hid, classes, rows, a1, dz2, gw2)
+	hostBiasGrad(dz2[:rows*classes], gb2)
+	hostBiasGrad(da1[:rows*hid], gb1)
 }
 
-// hostSoftmaxCE is softmax_ce: correct[0] counts right predictions.
+// hostSoftmaxCE is the softmax cross-entropy of fwd2_ce (over logits
+// computed with hostGemm and hostBiasAdd): correct[0] counts right predictions.
 func hostSoftmaxCE(logits []float32, labels []byte, dlogits, rowloss []float32, correct []uint32, invRows float32) {
 	for r := range rowloss {
 		l := logits[r*10 : r*10+10]
@@ -151,7 +160,8 @@ func hostSoftmaxCE(logits []float32, labels []byte, dlogits, rowloss []float32, 
 	}
 }
 
-// hostLossStore is loss_store: counter[0] is the step within the epoch.
+// hostLossStore is loss_store (summed in row order here, in a tree there):
+// counter[0] is the step within the epoch.
 func hostLossStore(rowloss, losses []float32, counter []uint32) {
 	var s float32
 	for _, v := range rowloss {

@@ -9,7 +9,7 @@
 //   - the RNG: the weights are drawn from it (normal, scaled), and dropout
 //     draws from its per-element states inside the kernel (<sluice/rng.cuh>);
 //     its checkpoint is saved with the weights;
-//   - a GraphCache: the training step (about 15 kernels) is captured once
+//   - a GraphCache: the training step (7 kernels) is captured once
 //     and replayed for every batch (-eager: launched op by op);
 //   - sync objects for all ordering: every kernel names the buffers it
 //     reads and writes, and evaluation runs on a second stream that reads
@@ -131,6 +131,16 @@ func run() error {
 		return err
 	}
 	defer dev.Close()
+	// A trace (SLUICE_TRACE=path) must be stopped before the program ends:
+	// Go's exit does not run the library's atexit hook, so without the stop
+	// what the last 100 ms buffered is lost, with every device span
+	// (SLUICE_TRACE_DEVICE=1) still pending. Deferred here, it runs after the
+	// training and evaluation, before the device closes.
+	defer func() {
+		if err := sluice.TraceStop(); err != nil {
+			fmt.Fprintln(os.Stderr, "trainer: stopping the trace:", err)
+		}
+	}()
 	props, err := dev.Props()
 	if err != nil {
 		return err

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
 )
@@ -43,8 +45,14 @@ type model struct {
 
 	// The batch (written by the prefetcher's NextInto or a blocking copy).
 	xu8, yu8 *sluice.Buffer
-	// Activations and gradients of one step.
-	xf, z1, a1, mask, z2, dz2, da1, rowloss *sluice.Buffer
+	// Activations and gradients of one step. On the cuda backend a1 is the
+	// only hidden activation kept (the backward pass reads relu and dropout
+	// off a1 > 0); mask holds the host backend's dropout draws, z2 its logits.
+	xf, a1, mask, z2, dz2, da1, rowloss *sluice.Buffer
+	// cuda: the split-K GEMMs' partial tiles and per-tile tickets (zero
+	// between launches), used by the training stream only.
+	gemmWS, gemmTickets *sluice.Buffer
+	gemmSuffix          string // "" (TF32 tensor cores) or "_simt" (FP32), from selfTest
 	// Parameters [W1 (inputs x H), b1 (H), W2 (H x classes), b2 (classes)],
 	// their gradients and the momentum, in one layout.
 	params, grads, vel *sluice.Buffer
@@ -59,7 +67,7 @@ type model struct {
 	exf, ez1, ez2, evalStat *sluice.Buffer
 
 	rng    *rng
-	states *sluice.Buffer // cuda: the RNG's states, drawn from by bias_relu_dropout
+	states *sluice.Buffer // cuda: the RNG's states, drawn from by gemm_nn_bias_relu_drop
 }
 
 func (m *model) f32(b *sluice.Buffer, off, n int) arr {
@@ -138,15 +146,34 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		n int
 	}{
 		{&m.xu8, B * inputs}, {&m.yu8, B}, {&m.xf, 4 * B * inputs},
-		{&m.z1, 4 * B * H}, {&m.a1, 4 * B * H}, {&m.mask, 4 * B * H}, {&m.da1, 4 * B * H},
+		{&m.a1, 4 * B * H}, {&m.mask, 4 * B * H}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
 		{&m.params, 4 * m.nParams}, {&m.grads, 4 * m.nParams}, {&m.vel, 4 * m.nParams},
 		{&m.trainStats, 8}, {&m.losses, 4 * max(maxSteps, 1)},
 		{&m.testX, max(len(testX), 1)}, {&m.testY, max(len(testY), 1)},
 		{&m.exf, 4 * B * inputs}, {&m.ez1, 4 * B * H}, {&m.ez2, 4 * B * classes}, {&m.evalStat, 4},
 	}
+	if !m.host {
+		zs := max(gemmSplits(inputs)*B*H, gemmSplits(B)*inputs*H)
+		tiles := max(ceilDiv(B, gemmBM), ceilDiv(inputs, gemmBM)) * ceilDiv(H, gemmBN)
+		allocs = append(allocs, struct {
+			p *(*sluice.Buffer)
+			n int
+		}{&m.gemmWS, 4 * zs}, struct {
+			p *(*sluice.Buffer)
+			n int
+		}{&m.gemmTickets, 4 * tiles})
+	}
 	for _, a := range allocs {
 		if *a.p, err = s.Alloc(a.n); err != nil {
+			return nil, err
+		}
+	}
+	if !m.host {
+		if err := sluice.Memset(s, m.gemmTickets, 0, 0, m.gemmTickets.Size()); err != nil {
+			return nil, err
+		}
+		if err := m.selfTest(s); err != nil {
 			return nil, err
 		}
 	}
@@ -160,7 +187,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		}
 	}
 	// One RNG state per hidden activation of a batch: state i draws the
-	// dropout of element i, on the GPU in bias_relu_dropout through
+	// dropout of element i, on the GPU in gemm_nn_bias_relu_drop through
 	// <sluice/rng.cuh>, on the host backend with RNG.Generate.
 	if m.rng, err = newRNG(s, hp.rngSeed, B*H); err != nil {
 		return nil, err
@@ -174,9 +201,9 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 }
 
 func (m *model) Close() {
-	for _, b := range []*sluice.Buffer{m.xu8, m.yu8, m.xf, m.z1, m.a1, m.mask, m.z2, m.dz2, m.da1,
+	for _, b := range []*sluice.Buffer{m.xu8, m.yu8, m.xf, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
-		m.exf, m.ez1, m.ez2, m.evalStat, m.states} {
+		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets} {
 		if b != nil {
 			b.Close()
 		}
@@ -200,6 +227,17 @@ func syncs(bs ...*sluice.Buffer) []sluice.Syncable {
 	return out
 }
 
+// uniq drops repeated buffers, keeping the first of each.
+func uniq(ss []sluice.Syncable) []sluice.Syncable {
+	out := ss[:0:0]
+	for _, x := range ss {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func grid1(n int) sluice.LaunchConfig {
 	return sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32((n + 255) / 256)}, Block: sluice.Dim3{X: 256}}
 }
@@ -214,20 +252,52 @@ func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, read
 	return m.fns[name].Launch(s, cfg, reads, writes, args...)
 }
 
-// gemm: C = op(A) * op(B) (see gemm_tile in kernels.go).
-func (m *model) gemm(s *sluice.Stream, ta, tb bool, M, N, K int, A, B, C arr) error {
-	name := "gemm_nn"
-	switch {
-	case ta && !tb:
-		name = "gemm_tn"
-	case !ta && tb:
-		name = "gemm_nt"
-	}
-	cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32((N + 63) / 64), Y: uint32((M + 63) / 64)}, Block: sluice.Dim3{X: 256}}
-	return m.run(s, name, cfg, syncs(A.buf, B.buf), syncs(C.buf),
-		func() { hostGemm(ta, tb, M, N, K, A.f, B.f, C.f) },
-		int32(M), int32(N), int32(K), A.ptr(), B.ptr(), C.ptr())
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// gemmSplits is the number of blocks a GEMM's K is split across (gemm_tile):
+// chunks of gemmKChunk.
+func gemmSplits(K int) int { return max(ceilDiv(K, gemmKChunk), 1) }
+
+// gemmOp is one launch of a gemm_tile kernel: C = op(A) * B (+ epilogue).
+type gemmOp struct {
+	name    string // gemm_nn, gemm_tn, gemm_nn_bias_relu, gemm_nn_bias_relu_drop
+	M, N, K int
+	split   bool // split K across blocks (the training stream's workspace)
+	A, B, C arr
+	extra   []any             // the epilogue's arguments, between C and the workspace
+	reads   []sluice.Syncable // besides A and B
+	writes  []sluice.Syncable // besides C (and the workspace)
+	host    func()            // the host backend's callback
 }
+
+// gemm enqueues g: on cuda the kernel (TF32, or the FP32 fallback picked by
+// selfTest) on a grid of 32x32 tiles times the K splits.
+func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
+	reads := uniq(append(syncs(g.A.buf, g.B.buf), g.reads...))
+	writes := uniq(append(syncs(g.C.buf), g.writes...))
+	if m.host {
+		return m.run(s, "", sluice.LaunchConfig{}, reads, writes, g.host)
+	}
+	kchunk, z := g.K, 1
+	var ws, tickets uint64
+	if g.split {
+		kchunk, z = gemmKChunk, gemmSplits(g.K)
+		if z > 1 {
+			ws, tickets = m.gemmWS.DevicePtr(), m.gemmTickets.DevicePtr()
+			writes = append(writes, m.gemmWS, m.gemmTickets)
+		}
+	}
+	cfg := sluice.LaunchConfig{
+		Grid:  sluice.Dim3{X: uint32(ceilDiv(g.N, gemmBN)), Y: uint32(ceilDiv(g.M, gemmBM)), Z: uint32(z)},
+		Block: sluice.Dim3{X: gemmThreads},
+	}
+	args := []any{int32(g.M), int32(g.N), int32(g.K), int32(kchunk), g.A.ptr(), g.B.ptr(), g.C.ptr()}
+	args = append(append(args, g.extra...), ws, tickets)
+	return m.fns[g.name+m.gemmSuffix].Launch(s, cfg, reads, writes, args...)
+}
+
+// grid4 covers n elements at four per thread.
+func grid4(n int) sluice.LaunchConfig { return grid1(ceilDiv(n, 4)) }
 
 // initParams draws the weights from the RNG: W1 ~ N(0, 2/inputs) (He), W2 ~
 // N(0, 1/H); biases and momentum are zero. Run once, before training (not
@@ -272,76 +342,86 @@ func (m *model) initParams(s *sluice.Stream) error {
 
 // trainStep enqueues one training step on s over the current batch (xu8,
 // yu8): forward, loss, backward and the SGD update, each a tracked op whose
-// reads and writes order it. It issues the same ops every time, so a graph
-// captured from it can be replayed for every step (the step index lives in
-// trainStats on the device).
+// reads and writes order it (7 kernels, listed in kernels.go). It issues the
+// same ops every time, so a graph captured from it can be replayed for every
+// step (the step index lives in trainStats on the device).
 func (m *model) trainStep(s *sluice.Stream) error {
 	B, H := m.B, m.H
 	xu8, yu8 := m.u8(m.xu8, 0, B*inputs), m.u8(m.yu8, 0, B)
 	xf := m.f32(m.xf, 0, B*inputs)
-	z1, a1, mask, da1 := m.f32(m.z1, 0, B*H), m.f32(m.a1, 0, B*H), m.f32(m.mask, 0, B*H), m.f32(m.da1, 0, B*H)
+	a1, mask, da1 := m.f32(m.a1, 0, B*H), m.f32(m.mask, 0, B*H), m.f32(m.da1, 0, B*H)
 	z2, dz2 := m.f32(m.z2, 0, B*classes), m.f32(m.dz2, 0, B*classes)
 	rowloss, losses := m.f32(m.rowloss, 0, B), m.f32(m.losses, 0, m.maxSteps)
 	stats := m.u32(m.trainStats, 0, 2)
 	w1, b1, w2, b2 := m.w1(m.params), m.b1(m.params), m.w2(m.params), m.b2(m.params)
 	gw1, gb1, gw2, gb2 := m.w1(m.grads), m.b1(m.grads), m.w2(m.grads), m.b2(m.grads)
 	p, scale := m.dropout, m.scale
+	inv := 1 / float32(B)
 
 	steps := []func() error{
+		// x = pixels / 255
 		func() error {
-			return m.run(s, "u8_to_f32", grid1(B*inputs), syncs(m.xu8), syncs(m.xf),
+			return m.run(s, "u8_to_f32", grid4(B*inputs), syncs(m.xu8), syncs(m.xf),
 				func() { hostU8ToF32(xf.f, xu8.b) }, xf.ptr(), xu8.ptr(), uint32(B*inputs))
 		},
-		func() error { return m.gemm(s, false, false, B, H, inputs, xf, w1, z1) },
+		// a1 = dropout(relu(x W1 + b1))
 		func() error {
-			if !m.host {
-				return m.run(s, "bias_relu_dropout", grid1(B*H), syncs(m.params), syncs(m.z1, m.a1, m.mask, m.states), nil,
-					z1.ptr(), a1.ptr(), mask.ptr(), b1.ptr(), m.states.DevicePtr(), uint32(B), uint32(H), p, scale)
-			}
-			if p > 0 {
+			if m.host && p > 0 {
 				// The same draws as the kernel's: one uniform per state.
 				if err := m.rng.Generate(s, rngUniform, rngSampleMajor, m.mask, 0, 1); err != nil {
 					return err
 				}
 			}
-			return s.HostCallback(func() error { hostBiasReLUDropout(z1.f, a1.f, mask.f, b1.f, p, scale); return nil },
-				syncs(m.params), syncs(m.z1, m.a1, m.mask))
+			var states uint64
+			rngBuf := syncs(m.mask) // the host's draws, turned into the mask
+			if !m.host {
+				states, rngBuf = m.states.DevicePtr(), syncs(m.states)
+			}
+			return m.gemm(s, gemmOp{
+				name: "gemm_nn_bias_relu_drop", M: B, N: H, K: inputs, split: true, A: xf, B: w1, C: a1,
+				extra: []any{b1.ptr(), states, p, scale}, reads: syncs(m.params), writes: rngBuf,
+				host: func() {
+					hostGemm(false, false, B, H, inputs, xf.f, w1.f, a1.f)
+					hostBiasReLUDropout(a1.f, mask.f, b1.f, p, scale)
+				},
+			})
 		},
-		func() error { return m.gemm(s, false, false, B, classes, H, a1, w2, z2) },
+		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses, right predictions
 		func() error {
-			return m.run(s, "bias_add", grid1(B*classes), syncs(m.params), syncs(m.z2),
-				func() { hostBiasAdd(z2.f, b2.f) }, z2.ptr(), b2.ptr(), uint32(B), uint32(classes))
+			return m.run(s, "fwd2_ce", grid1(B*32), syncs(m.a1, m.params, m.yu8), syncs(m.z2, m.dz2, m.rowloss, m.trainStats),
+				func() {
+					hostGemm(false, false, B, classes, H, a1.f, w2.f, z2.f)
+					hostBiasAdd(z2.f, b2.f)
+					hostSoftmaxCE(z2.f, yu8.b, dz2.f, rowloss.f, stats.u[1:], inv)
+				},
+				a1.ptr(), w2.ptr(), b2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(), stats.ptr()+4,
+				uint32(B), uint32(H), inv, int32(1))
 		},
 		func() error {
-			inv := 1 / float32(B)
-			return m.run(s, "softmax_ce", grid1(B), syncs(m.z2, m.yu8), syncs(m.dz2, m.rowloss, m.trainStats),
-				func() { hostSoftmaxCE(z2.f, yu8.b, dz2.f, rowloss.f, stats.u[1:], inv) },
-				z2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(), stats.ptr()+4, uint32(B), inv)
-		},
-		func() error {
-			return m.run(s, "loss_store", grid1(1), syncs(m.rowloss), syncs(m.losses, m.trainStats),
+			return m.run(s, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
+				syncs(m.rowloss), syncs(m.losses, m.trainStats),
 				func() { hostLossStore(rowloss.f, losses.f, stats.u) },
 				rowloss.ptr(), losses.ptr(), stats.ptr(), uint32(B))
 		},
-		func() error { return m.gemm(s, true, false, H, classes, B, a1, dz2, gw2) },
+		// da1, dW2, db2, db1
 		func() error {
-			return m.run(s, "bias_grad", grid1(classes), syncs(m.dz2), syncs(m.grads),
-				func() { hostBiasGrad(dz2.f, gb2.f) }, dz2.ptr(), gb2.ptr(), uint32(B), uint32(classes))
+			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(ceilDiv(H+1, 16))}, Block: sluice.Dim3{X: 256}}
+			return m.run(s, "bwd2", cfg, syncs(m.a1, m.dz2, m.params), syncs(m.da1, m.grads),
+				func() { hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale) },
+				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), gw2.ptr(), gb1.ptr(), gb2.ptr(), uint32(B), uint32(H), scale)
 		},
-		func() error { return m.gemm(s, false, true, B, H, classes, dz2, w2, da1) },
+		// dW1 = x^T da1
 		func() error {
-			return m.run(s, "relu_dropout_bwd", grid1(B*H), syncs(m.z1, m.mask), syncs(m.da1),
-				func() { hostReLUDropoutBwd(da1.f, z1.f, mask.f) }, da1.ptr(), z1.ptr(), mask.ptr(), uint32(B*H))
-		},
-		func() error { return m.gemm(s, true, false, inputs, H, B, xf, da1, gw1) },
-		func() error {
-			return m.run(s, "bias_grad", grid1(H), syncs(m.da1), syncs(m.grads),
-				func() { hostBiasGrad(da1.f, gb1.f) }, da1.ptr(), gb1.ptr(), uint32(B), uint32(H))
+			return m.gemm(s, gemmOp{
+				name: "gemm_tn", M: inputs, N: H, K: B, split: true, A: xf, B: da1, C: gw1,
+				writes: syncs(m.grads),
+				host:   func() { hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f) },
+			})
 		},
 		func() error {
 			pa, va, ga := m.f32(m.params, 0, m.nParams), m.f32(m.vel, 0, m.nParams), m.f32(m.grads, 0, m.nParams)
 			lr, mu, wd := m.lr, m.mu, m.wd
-			return m.run(s, "sgd_momentum", grid1(m.nParams), syncs(m.grads), syncs(m.params, m.vel),
+			return m.run(s, "sgd_momentum", grid4(m.nParams), syncs(m.grads), syncs(m.params, m.vel),
 				func() { hostSGD(pa.f, va.f, ga.f, lr, mu, wd) },
 				pa.ptr(), va.ptr(), ga.ptr(), uint32(m.nParams), lr, mu, wd)
 		},
@@ -357,7 +437,8 @@ func (m *model) trainStep(s *sluice.Stream) error {
 // evaluate counts the test images the model classifies right, on stream s:
 // it reads the parameters (so it runs after the last update enqueued on
 // the training stream, and the next update waits for it), and returns the
-// count once done.
+// count once done. Its GEMMs do not split K (the workspace is the training
+// stream's).
 func (m *model) evaluate(s *sluice.Stream, pinned *sluice.PinnedBuffer) (int, error) {
 	if m.nTest == 0 {
 		return 0, nil
@@ -373,26 +454,28 @@ func (m *model) evaluate(s *sluice.Stream, pinned *sluice.PinnedBuffer) (int, er
 		y := m.u8(m.testY, r0, rows)
 		xf, z1, z2 := m.f32(m.exf, 0, rows*inputs), m.f32(m.ez1, 0, rows*H), m.f32(m.ez2, 0, rows*classes)
 		cnt := m.u32(m.evalStat, 0, 1)
-		if err := m.run(s, "u8_to_f32", grid1(rows*inputs), syncs(m.testX), syncs(m.exf),
+		if err := m.run(s, "u8_to_f32", grid4(rows*inputs), syncs(m.testX), syncs(m.exf),
 			func() { hostU8ToF32(xf.f, x.b) }, xf.ptr(), x.ptr(), uint32(rows*inputs)); err != nil {
 			return 0, err
 		}
-		if err := m.gemm(s, false, false, rows, H, inputs, xf, w1, z1); err != nil {
+		if err := m.gemm(s, gemmOp{
+			name: "gemm_nn_bias_relu", M: rows, N: H, K: inputs, A: xf, B: w1, C: z1,
+			extra: []any{b1.ptr()}, reads: syncs(m.params),
+			host: func() {
+				hostGemm(false, false, rows, H, inputs, xf.f, w1.f, z1.f)
+				hostBiasReLU(z1.f, b1.f)
+			},
+		}); err != nil {
 			return 0, err
 		}
-		if err := m.run(s, "bias_relu", grid1(rows*H), syncs(m.params), syncs(m.ez1),
-			func() { hostBiasReLU(z1.f, b1.f) }, z1.ptr(), b1.ptr(), uint32(rows), uint32(H)); err != nil {
-			return 0, err
-		}
-		if err := m.gemm(s, false, false, rows, classes, H, z1, w2, z2); err != nil {
-			return 0, err
-		}
-		if err := m.run(s, "bias_add", grid1(rows*classes), syncs(m.params), syncs(m.ez2),
-			func() { hostBiasAdd(z2.f, b2.f) }, z2.ptr(), b2.ptr(), uint32(rows), uint32(classes)); err != nil {
-			return 0, err
-		}
-		if err := m.run(s, "eval_count", grid1(rows), syncs(m.ez2, m.testY), syncs(m.evalStat),
-			func() { hostEvalCount(z2.f, y.b, cnt.u) }, z2.ptr(), y.ptr(), cnt.ptr(), uint32(rows)); err != nil {
+		if err := m.run(s, "fwd2_ce", grid1(rows*32), syncs(m.ez1, m.params, m.testY), syncs(m.ez2, m.evalStat),
+			func() {
+				hostGemm(false, false, rows, classes, H, z1.f, w2.f, z2.f)
+				hostBiasAdd(z2.f, b2.f)
+				hostEvalCount(z2.f, y.b, cnt.u)
+			},
+			z1.ptr(), w2.ptr(), b2.ptr(), y.ptr(), uint64(0), uint64(0), cnt.ptr(),
+			uint32(rows), uint32(H), float32(0), int32(0)); err != nil {
 			return 0, err
 		}
 	}
@@ -403,4 +486,90 @@ func (m *model) evaluate(s *sluice.Stream, pinned *sluice.PinnedBuffer) (int, er
 		return 0, err
 	}
 	return int(sluice.SliceOf[uint32](pinned.Bytes())[0]), nil
+}
+
+// selfTest checks the GEMM kernels on the device against hostGemm, on
+// random data of the training step's shapes (split K included), before any
+// training: the TF32 tensor-core kernels first; if they disagree, the FP32
+// kernels without tensor cores (gemm_*_simt), which the model then uses.
+// It fails if neither agrees. It prints what it found.
+func (m *model) selfTest(s *sluice.Stream) error {
+	B, H := m.B, m.H
+	r := rand.New(rand.NewPCG(7, 11))
+	rnd := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = r.Float32() - 0.5
+		}
+		return v
+	}
+	cases := []struct {
+		name    string
+		ta      bool
+		M, N, K int
+	}{
+		{"gemm_nn", false, B, H, inputs}, // x W1
+		{"gemm_tn", true, inputs, H, B},  // x^T da1
+	}
+	worst := func(suffix string) (float64, error) {
+		var w float64
+		for _, c := range cases {
+			A, Bm := rnd(c.M*c.K), rnd(c.K*c.N)
+			want, got := make([]float32, c.M*c.N), make([]float32, c.M*c.N)
+			hostGemm(c.ta, false, c.M, c.N, c.K, A, Bm, want)
+			bufs := make([]*sluice.Buffer, 3)
+			for i, n := range []int{len(A), len(Bm), len(got)} {
+				b, err := s.Alloc(4 * n)
+				if err != nil {
+					return 0, err
+				}
+				defer b.Close()
+				bufs[i] = b
+			}
+			if err := sluice.CopyFromHostSlice(s, bufs[0], 0, A); err != nil {
+				return 0, err
+			}
+			if err := sluice.CopyFromHostSlice(s, bufs[1], 0, Bm); err != nil {
+				return 0, err
+			}
+			saved := m.gemmSuffix
+			m.gemmSuffix = suffix
+			err := m.gemm(s, gemmOp{name: c.name, M: c.M, N: c.N, K: c.K, split: true,
+				A: arr{buf: bufs[0]}, B: arr{buf: bufs[1]}, C: arr{buf: bufs[2]}})
+			m.gemmSuffix = saved
+			if err != nil {
+				return 0, err
+			}
+			if err := sluice.CopyToHostSlice(s, got, bufs[2], 0); err != nil {
+				return 0, err
+			}
+			// The error relative to the largest output (TF32: about 1e-3).
+			var maxAbs, maxErr float64
+			for i := range want {
+				maxAbs = max(maxAbs, math.Abs(float64(want[i])))
+				maxErr = max(maxErr, math.Abs(float64(got[i]-want[i])))
+			}
+			w = max(w, maxErr/max(maxAbs, 1e-30))
+		}
+		return w, nil
+	}
+	const tol = 1e-2
+	e, err := worst("")
+	if err != nil {
+		return err
+	}
+	if e <= tol {
+		fmt.Printf("kernel self-test: TF32 tensor-core GEMMs agree with the host (max error %.2g of the largest output)\n", e)
+		return nil
+	}
+	e2, err := worst("_simt")
+	if err != nil {
+		return err
+	}
+	if e2 > tol {
+		return fmt.Errorf("kernel self-test: the GEMM kernels disagree with the host: TF32 max error %.3g, FP32 %.3g (of the largest output)", e, e2)
+	}
+	fmt.Printf("kernel self-test: FAILED for the TF32 tensor-core GEMMs (max error %.3g of the largest output); using the FP32 kernels (max error %.2g)\n", e, e2)
+	m.gemmSuffix = "_simt"
+	return nil
 }
