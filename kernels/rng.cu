@@ -102,17 +102,11 @@ extern "C" __global__ void sluice_rng_kernel_normal(sluice_rng_state* states, u6
 // draws, exactly where `count` calls of curand / curand_uniform / curand_normal
 // leave it. A Philox output depends only on the counter, so any draw is reachable
 // with one skipahead.
+// Draws [j0, j1) of state s (at any position) to o[j * step], as `count` calls of
+// curand / curand_uniform / curand_normal from s would draw them. A Philox output
+// depends only on the counter, so any draw is reachable with one skipahead.
 template <int KIND>
-__device__ __forceinline__ void generate_split(const sluice_rng_state* states, u64 n, u32* out,
-                                               u64 count, u32 layout, u64 parts, u64 per_part) {
-  u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
-  if (t >= n * parts) return;
-  u64 i = t % n, j0 = (t / n) * per_part;
-  u64 j1 = j0 + per_part < count ? j0 + per_part : count;
-  if (j0 >= j1) return;
-  const u64 step = layout == 0 ? n : 1;
-  u32* o = out + (layout == 0 ? i : i * count);
-  sluice_rng_state s = states[i];
+__device__ __forceinline__ void draw_range(sluice_rng_state s, u32* o, u64 step, u64 j0, u64 j1) {
   u64 j = j0;
   if (KIND != KIND_NORMAL) {
     sluice_rng_skipahead(j0, &s);
@@ -155,6 +149,48 @@ __device__ __forceinline__ void generate_split(const sluice_rng_state* states, u
   }
 }
 
+// Many threads per state, for few states: `parts` threads share each state, thread
+// t drawing draws [j0, j1) of state t % n with j0 = (t / n) * per_part. They only
+// read the states; sluice_rng_kernel_advance_* then moves each state past `count`
+// draws, exactly where `count` calls of curand / curand_uniform / curand_normal
+// leave it.
+template <int KIND>
+__device__ __forceinline__ void generate_split(const sluice_rng_state* states, u64 n, u32* out,
+                                               u64 count, u32 layout, u64 parts, u64 per_part) {
+  u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+  if (t >= n * parts) return;
+  u64 i = t % n, j0 = (t / n) * per_part;
+  u64 j1 = j0 + per_part < count ? j0 + per_part : count;
+  if (j0 >= j1) return;
+  const u64 step = layout == 0 ? n : 1;
+  draw_range<KIND>(states[i], out + (layout == 0 ? i : i * count), step, j0, j1);
+}
+
+// Moves s past `count` draws of KIND, exactly where `count` calls of curand /
+// curand_uniform / curand_normal leave it.
+template <int KIND>
+__device__ __forceinline__ void advance_one(sluice_rng_state* s, u64 count) {
+  if (count == 0) return;
+  if (KIND != KIND_NORMAL) {
+    sluice_rng_skipahead(count, s);
+    return;
+  }
+  u64 m = count;
+  if (s->boxmuller_flag == 1) {
+    s->boxmuller_flag = 0;
+    m -= 1;
+  }
+  if (m > 0) {
+    u64 pairs = (m + 1) / 2;
+    sluice_rng_skipahead(2 * (pairs - 1), s);
+    unsigned int x = sluice_rng_next(s), y = sluice_rng_next(s);
+    float a, b;
+    sluice_rng_box_muller(x, y, &a, &b);
+    s->boxmuller_extra = b;
+    s->boxmuller_flag = m % 2 == 1 ? 1 : 0;
+  }
+}
+
 // Moves each state past `count` draws of KIND, as generate_split drew them.
 template <int KIND>
 __device__ __forceinline__ void advance(sluice_rng_state* states, u64 n, u64 count) {
@@ -162,25 +198,96 @@ __device__ __forceinline__ void advance(sluice_rng_state* states, u64 n, u64 cou
        i += (u64)gridDim.x * blockDim.x) {
     if (count == 0) return;
     sluice_rng_state s = states[i];
-    if (KIND != KIND_NORMAL) {
-      sluice_rng_skipahead(count, &s);
-    } else {
-      u64 m = count;
-      if (s.boxmuller_flag == 1) {
-        s.boxmuller_flag = 0;
-        m -= 1;
-      }
-      if (m > 0) {
-        u64 pairs = (m + 1) / 2;
-        sluice_rng_skipahead(2 * (pairs - 1), &s);
-        unsigned int x = sluice_rng_next(&s), y = sluice_rng_next(&s);
-        float a, b;
-        sluice_rng_box_muller(x, y, &a, &b);
-        s.boxmuller_extra = b;
-        s.boxmuller_flag = m % 2 == 1 ? 1 : 0;
-      }
-    }
+    advance_one<KIND>(&s, count);
     states[i] = s;
+  }
+}
+
+// Adds b to a 128-bit counter.
+__device__ __forceinline__ void counter_add(unsigned int c[4], u64 b) {
+  sluice_rng_state s;
+  s.ctr[0] = c[0];
+  s.ctr[1] = c[1];
+  s.ctr[2] = c[2];
+  s.ctr[3] = c[3];
+  sluice_rng_counter_add(&s, b);
+  c[0] = s.ctr[0];
+  c[1] = s.ctr[1];
+  c[2] = s.ctr[2];
+  c[3] = s.ctr[3];
+}
+
+// Sample-major draws of four adjacent states per thread (n % 4 == 0, `out` 16-byte
+// aligned): thread t draws [j0, j1) of states 4q..4q+3, q = t % (n / 4),
+// j0 = (t / (n / 4)) * per_part with per_part a multiple of 4. States at a block
+// boundary (position 0, no pending normal; the usual case) take whole Philox blocks,
+// four at once (independent chains), and write one 16-byte store per draw; any
+// other state is drawn as draw_range draws it. With `own` (parts == 1) each thread
+// also moves its four states past `count` draws; otherwise the advance kernel does.
+template <int KIND>
+__device__ __forceinline__ void generate_quad(sluice_rng_state* states, u64 n, u32* out, u64 count,
+                                              u64 parts, u64 per_part, u32 own) {
+  const u64 groups = n / 4;
+  const u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+  if (t >= groups * parts) return;
+  const u64 i0 = 4 * (t % groups);
+  const u64 j0 = (t / groups) * per_part;
+  const u64 j1 = j0 + per_part < count ? j0 + per_part : count;
+  // Only the counters and keys stay in registers through the loop.
+  unsigned int c[4][4], key[4][2];
+  bool aligned = true;
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const sluice_rng_state* p = states + i0 + s;
+    aligned = aligned && p->position == 0 && (KIND != KIND_NORMAL || p->boxmuller_flag != 1);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) c[s][w] = p->ctr[w];
+    key[s][0] = p->key[0];
+    key[s][1] = p->key[1];
+  }
+  if (j0 < j1 && !aligned) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) draw_range<KIND>(states[i0 + s], out + i0 + s, n, j0, j1);
+  } else if (j0 < j1) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) counter_add(c[s], j0 / 4);
+    for (u64 j = j0; j < j1; j += 4) {
+      unsigned int r[4][4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        sluice_philox4x32_10(c[s], key[s], r[s]);
+        counter_add(c[s], 1);
+      }
+      unsigned int v[4][4];  // v[d][s]: draw j + d of state i0 + s
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        if (KIND == KIND_NORMAL) {
+          float a0, b0, a1, b1;
+          sluice_rng_box_muller(r[s][0], r[s][1], &a0, &b0);
+          sluice_rng_box_muller(r[s][2], r[s][3], &a1, &b1);
+          v[0][s] = __float_as_uint(a0);
+          v[1][s] = __float_as_uint(b0);
+          v[2][s] = __float_as_uint(a1);
+          v[3][s] = __float_as_uint(b1);
+        } else {
+#pragma unroll
+          for (int d = 0; d < 4; ++d)
+            v[d][s] = KIND == KIND_U32 ? r[s][d] : __float_as_uint(sluice_rng_u32_to_uniform(r[s][d]));
+        }
+      }
+#pragma unroll
+      for (int d = 0; d < 4; ++d)
+        if (j + d < j1)
+          *reinterpret_cast<uint4*>(out + (j + d) * n + i0) = make_uint4(v[d][0], v[d][1], v[d][2], v[d][3]);
+    }
+  }
+  if (own) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      sluice_rng_state st = states[i0 + s];
+      advance_one<KIND>(&st, count);
+      states[i0 + s] = st;
+    }
   }
 }
 
@@ -198,3 +305,14 @@ __device__ __forceinline__ void advance(sluice_rng_state* states, u64 n, u64 cou
 SLUICE_RNG_SPLIT(u32, KIND_U32, u32)
 SLUICE_RNG_SPLIT(uniform, KIND_UNIFORM, float)
 SLUICE_RNG_SPLIT(normal, KIND_NORMAL, float)
+
+#define SLUICE_RNG_QUAD(NAME, KIND, T)                                                         \
+  extern "C" __global__ void sluice_rng_kernel_##NAME##_quad(sluice_rng_state* states, u64 n,  \
+                                                            T* out, u64 count, u64 parts,     \
+                                                            u64 per_part, u32 own) {          \
+    generate_quad<KIND>(states, n, (u32*)out, count, parts, per_part, own);                   \
+  }
+
+SLUICE_RNG_QUAD(u32, KIND_U32, u32)
+SLUICE_RNG_QUAD(uniform, KIND_UNIFORM, float)
+SLUICE_RNG_QUAD(normal, KIND_NORMAL, float)

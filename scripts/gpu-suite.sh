@@ -150,6 +150,12 @@ rng_part() {
   cp "$dir/rng.ptx" "$out/rng.ptx"
   if cmp -s "$dir/rng.ptx" kernels/rng.ptx; then note "rng: kernels/rng.ptx is current"
   else note "rng: kernels/rng.ptx differs from a fresh nvcc -ptx (new one in rng.ptx)"; fi
+  # SLUICE_GPU_RNG_FRESH=1: the later parts load the fresh PTX (a kernels/rng.cu
+  # change tried on the GPU before its PTX is committed).
+  if [ "${SLUICE_GPU_RNG_FRESH:-}" = 1 ]; then
+    export SLUICE_RNG_PTX="$dir/rng.ptx"
+    note "rng: SLUICE_RNG_PTX=$SLUICE_RNG_PTX (fresh) for the parts that follow"
+  fi
   "$dir/rng_vs_curand" vectors 0x243F6A8885A308D3 8 9 "$dir/small.bin"
   if cmp -s "$dir/small.bin" tests/data/curand_philox_8x9.bin; then note "rng: tests/data/curand_philox_8x9.bin is cuRAND's"
   else note "rng: tests/data/curand_philox_8x9.bin differs from cuRAND's draws"; fi

@@ -6,7 +6,7 @@ use super::philox::PhiloxState;
 use super::{Distribution, Layout};
 use crate::backend::{BackendKind, LaunchDims};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, ErrorCode, Result};
 use crate::module::{Function, Module};
 use crate::ops;
 use crate::stream::Stream;
@@ -27,6 +27,9 @@ struct Kernels {
     /// Several threads per state (reading it), then one that advances it.
     split: [Arc<Function>; 3],
     advance: [Arc<Function>; 3],
+    /// Sample-major, four adjacent states per thread with 16-byte stores (None in
+    /// a PTX built before they existed).
+    quad: Option<[Arc<Function>; 3]>,
 }
 
 /// Threads a draw aims for: a few waves of a large GPU.
@@ -43,8 +46,20 @@ fn kernels(device: &Arc<Device>) -> Result<Arc<Kernels>> {
     if let Some(k) = map.get(&device.ordinal()) {
         return Ok(k.clone());
     }
-    let module = Module::load(device, RNG_PTX)
-        .map_err(|e| e.context("loading the RNG kernels (kernels/rng.ptx)"))?;
+    let module = match std::env::var_os("SLUICE_RNG_PTX") {
+        Some(path) => {
+            let mut ptx = std::fs::read(&path).map_err(|e| {
+                Error::new(
+                    ErrorCode::InvalidArgument,
+                    format!("SLUICE_RNG_PTX={}: {e}", path.to_string_lossy()),
+                )
+            })?;
+            ptx.push(0);
+            Module::load(device, &ptx)
+        }
+        None => Module::load(device, RNG_PTX),
+    }
+    .map_err(|e| e.context("loading the RNG kernels (kernels/rng.ptx)"))?;
     let f = |name: &CStr| module.function(name);
     let k = Arc::new(Kernels {
         init: f(c"sluice_rng_kernel_init")?,
@@ -63,6 +78,14 @@ fn kernels(device: &Arc<Device>) -> Result<Arc<Kernels>> {
             f(c"sluice_rng_kernel_uniform_advance")?,
             f(c"sluice_rng_kernel_normal_advance")?,
         ],
+        quad: match (
+            f(c"sluice_rng_kernel_u32_quad"),
+            f(c"sluice_rng_kernel_uniform_quad"),
+            f(c"sluice_rng_kernel_normal_quad"),
+        ) {
+            (Ok(a), Ok(b), Ok(c)) => Some([a, b, c]),
+            _ => None,
+        },
     });
     map.insert(device.ordinal(), k.clone());
     Ok(k)
@@ -115,6 +138,60 @@ pub(super) fn init(
     }
 }
 
+/// The sample-major draw with four adjacent states per thread: `parts` threads per
+/// group of four, each drawing a multiple of four draws; with one part the kernel
+/// also advances the states, otherwise the advance kernel follows.
+#[allow(clippy::too_many_arguments)]
+fn generate_quad(
+    stream: &Stream,
+    quad: &Arc<Function>,
+    advance: &Arc<Function>,
+    states: u64,
+    n: usize,
+    out: u64,
+    count: usize,
+    set: &[Access<'_>],
+) -> Result<()> {
+    let groups = n / 4;
+    let want = TARGET_THREADS
+        .div_ceil(groups)
+        .min(count / MIN_DRAWS_PER_THREAD)
+        .max(1);
+    let per = count.div_ceil(want).next_multiple_of(4);
+    let parts = count.div_ceil(per).max(1);
+    let arg = |v: &mut u64| v as *mut u64 as *mut c_void;
+    let (mut p, mut n64, mut o, mut c) = (states, n as u64, out, count as u64);
+    let (mut parts64, mut per64, mut own) = (parts as u64, per as u64, u32::from(parts == 1));
+    let mut args = [
+        arg(&mut p),
+        arg(&mut n64),
+        arg(&mut o),
+        arg(&mut c),
+        arg(&mut parts64),
+        arg(&mut per64),
+        &mut own as *mut u32 as *mut c_void,
+    ];
+    // SAFETY: the quad kernel's seven parameters (8 bytes each, 4 for `own`); the
+    // output range holds n * count words, 16-byte aligned, n a multiple of 4.
+    unsafe {
+        ops::launch_set(
+            stream,
+            quad,
+            dims(groups * parts),
+            args.as_mut_ptr(),
+            args.len(),
+            set,
+        )
+    }?;
+    if parts == 1 {
+        return Ok(());
+    }
+    let (mut p2, mut n2, mut c2) = (states, n as u64, count as u64);
+    let mut args = [arg(&mut p2), arg(&mut n2), arg(&mut c2)];
+    // SAFETY: three 8-byte parameters; the states hold n states.
+    unsafe { ops::launch_set(stream, advance, dims(n), args.as_mut_ptr(), args.len(), set) }
+}
+
 /// Draws `count` values of `dist` from each of `n` states into `out` (32-bit words,
 /// in `layout`), as one op over `set`.
 #[allow(clippy::too_many_arguments)]
@@ -136,6 +213,20 @@ pub(super) fn generate(
         BackendKind::Cuda => {
             let k = kernels(&stream.device)?;
             let d = dist as usize - 1;
+            if let Some(quad) = &k.quad {
+                if layout == Layout::SampleMajor && n % 4 == 0 && out % 16 == 0 {
+                    return generate_quad(
+                        stream,
+                        &quad[d],
+                        &k.advance[d],
+                        states,
+                        n,
+                        out,
+                        count,
+                        set,
+                    );
+                }
+            }
             let parts = TARGET_THREADS
                 .div_ceil(n)
                 .min(count / MIN_DRAWS_PER_THREAD)
