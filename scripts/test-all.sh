@@ -33,6 +33,9 @@ echo "SONAME: $soname"
 [ "$(readlink target/release/libsluice.so.0)" = libsluice.so ] \
   || { echo "target/release/libsluice.so.0 is not a link to libsluice.so (build.rs makes it)" >&2; exit 1; }
 
+step "kernels on the CPU: the RNG's four-states-per-thread kernels against its per-state ones"
+bash tests/kernels_on_cpu/run.sh
+
 step "rust: demo"
 cargo run --release --quiet --example pipeline 16 4
 
