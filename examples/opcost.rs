@@ -219,6 +219,30 @@ fn main() {
         });
         row("ping-pong op (launch, 1 read, 1 write, 1 wait)", s, r);
     }
+    if want("trace") {
+        // The ping-pong op with host spans on less the same op with tracing off, in
+        // alternating passes (best of each); the trace goes to a temporary file.
+        let path = std::env::temp_dir().join(format!("opcost-trace-{}.json", std::process::id()));
+        let cpath = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        let mut k = 0u64;
+        let mut ping = || {
+            k += 1;
+            if k % 2 == 0 {
+                launch(sa, &[y], &[x], &mut args_a)
+            } else {
+                launch(sb, &[x], &[y], &mut args_b)
+            }
+        };
+        let (mut off, mut on) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..3 {
+            off = off.min(ns(&mut ping));
+            ok(sluice_trace_start(cpath.as_ptr()));
+            on = on.min(ns(&mut ping));
+            ok(sluice_trace_stop());
+        }
+        let _ = std::fs::remove_file(&path);
+        row("ping-pong op, host spans on (less: tracing off)", on, off);
+    }
     // Foreign op pairs reading k objects that no other stream writes (the common
     // case: one record, no wait). Keys op1obj, op4obj, op16obj ("op" runs all three).
     for k in [1usize, 4, 16] {

@@ -319,7 +319,7 @@ fn op_name(kind: OpKind<'_>) -> String {
     match kind {
         OpKind::Copy(..) => "a copy".into(),
         OpKind::Memset(_) => "a memset".into(),
-        OpKind::Launch(name) => format!("the launch of '{name}'"),
+        OpKind::Launch(f) => format!("the launch of '{}'", f.name),
         OpKind::HostFn => "a host callback".into(),
         OpKind::GraphLaunch(_) => "a graph launch".into(),
         OpKind::ForeignBegin(what) => format!("'{what}'"),

@@ -374,7 +374,7 @@ fn consumer_use(stream: &Stream, buf: &Buffer) -> Result<()> {
     op_begin(
         stream,
         &set,
-        OpKind::ForeignBegin("dlpack"),
+        OpKind::ForeignBegin(&"dlpack"),
         false,
         &mut seen,
     )?;

@@ -830,7 +830,7 @@ impl ForeignOp {
 
     /// Issues the op's waits; from here on it is open.
     fn open(&mut self) -> Result<()> {
-        let kind = OpKind::ForeignBegin("op begin");
+        let kind = OpKind::ForeignBegin(&"op begin");
         op_begin(&self.stream, self.set.get(), kind, true, &mut self.seen)?;
         *self.ended.get_mut() = false;
         Ok(())

@@ -22,6 +22,8 @@ pub struct Function {
     pub name: String,
     /// The kernel's number of parameters where the driver can tell (CUDA 12.4+).
     pub param_count: Option<usize>,
+    /// Its name in traces, interned at its first traced launch.
+    pub(crate) span_name: crate::trace::KernelName,
 }
 
 impl Module {
@@ -51,6 +53,7 @@ impl Module {
             _module: self.clone(),
             raw,
             name: name.to_string_lossy().into_owned(),
+            span_name: Default::default(),
         }))
     }
 }

@@ -187,7 +187,7 @@ pub(crate) unsafe fn launch_set(
     func.check_arg_count(num_args)?;
     engine::run_op(
         stream,
-        OpKind::Launch(&func.name),
+        OpKind::Launch(func),
         set,
         #[inline(always)]
         || {

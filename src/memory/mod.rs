@@ -277,7 +277,7 @@ impl Drop for Memory {
                     }
                     // Order the free after every outstanding use, on the device.
                     let set = [Access::new(ObjRef::new(&self.sync), true)];
-                    let (kind, mut seen) = (OpKind::ForeignBegin("free"), engine::Seen::new());
+                    let (kind, mut seen) = (OpKind::ForeignBegin(&"free"), engine::Seen::new());
                     if engine::op_begin(home, &set, kind, false, &mut seen).is_err() {
                         // Not ordered on the device: wait for the uses on the host.
                         for r in self.sync.outstanding() {

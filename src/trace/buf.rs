@@ -1,13 +1,17 @@
 //! Per-thread record buffers: what a traced op writes on its path.
 //!
-//! A traced op appends fixed-size binary records (timestamps, stream id, a static
-//! name, byte counts, the recordings it waited on) to its thread's buffer: a `Vec`
-//! behind a lock of its own, which only that thread and the drainer take, so ops on
-//! different threads share no lock and no cache line. Each thread registers its
-//! buffer once, in a global list. Nothing is formatted on the op path: a drain (the
-//! trace's flush thread every 100 ms or when a buffer passes [`WAKE_AT`] records,
-//! `flush`, `stop`, or the op itself past [`DRAIN_AT`]) swaps every buffer out,
-//! sorts the records by time and formats them as JSON (`Sink::records`).
+//! A traced op writes one 64-byte record (one more per further recording it
+//! waited on) into its thread's current chunk with plain stores and publishes it
+//! with one release store of the chunk's length: no lock, no read-modify-write, no
+//! allocation, no formatting. A full chunk ([`CHUNK`] records) moves to the thread's
+//! list of full ones under the thread's lock, and a chunk from a process-wide pool
+//! takes its place (drained chunks go back to the pool, so their memory is reused,
+//! not faulted in anew). Records that are not an op's (labels, captures, stream
+//! ends) are rare and go to a list behind the same lock. Each thread registers its
+//! buffer once, in a global list. A drain (the trace's flush thread every 100 ms or
+//! when a thread has [`WAKE_AT`] records waiting, `flush`, `stop`, or the op itself
+//! past [`DRAIN_AT`]) takes every published record, sorts them by time and formats
+//! them as JSON (`Sink::drain`).
 //!
 //! Order: a thread's records are in time order per stream track (ops on one stream
 //! are serialised by its push lock, and an op's record is written before the next
@@ -16,17 +20,28 @@
 //! next drain: every record of a stream that started before the cutoff was written
 //! before any later op of that stream started, so a drain never emits a span after
 //! a later one of the same track, and the op that made a recording an op waited on
-//! is always formatted first (flow arrows resolve at drain time).
+//! is always formatted first (flow arrows resolve at drain time). A stream's label
+//! record is listed before the op records taken with it, so it names the track first.
 
+use super::names::SpanName;
 use super::OpKind;
-use crate::counters::CopyDir;
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::{Cell, UnsafeCell};
+use std::mem::MaybeUninit;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Records in one thread's buffer at which it wakes the flush thread.
+/// Records per chunk (64 KiB).
+const CHUNK: usize = 1024;
+/// Drained chunks kept for reuse (4 MiB).
+const POOL_MAX: usize = 64;
+/// Chunks a trace start puts in the pool, their pages touched, so that the ops of
+/// its first flush periods take no page faults (1 MiB).
+const POOL_START: usize = 16;
+/// Records waiting in one thread's full chunks at which it wakes the flush thread.
 pub(crate) const WAKE_AT: usize = 1 << 15;
-/// Records in one thread's buffer at which the op drains all buffers itself.
+/// Records waiting in one thread's full chunks at which the op drains all buffers
+/// itself (the flush thread does not keep up).
 pub(crate) const DRAIN_AT: usize = 1 << 20;
 
 /// The category of an op span.
@@ -63,25 +78,75 @@ pub(crate) enum ArgKind {
     GraphExec,
 }
 
-/// One op's enqueue span.
+/// One op's enqueue span (`wait_only` false), or one more recording the next op
+/// span of this thread waited on (`wait_only`: `t0`, `stream` the source, `seq`).
+/// One cache line.
 #[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
 pub(crate) struct OpRec {
     pub(crate) t0: u64,
-    pub(crate) t1: u64,
     pub(crate) stream: u64,
     /// The op's recording (0: none; sequence numbers start at 1).
     pub(crate) seq: u64,
     pub(crate) arg: u64,
-    pub(crate) name: &'static str,
+    /// The first recording the op waited on, (stream, seq); seq 0: none.
+    pub(crate) waited: (u64, u64),
+    pub(crate) name: SpanName,
+    /// The span's length in ns (saturated at `u32::MAX`, 4.3 s).
+    pub(crate) dur: u32,
     pub(crate) cat: Cat,
     pub(crate) arg_kind: ArgKind,
     pub(crate) captured: bool,
-    /// The first recording the op waited on, (stream, seq); seq 0: none. Further
-    /// ones come as `Wait` records before the op (one record for the common op).
-    pub(crate) waited: (u64, u64),
+    pub(crate) wait_only: bool,
 }
 
-/// A record of a per-thread buffer.
+const _: () = assert!(std::mem::size_of::<OpRec>() == 64);
+
+impl OpRec {
+    /// The span of an op of `kind` on `stream` from `t0` to `t1`.
+    #[inline(always)]
+    pub(crate) fn new(kind: &OpKind<'_>, stream: u64, t0: u64, t1: u64) -> OpRec {
+        let (cat, arg_kind, arg) = match *kind {
+            OpKind::Copy(_, n) | OpKind::Memset(n) => (Cat::Copy, ArgKind::Bytes, n),
+            OpKind::Launch(_) => (Cat::Launch, ArgKind::None, 0),
+            OpKind::HostFn => (Cat::Host, ArgKind::None, 0),
+            OpKind::GraphLaunch(id) => (Cat::Graph, ArgKind::GraphExec, id),
+            OpKind::ForeignBegin(_) | OpKind::ForeignEnd => (Cat::Foreign, ArgKind::None, 0),
+            OpKind::Record | OpKind::WaitEvent => (Cat::Event, ArgKind::None, 0),
+        };
+        OpRec {
+            t0,
+            stream,
+            seq: 0,
+            arg,
+            waited: (0, 0),
+            name: super::names::span_name(kind),
+            dur: (t1 - t0).min(u32::MAX as u64) as u32,
+            cat,
+            arg_kind,
+            captured: false,
+            wait_only: false,
+        }
+    }
+
+    fn wait(t0: u64, src: u64, seq: u64) -> OpRec {
+        OpRec {
+            t0,
+            stream: src,
+            seq,
+            arg: 0,
+            waited: (0, 0),
+            name: &"",
+            dur: 0,
+            cat: Cat::Event,
+            arg_kind: ArgKind::None,
+            captured: false,
+            wait_only: true,
+        }
+    }
+}
+
+/// A record as a drain sees it.
 #[derive(Debug)]
 pub(crate) enum Rec {
     /// A recording that the following `Op` waited on.
@@ -121,28 +186,127 @@ impl Rec {
             Rec::Capture { t, .. } | Rec::Gone { t, .. } => *t,
         }
     }
+
+    fn from_op(o: &OpRec) -> Rec {
+        if o.wait_only {
+            Rec::Wait {
+                t0: o.t0,
+                src: o.stream,
+                seq: o.seq,
+            }
+        } else {
+            Rec::Op(*o)
+        }
+    }
+}
+
+/// [`CHUNK`] records, written by one thread and read by the drainer.
+struct Chunk {
+    recs: UnsafeCell<[MaybeUninit<OpRec>; CHUNK]>,
+    /// Records written; stored (release) by the writing thread only.
+    len: AtomicUsize,
+    /// Records the drainer took; touched by the drainer only, under the thread's lock.
+    taken: AtomicUsize,
+}
+
+/// A chunk owned by a thread's buffer or by the pool.
+struct ChunkPtr(NonNull<Chunk>);
+
+// SAFETY: the writer writes only the slots at and past `len`, readers read only the
+// slots before it (acquire), and a chunk is freed or reused only by its one owner.
+unsafe impl Send for ChunkPtr {}
+
+impl ChunkPtr {
+    fn get(&self) -> &Chunk {
+        // SAFETY: the chunk lives until its owner frees it (`free`).
+        unsafe { self.0.as_ref() }
+    }
+
+    /// A chunk from the pool, or a new one; empty.
+    fn fresh() -> ChunkPtr {
+        if let Some(c) = lock(&POOL).pop() {
+            c.get().len.store(0, Ordering::Relaxed);
+            c.get().taken.store(0, Ordering::Relaxed);
+            return c;
+        }
+        // Not zeroed: the records start uninitialised, only the counts need values.
+        let mut b = Box::<Chunk>::new_uninit();
+        let p = b.as_mut_ptr();
+        // SAFETY: initialises the two counts of the allocation; `recs` needs no value.
+        let b = unsafe {
+            std::ptr::addr_of_mut!((*p).len).write(AtomicUsize::new(0));
+            std::ptr::addr_of_mut!((*p).taken).write(AtomicUsize::new(0));
+            b.assume_init()
+        };
+        ChunkPtr(NonNull::from(Box::leak(b)))
+    }
+
+    /// Gives the chunk to the pool, or frees it when the pool is full.
+    fn recycle(self) {
+        let mut pool = lock(&POOL);
+        if pool.len() < POOL_MAX {
+            pool.push(self);
+            return;
+        }
+        drop(pool);
+        // SAFETY: allocated by `fresh` as a `Box`, owned only here.
+        drop(unsafe { Box::from_raw(self.0.as_ptr()) });
+    }
+
+    /// Appends the published records the drainer has not taken, and marks them taken.
+    fn take_into(&self, out: &mut Vec<Rec>) {
+        let c = self.get();
+        let len = c.len.load(Ordering::Acquire);
+        let from = c.taken.load(Ordering::Relaxed);
+        // SAFETY: the slots before `len` were written and are no longer written.
+        let recs = unsafe { std::slice::from_raw_parts(c.recs.get().cast::<OpRec>(), len) };
+        out.extend(recs[from..].iter().map(Rec::from_op));
+        c.taken.store(len, Ordering::Relaxed);
+    }
+
+    fn drained(&self) -> bool {
+        let c = self.get();
+        c.taken.load(Ordering::Relaxed) == c.len.load(Ordering::Acquire)
+    }
+}
+
+static POOL: Mutex<Vec<ChunkPtr>> = Mutex::new(Vec::new());
+
+/// What a thread's buffer shares with the drainer, under its lock.
+struct Shared {
+    /// The chunk the thread writes.
+    current: ChunkPtr,
+    /// Full chunks, oldest first.
+    full: Vec<ChunkPtr>,
+    /// Records that are not an op's.
+    other: Vec<Rec>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let current = std::mem::replace(&mut self.current, ChunkPtr(NonNull::dangling()));
+        for c in self.full.drain(..).chain(Some(current)) {
+            c.recycle();
+        }
+    }
 }
 
 /// One thread's buffer, shared with the drainer.
 pub(crate) struct ThreadBuf {
-    recs: Mutex<Vec<Rec>>,
+    shared: Mutex<Shared>,
 }
 
 impl ThreadBuf {
-    fn lock(&self) -> MutexGuard<'_, Vec<Rec>> {
-        self.recs.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        lock(&self.shared)
     }
 }
 
 /// Every thread's buffer (threads that ended stay until drained).
 static BUFS: Mutex<Vec<Arc<ThreadBuf>>> = Mutex::new(Vec::new());
 
-/// The buffer of records written while the thread's own is gone (thread exit).
+/// The records written while the thread's own buffer is gone (thread exit).
 static ORPHANS: Mutex<Vec<Rec>> = Mutex::new(Vec::new());
-
-/// Kernel names seen by any thread, leaked once each (bounded by [`MAX_NAMES`]).
-static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-const MAX_NAMES: usize = 4096;
 
 /// Bumped by every trace start: a thread's label cache belongs to one trace.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -150,255 +314,289 @@ pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// Slots of a thread's label cache (direct-mapped by stream id).
 const LABEL_SLOTS: usize = 8;
 
-/// A thread's own state: its shared buffer, and caches that spare the op path a
-/// lock: the label version last written per stream, and kernel names.
-struct Local {
+/// A thread's writing side: its buffer, the chunk it writes and how far, and the
+/// label version it last wrote per stream (in trace `generation`).
+struct Writer {
     buf: Arc<ThreadBuf>,
+    chunk: NonNull<Chunk>,
+    len: usize,
     generation: u64,
     /// (stream id + 1, label version) whose `Label` record this thread wrote.
     labels: [(u64, u64); LABEL_SLOTS],
-    names: Vec<&'static str>,
+}
+
+/// Owns the thread's [`Writer`] and frees it at thread exit.
+struct WriterOwner(Cell<*mut Writer>);
+
+impl Drop for WriterOwner {
+    fn drop(&mut self) {
+        let w = self.0.get();
+        if !w.is_null() {
+            WRITER.with(|c| c.set(std::ptr::null_mut()));
+            // SAFETY: made by `register` from a `Box`; the op path no longer sees it.
+            drop(unsafe { Box::from_raw(w) });
+        }
+    }
 }
 
 thread_local! {
-    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+    /// The op path's pointer to the thread's writer (null until registered, and
+    /// after thread exit). No destructor, so reading it takes no state check.
+    static WRITER: Cell<*mut Writer> = const { Cell::new(std::ptr::null_mut()) };
+    static OWNER: WriterOwner = const { WriterOwner(Cell::new(std::ptr::null_mut())) };
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Local {
-    fn new() -> Local {
-        let buf = Arc::new(ThreadBuf {
-            recs: Mutex::new(Vec::with_capacity(1024)),
-        });
-        lock(&BUFS).push(buf.clone());
-        Local {
-            buf,
-            generation: GENERATION.load(Ordering::Relaxed),
-            labels: [(0, 0); LABEL_SLOTS],
-            names: Vec::new(),
+impl Writer {
+    /// Appends one record and publishes it.
+    #[inline(always)]
+    fn push(&mut self, rec: OpRec) {
+        if self.len == CHUNK {
+            self.roll();
+        }
+        // SAFETY: the current chunk lives while `buf` holds it; slot `len` is ours.
+        let c = unsafe { self.chunk.as_ref() };
+        unsafe { c.recs.get().cast::<OpRec>().add(self.len).write(rec) };
+        self.len += 1;
+        c.len.store(self.len, Ordering::Release);
+    }
+
+    /// The current chunk is full: hands it to the drainer and takes a fresh one.
+    #[cold]
+    #[inline(never)]
+    fn roll(&mut self) {
+        let fresh = ChunkPtr::fresh();
+        self.chunk = fresh.0;
+        self.len = 0;
+        let waiting = {
+            let mut g = self.buf.lock();
+            let full = std::mem::replace(&mut g.current, fresh);
+            g.full.push(full);
+            g.full.len() * CHUNK
+        };
+        if waiting >= DRAIN_AT {
+            super::drain_now();
+        } else if waiting % WAKE_AT == 0 {
+            super::wake_flusher();
         }
     }
 
-    /// A `'static` copy of a kernel name.
-    fn intern(&mut self, name: &str) -> &'static str {
-        if let Some(n) = self.names.iter().find(|n| **n == name) {
-            return n;
+    /// Whether this thread has not written stream `stream`'s label `version` in
+    /// this trace; notes that it now has.
+    #[inline(always)]
+    fn label_is_new(&mut self, stream: u64, version: u64) -> bool {
+        let generation = GENERATION.load(Ordering::Relaxed);
+        if self.generation != generation {
+            self.generation = generation;
+            self.labels = [(0, 0); LABEL_SLOTS];
         }
-        let n = intern_global(name);
-        if self.names.len() < 64 {
-            self.names.push(n);
-        }
-        n
+        let slot = &mut self.labels[(stream as usize) % LABEL_SLOTS];
+        let new = *slot != (stream + 1, version);
+        *slot = (stream + 1, version);
+        new
     }
 }
 
+/// The calling thread's writer, registering it on first use; None while the
+/// thread exits.
 #[cold]
-fn intern_global(name: &str) -> &'static str {
-    let mut g = lock(&NAMES);
-    if let Some(n) = g.iter().find(|n| **n == name) {
-        return n;
-    }
-    if g.len() >= MAX_NAMES {
-        return "kernel";
-    }
-    let n: &'static str = Box::leak(name.into());
-    g.push(n);
-    n
+#[inline(never)]
+fn register() -> Option<*mut Writer> {
+    OWNER
+        .try_with(|o| {
+            if o.0.get().is_null() {
+                let current = ChunkPtr::fresh();
+                let chunk = current.0;
+                let buf = Arc::new(ThreadBuf {
+                    shared: Mutex::new(Shared {
+                        current,
+                        full: Vec::new(),
+                        other: Vec::new(),
+                    }),
+                });
+                lock(&BUFS).push(buf.clone());
+                let w = Box::into_raw(Box::new(Writer {
+                    buf,
+                    chunk,
+                    len: 0,
+                    generation: GENERATION.load(Ordering::Relaxed),
+                    labels: [(0, 0); LABEL_SLOTS],
+                }));
+                o.0.set(w);
+                WRITER.with(|c| c.set(w));
+            }
+            o.0.get()
+        })
+        .ok()
 }
 
-/// A `'static` name for an op kind; `intern` copies a kernel's.
-fn kind_name(kind: &OpKind<'_>, intern: impl FnOnce(&str) -> &'static str) -> &'static str {
-    match kind {
-        OpKind::Copy(CopyDir::H2D, _) => "copy H2D",
-        OpKind::Copy(CopyDir::D2H, _) => "copy D2H",
-        OpKind::Copy(CopyDir::D2D, _) => "copy D2D",
-        OpKind::Copy(CopyDir::H2H, _) => "copy H2H",
-        OpKind::Memset(_) => "memset",
-        OpKind::Launch(name) => intern(name),
-        OpKind::HostFn => "host fn",
-        OpKind::GraphLaunch(_) => "graph launch",
-        OpKind::ForeignBegin(what) => what,
-        OpKind::ForeignEnd => "op end",
-        OpKind::Record => "record",
-        OpKind::WaitEvent => "wait event",
-    }
-}
-
-/// A `'static` name for an op kind, off the op path (device spans).
-pub(crate) fn static_name(kind: &OpKind<'_>) -> &'static str {
-    kind_name(kind, intern_global)
-}
-
-/// What `op` needs of the stream to name its track: its id and label version, and
-/// a way to read the label when it changed.
+/// What `op` needs of the stream to name its track: its label version, and a way
+/// to read the label when it changed.
 pub(crate) struct LabelSrc<'a> {
-    pub(crate) stream: u64,
     pub(crate) version: u64,
     pub(crate) read: &'a dyn Fn() -> Option<Arc<str>>,
 }
 
 /// Appends one op's records to the calling thread's buffer: a `Label` record when
-/// this thread has not written the stream's current label in this trace, a `Wait`
-/// per recording waited on, then the span.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn op(
-    t0: u64,
-    t1: u64,
-    label: LabelSrc<'_>,
-    kind: &OpKind<'_>,
-    seq: u64,
-    captured: bool,
-    from: &[(u64, u64)],
-) {
-    let (cat, arg_kind, arg) = match *kind {
-        OpKind::Copy(_, n) => (Cat::Copy, ArgKind::Bytes, n),
-        OpKind::Memset(n) => (Cat::Copy, ArgKind::Bytes, n),
-        OpKind::Launch(_) => (Cat::Launch, ArgKind::None, 0),
-        OpKind::HostFn => (Cat::Host, ArgKind::None, 0),
-        OpKind::GraphLaunch(id) => (Cat::Graph, ArgKind::GraphExec, id),
-        OpKind::ForeignBegin(_) | OpKind::ForeignEnd => (Cat::Foreign, ArgKind::None, 0),
-        OpKind::Record | OpKind::WaitEvent => (Cat::Event, ArgKind::None, 0),
-    };
-    let me = label.stream;
-    let write = |local: &mut Local| {
-        let name = kind_name(kind, |n| local.intern(n));
-        let generation = GENERATION.load(Ordering::Relaxed);
-        if local.generation != generation {
-            local.generation = generation;
-            local.labels = [(0, 0); LABEL_SLOTS];
-        }
-        let slot = &mut local.labels[(me as usize) % LABEL_SLOTS];
-        let new_label = *slot != (me + 1, label.version);
-        if new_label {
-            *slot = (me + 1, label.version);
-        }
-        let rec = Rec::Op(OpRec {
-            t0,
-            t1,
-            stream: me,
-            seq,
-            arg,
-            name,
-            cat,
-            arg_kind,
-            captured,
-            waited: from.first().copied().unwrap_or((0, 0)),
-        });
-        let mut g = local.buf.lock();
-        push(
-            &mut g,
-            new_label,
-            t0,
-            &label,
-            from.get(1..).unwrap_or(&[]),
-            rec,
-        )
-    };
-    let len = LOCAL
-        .try_with(|l| {
-            let mut l = l.borrow_mut();
-            write(l.get_or_insert_with(Local::new))
-        })
-        .unwrap_or_else(|_| {
-            // The thread is exiting: its own buffer is gone.
-            let mut g = lock(&ORPHANS);
-            let rec = Rec::Op(OpRec {
-                t0,
-                t1,
-                stream: me,
-                seq,
-                arg,
-                name: static_name(kind),
-                cat,
-                arg_kind,
-                captured,
-                waited: from.first().copied().unwrap_or((0, 0)),
-            });
-            push(&mut g, true, t0, &label, from.get(1..).unwrap_or(&[]), rec)
-        });
-    if len >= WAKE_AT && len % WAKE_AT == 0 {
-        full(len);
-    }
-}
-
+/// this thread has not written the stream's current label in this trace, a wait
+/// record per further recording waited on (`more`: (stream, seq)), then the span.
 #[inline(always)]
-fn push(
-    g: &mut Vec<Rec>,
-    new_label: bool,
-    t0: u64,
-    label: &LabelSrc<'_>,
-    from: &[(u64, u64)],
-    rec: Rec,
-) -> usize {
-    if new_label {
-        push_label(g, t0, label);
+pub(crate) fn op(rec: OpRec, label: LabelSrc<'_>, more: impl Iterator<Item = (u64, u64)>) {
+    let mut w = WRITER.with(Cell::get);
+    if w.is_null() {
+        match register() {
+            Some(p) => w = p,
+            None => return orphan(rec, &label, more),
+        }
     }
-    for &(src, seq) in from {
-        g.push(Rec::Wait { t0, src, seq });
+    // SAFETY: the writer lives until this thread's `OWNER` is destroyed, which
+    // nulls `WRITER` first; nothing below reaches `op` again on this thread.
+    let w = unsafe { &mut *w };
+    if w.label_is_new(rec.stream, label.version) {
+        push_label(w, rec.t0, rec.stream, &label);
     }
-    g.push(rec);
-    g.len()
+    for (src, seq) in more {
+        w.push(OpRec::wait(rec.t0, src, seq));
+    }
+    w.push(rec);
 }
 
-#[cold]
-fn push_label(g: &mut Vec<Rec>, t0: u64, label: &LabelSrc<'_>) {
-    g.push(Rec::Label {
-        t0,
-        stream: label.stream,
-        label: (label.read)(),
-    });
-}
-
-/// A buffer passed [`WAKE_AT`] records: wakes the flush thread, or drains now when
-/// it passed [`DRAIN_AT`] (the flush thread does not keep up).
 #[cold]
 #[inline(never)]
-fn full(len: usize) {
-    if len >= DRAIN_AT {
-        super::drain_now();
-    } else {
-        super::wake_flusher();
+fn push_label(w: &mut Writer, t0: u64, stream: u64, label: &LabelSrc<'_>) {
+    let rec = Rec::Label {
+        t0,
+        stream,
+        label: (label.read)(),
+    };
+    w.buf.lock().other.push(rec);
+}
+
+/// The thread is exiting: its own buffer is gone.
+#[cold]
+fn orphan(rec: OpRec, label: &LabelSrc<'_>, more: impl Iterator<Item = (u64, u64)>) {
+    let mut g = lock(&ORPHANS);
+    g.push(Rec::Label {
+        t0: rec.t0,
+        stream: rec.stream,
+        label: (label.read)(),
+    });
+    for (src, seq) in more {
+        g.push(Rec::Wait {
+            t0: rec.t0,
+            src,
+            seq,
+        });
     }
+    g.push(Rec::Op(rec));
 }
 
 /// Appends a record that is not an op's (captures, stream ends). Dropped while the
 /// thread exits.
 pub(crate) fn other(rec: Rec) {
-    let _ = LOCAL.try_with(|l| {
-        let mut l = l.borrow_mut();
-        let local = l.get_or_insert_with(Local::new);
-        local.buf.lock().push(rec);
-    });
+    let mut w = WRITER.with(Cell::get);
+    if w.is_null() {
+        match register() {
+            Some(p) => w = p,
+            None => return,
+        }
+    }
+    // SAFETY: as in `op`.
+    let w = unsafe { &*w };
+    w.buf.lock().other.push(rec);
 }
 
-/// Moves every buffered record into `out` (appending), using `spare` as the empty
-/// buffer each thread gets back; drops the buffers of threads that ended.
-pub(crate) fn take_all(out: &mut Vec<Rec>, spare: &mut Vec<Rec>) {
+/// Appends every published record to `out`; per thread, its other records first,
+/// then its op records in order. Drops the buffers of threads that ended.
+pub(crate) fn take_all(out: &mut Vec<Rec>) {
     let bufs: Vec<Arc<ThreadBuf>> = lock(&BUFS).clone();
     for b in &bufs {
-        {
-            let mut g = b.lock();
-            if g.is_empty() {
-                continue;
-            }
-            spare.clear();
-            std::mem::swap(&mut *g, spare);
+        let mut g = b.lock();
+        out.append(&mut g.other);
+        for c in std::mem::take(&mut g.full) {
+            c.take_into(out);
+            c.recycle();
         }
-        out.append(spare);
+        g.current.take_into(out);
     }
     out.append(&mut lock(&ORPHANS));
     drop(bufs);
     // A buffer only the list holds belongs to a thread that ended; keep it until
-    // it is empty (an op of that thread may have written it after the swap above).
-    lock(&BUFS).retain(|b| Arc::strong_count(b) > 1 || !b.lock().is_empty());
+    // it is empty (an op of that thread may have written it after the loop above).
+    lock(&BUFS).retain(|b| {
+        Arc::strong_count(b) > 1 || {
+            let g = b.lock();
+            !(g.other.is_empty() && g.full.is_empty() && g.current.drained())
+        }
+    });
 }
 
-/// Forgets what every buffer holds (a trace starts).
+/// Forgets what every buffer holds and fills the pool (a trace starts).
 pub(crate) fn clear_all() {
-    let mut all = Vec::new();
-    let mut spare = Vec::new();
-    take_all(&mut all, &mut spare);
+    take_all(&mut Vec::new());
+    let missing = POOL_START.saturating_sub(lock(&POOL).len());
+    for _ in 0..missing {
+        let c = ChunkPtr::fresh();
+        // SAFETY: the chunk is ours alone; zeroes its records to fault their pages in.
+        unsafe { std::ptr::write_bytes(c.get().recs.get(), 0, 1) };
+        c.recycle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spans_of(stream: u64, recs: &[Rec]) -> Vec<(u64, u64)> {
+        recs.iter()
+            .filter_map(|r| match r {
+                Rec::Op(o) if o.stream == stream => Some((o.t0, o.seq)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_cross_chunks_and_outlive_their_thread() {
+        const STREAM: u64 = u64::MAX - 7;
+        let n = 3 * CHUNK as u64 + 5;
+        let read = || Some(Arc::<str>::from("label"));
+        std::thread::spawn(move || {
+            for i in 1..=n {
+                let mut rec = OpRec::new(&OpKind::HostFn, STREAM, 10 * i, 10 * i + 3);
+                rec.seq = i;
+                let more = (i % 100 == 0).then_some((STREAM - 1, i));
+                let label = LabelSrc {
+                    version: 0,
+                    read: &read,
+                };
+                op(rec, label, more.into_iter());
+            }
+        })
+        .join()
+        .unwrap();
+        let mut all = Vec::new();
+        take_all(&mut all);
+        let spans = spans_of(STREAM, &all);
+        let want: Vec<(u64, u64)> = (1..=n).map(|i| (10 * i, i)).collect();
+        assert_eq!(spans, want);
+        let waits = all
+            .iter()
+            .filter(|r| matches!(r, Rec::Wait { src, .. } if *src == STREAM - 1))
+            .count();
+        assert_eq!(waits as u64, n / 100);
+        let label = all.iter().position(
+            |r| matches!(r, Rec::Label { stream, label: Some(l), .. } if *stream == STREAM && &**l == "label"),
+        );
+        let first = all
+            .iter()
+            .position(|r| matches!(r, Rec::Op(o) if o.stream == STREAM));
+        assert!(label.unwrap() < first.unwrap(), "the label comes first");
+        // The ended thread's buffer, drained, is gone from the list.
+        take_all(&mut Vec::new());
+        assert!(lock(&BUFS).iter().all(|b| Arc::strong_count(b) > 1));
+    }
 }

@@ -191,6 +191,12 @@ impl DeviceTrace {
     }
 }
 
+/// Whether ops are sampled (the op path's check before calling `begin`).
+#[inline(always)]
+pub(crate) fn sampling() -> bool {
+    EVERY.load(Ordering::Relaxed) != 0
+}
+
 /// Records the start event of a sampled op on `stream` (after its waits, before its
 /// work). Returns the event, or 0 when the op is not sampled.
 pub(crate) fn begin(stream: &Stream) -> u64 {

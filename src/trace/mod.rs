@@ -18,6 +18,7 @@
 mod buf;
 mod clock;
 mod device;
+mod names;
 mod sink;
 
 use crate::counters::{CopyDir, StreamCounts};
@@ -27,7 +28,9 @@ use crate::event::{PoolInner, Recording};
 use crate::log::LogLevel;
 use crate::memory::BufferKind;
 use crate::stream::Stream;
-use buf::{Rec, GENERATION};
+use buf::{OpRec, Rec, GENERATION};
+pub use names::KernelName;
+use names::SpanName;
 use sink::{Json, Sink, PID_DEVICE, PID_THREADS};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -363,13 +366,13 @@ fn with_sink(f: impl FnOnce(&mut Sink)) {
 pub enum OpKind<'a> {
     Copy(CopyDir, u64),
     Memset(u64),
-    /// A kernel launch, by kernel name.
-    Launch(&'a str),
+    /// A kernel launch.
+    Launch(&'a crate::module::Function),
     HostFn,
     /// A graph launch, by executable graph id.
     GraphLaunch(u64),
-    /// The begin of a foreign op (or of a device free, ordered like one).
-    ForeignBegin(&'static str),
+    /// The begin of a foreign op (or of a device free, ordered like one), by name.
+    ForeignBegin(SpanName),
     ForeignEnd,
     Record,
     WaitEvent,
@@ -411,27 +414,40 @@ pub(crate) fn op_done(
     }
     let t0 = obs.0;
     let t1 = now_ns().max(t0 + 2);
-    let mut from: smallvec::SmallVec<[(u64, u64); 4]> = smallvec::SmallVec::new();
-    match waited {
-        Waited::None => {}
-        Waited::Set(w) => from.extend(w.recordings().map(|r| (r.stream_id(), r.seq))),
-        Waited::One(r) => from.push((r.stream_id(), r.seq)),
-    }
+    let mut span = OpRec::new(&kind, stream.id, t0, t1);
+    span.seq = rec.map_or(0, |r| r.seq);
+    span.captured = stream.is_capturing();
+    let set = match waited {
+        Waited::Set(w) => Some(w.recordings()),
+        _ => None,
+    };
+    let mut more = set.into_iter().flatten().map(|r| (r.stream_id(), r.seq));
+    span.waited = match waited {
+        Waited::One(r) => (r.stream_id(), r.seq),
+        _ => more.next().unwrap_or((0, 0)),
+    };
     let read = || stream.label();
     let label = buf::LabelSrc {
-        stream: stream.id,
         version: stream.label_version(),
         read: &read,
     };
-    let seq = rec.map_or(0, |r| r.seq);
-    buf::op(t0, t1, label, &kind, seq, stream.is_capturing(), &from);
+    buf::op(span, label, more);
 }
 
 /// Records the start event of a device sample when this op is sampled (after its
 /// waits, before its work); 0 otherwise. Called only while tracing.
+#[inline(always)]
+pub(crate) fn device_begin(stream: &Stream) -> u64 {
+    if device::sampling() {
+        device_begin_sampling(stream)
+    } else {
+        0
+    }
+}
+
 #[cold]
 #[inline(never)]
-pub(crate) fn device_begin(stream: &Stream) -> u64 {
+fn device_begin_sampling(stream: &Stream) -> u64 {
     device::begin(stream)
 }
 
@@ -441,7 +457,7 @@ pub(crate) fn device_begin(stream: &Stream) -> u64 {
 #[inline(never)]
 pub(crate) fn device_end(stream: &Stream, dev: u64, kind: OpKind<'_>, ok: bool, seq: Option<u64>) {
     if ok {
-        device::end(stream, dev, buf::static_name(&kind), seq);
+        device::end(stream, dev, names::span_name(&kind), seq);
     } else {
         device::abandon(stream, dev);
     }

@@ -78,8 +78,6 @@ pub(crate) struct Sink {
     start_ns: u64,
     /// Records that started after a drain's cutoff, for the next drain.
     carry: Vec<Rec>,
-    /// The empty buffer a drain hands each thread in exchange for its records.
-    spare_recs: Vec<Rec>,
 }
 
 impl Sink {
@@ -102,7 +100,6 @@ impl Sink {
             generation,
             start_ns,
             carry: Vec::new(),
-            spare_recs: Vec::new(),
         };
         for (pid, name) in [
             (PID_STREAMS, "sluice streams (host enqueue)"),
@@ -210,7 +207,7 @@ impl Sink {
     pub(crate) fn drain(&mut self, cut: u64) {
         let mut batch = std::mem::take(&mut self.carry);
         let had = batch.len();
-        buf::take_all(&mut batch, &mut self.spare_recs);
+        buf::take_all(&mut batch);
         if batch.len() == had && had == 0 {
             return;
         }
@@ -262,7 +259,7 @@ impl Sink {
     /// One op's span, and an arrow from each traced recording it waited on.
     fn op(&mut self, o: &buf::OpRec, from: &[(u64, u64)]) {
         let me = o.stream;
-        let mid = o.t0 + (o.t1 - o.t0) / 2;
+        let mid = o.t0 + o.dur as u64 / 2;
         if !self.labels.contains_key(&(PID_STREAMS, me)) {
             self.stream_track(PID_STREAMS, me, None);
         }
@@ -280,7 +277,7 @@ impl Sink {
         }
         let seq = o.seq;
         self.event("X", o.name, o.cat.name(), PID_STREAMS, me, o.t0, |j| {
-            j.ts("dur", o.t1 - o.t0);
+            j.ts("dur", o.dur as u64);
             j.args(|a| {
                 if seq != 0 {
                     a.u64("seq", seq);
