@@ -527,11 +527,23 @@ fn check_states(bytes: &[u8], seed: u64, n: usize) {
 fn pinned_and_pageable_destinations_give_the_same_bytes_around_piece_boundaries() {
     let k = kit();
     let s = k.stream();
-    // Checksum chunks are 128 KiB (2048 states), staged pieces 1 MiB (16384
-    // states), direct pieces 1 MiB up to 8 MiB of states; one thread up to 1 MiB.
-    let chunk = (128 << 10) / STATE_BYTES;
+    // Checksum chunks are 32 KiB (512 states), staged pieces 1 MiB (16384
+    // states), direct pieces 256 KiB at the end, each earlier one twice the next;
+    // one thread up to 256 KiB.
+    let chunk = (32 << 10) / STATE_BYTES;
+    let last = (256 << 10) / STATE_BYTES;
     let piece = (1 << 20) / STATE_BYTES;
-    for base in [1, chunk, 3 * chunk, piece, 2 * piece, 5 * piece] {
+    for base in [
+        1,
+        chunk,
+        3 * chunk,
+        last,
+        2 * last,
+        3 * last,
+        piece,
+        2 * piece,
+        5 * piece,
+    ] {
         for n in [base.saturating_sub(1).max(1), base, base + 1] {
             let rng = Rng::create(&s, 77, n).unwrap();
             let ckpt = RngCheckpoint::create(&s, &rng).unwrap();

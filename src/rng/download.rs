@@ -5,7 +5,8 @@
 //! Two paths, by where the bytes go:
 //! - **direct**: the caller's buffer is page-locked (the backend says so): every
 //!   piece is copied straight into it, all issued at once; host threads checksum
-//!   each chunk of it once its piece's copy completed.
+//!   each chunk of it once its piece's copy completed. Pieces shrink towards the
+//!   end, so that little CRC work is left after the last copy.
 //! - **staged**: pageable memory: pieces go through pinned slots (cached per
 //!   device, bounded), two per thread, so that one copy is on the wire while the
 //!   thread moves the other slot's piece out and checksums it.
@@ -13,7 +14,9 @@
 //! The checksum runs in chunks of [`CHUNK`] bytes, so that the last piece's work is
 //! spread over the threads and the tail after the last copy is short; the chunks'
 //! CRCs are folded with a precomputed shift operator. The threads are a small pool,
-//! started once; small checkpoints stay on the calling thread. On any error,
+//! started once, that spin a while between jobs instead of sleeping (a sleeping
+//! core's wake-up can outlast a small checkpoint's copy); small checkpoints stay on
+//! the calling thread. Waits for copies poll their recordings. On any error,
 //! everything issued is waited for before the error is returned: nothing stays in
 //! flight into the caller's buffer or a slot.
 
@@ -26,22 +29,29 @@ use crate::stream::Stream;
 use crate::sync::access_set;
 use crate::trace::OpKind;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The unit of host work: one CRC (and, staged, one move out of a slot).
-pub(crate) const CHUNK: usize = 128 << 10;
-/// Direct pieces: about an eighth of the checkpoint, within these bounds.
-const DIRECT_PIECE_MIN: usize = 1 << 20;
-const DIRECT_PIECE_MAX: usize = 4 << 20;
+pub(crate) const CHUNK: usize = 32 << 10;
+/// Direct pieces, from the end: the last one this big, each earlier one twice the
+/// next, up to the max.
+const LAST_PIECE: usize = 256 << 10;
+const DIRECT_PIECE_MAX: usize = 16 << 20;
 /// Staged pieces, and the size of a slot.
 pub(crate) const STAGED_PIECE: usize = 1 << 20;
 /// Slots kept per device between calls (16 MiB of pinned memory at most).
 const CACHED_SLOTS: usize = 16;
 /// Up to this many bytes, one thread (the caller's) does all the host work.
-const ONE_THREAD_MAX: usize = 1 << 20;
+const ONE_THREAD_MAX: usize = 256 << 10;
 /// Threads taking part at most, the caller included.
 const MAX_THREADS: usize = 8;
+/// How long a helper spins for the next job before it sleeps.
+const IDLE_SPIN: Duration = Duration::from_micros(500);
+/// How long a wait for a copy polls before it blocks in the driver.
+const POLL_SPIN: Duration = Duration::from_millis(1);
 
 /// Copies `src` into `body` (device to host) on `io`, ordered after the last write
 /// of `src` and nothing else, and returns the CRC32C continued from `crc` over it.
@@ -68,20 +78,31 @@ pub(crate) fn download_with_crc(
     Ok(fold(crc, &crcs, len))
 }
 
-/// Continues `crc` over the chunks' CRCs, in order.
+/// Continues `crc` over the chunks' CRCs, in order. Full groups of [`GROUP`]
+/// chunks fold alone first (chains the CPU overlaps), then into `crc`.
 fn fold(mut crc: u32, crcs: &[AtomicU32], len: usize) -> u32 {
-    let shift = chunk_shift();
-    for (j, c) in crcs.iter().enumerate() {
+    let (one, group) = shifts();
+    let groups = len / (GROUP * CHUNK);
+    for g in crcs.chunks_exact(GROUP).take(groups) {
+        let x = g
+            .iter()
+            .fold(0, |x, c| one.apply(x) ^ c.load(Ordering::Relaxed));
+        crc = group.apply(crc) ^ x;
+    }
+    for (j, c) in crcs.iter().enumerate().skip(groups * GROUP) {
         let c = c.load(Ordering::Relaxed);
         let n = (len - j * CHUNK).min(CHUNK);
         crc = if n == CHUNK {
-            shift.apply(crc) ^ c
+            one.apply(crc) ^ c
         } else {
             crc32c::crc32c_combine(crc, c, n)
         };
     }
     crc
 }
+
+/// Chunks folded alone before they join the whole.
+const GROUP: usize = 8;
 
 /// `crc32c_combine(a, b, CHUNK) == apply(a) ^ b`: appending `CHUNK` bytes to a
 /// stream is a linear map on its CRC (zlib's combine is exactly that map, then the
@@ -111,9 +132,10 @@ impl Shift {
     }
 }
 
-fn chunk_shift() -> &'static Shift {
-    static SHIFT: OnceLock<Shift> = OnceLock::new();
-    SHIFT.get_or_init(|| Shift::new(CHUNK))
+/// The shifts over one chunk and over a group of chunks.
+fn shifts() -> &'static (Shift, Shift) {
+    static SHIFTS: OnceLock<(Shift, Shift)> = OnceLock::new();
+    SHIFTS.get_or_init(|| (Shift::new(CHUNK), Shift::new(GROUP * CHUNK)))
 }
 
 /// The caller's bytes, shared by the threads; each writes or reads disjoint ranges
@@ -211,15 +233,15 @@ fn direct_into(
     len: usize,
     crcs: &[AtomicU32],
 ) -> Result<()> {
-    let piece = (len / 8)
-        .next_multiple_of(CHUNK)
-        .clamp(DIRECT_PIECE_MIN, DIRECT_PIECE_MAX);
-    let pieces = len.div_ceil(piece);
-    let mut recs: Vec<Option<RecRef>> = Vec::with_capacity(pieces);
-    for k in 0..pieces {
-        let off = k * piece;
-        let n = (len - off).min(piece);
-        match copy_piece(src, io, off, (dst + off) as u64, n, None) {
+    let parallel = threads_for(len);
+    if parallel {
+        pool().prewake(); // helpers wake while the copies are issued
+    }
+    let starts = direct_starts(len);
+    let mut recs: Vec<Option<RecRef>> = Vec::with_capacity(starts.len());
+    for (k, &off) in starts.iter().enumerate() {
+        let end = starts.get(k + 1).copied().unwrap_or(len);
+        match copy_piece(src, io, off, (dst + off) as u64, end - off, None) {
             Ok(r) => recs.push(r),
             Err(e) => {
                 drain_after_failure(io);
@@ -227,7 +249,7 @@ fn direct_into(
             }
         }
     }
-    let done: Vec<AtomicBool> = (0..pieces).map(|_| AtomicBool::new(false)).collect();
+    let landed = Landed::new(&recs);
     let next = AtomicUsize::new(0);
     let fail = Failure::default();
     let dst = Dst(dst);
@@ -238,15 +260,14 @@ fn direct_into(
                 break;
             }
             let off = j * CHUNK;
-            let k = off / piece;
-            if !done[k].load(Ordering::Acquire) {
-                if let Some(r) = &recs[k] {
-                    if let Err(e) = r.synchronize() {
-                        fail.set(e);
-                        break;
-                    }
+            let k = starts.partition_point(|&s| s <= off) - 1;
+            match landed.wait(k, &fail) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    fail.set(e);
+                    break;
                 }
-                done[k].store(true, Ordering::Release);
             }
             // SAFETY: chunk j lies in piece k, whose copy completed; chunk j is
             // this thread's alone (claimed above).
@@ -254,8 +275,128 @@ fn direct_into(
             crcs[j].store(crc32c::crc32c(bytes), Ordering::Relaxed);
         }
     };
-    let panicked = run(threads_for(len), &work);
+    let panicked = run(parallel, &work);
     finish(io, panicked, &fail).0
+}
+
+/// The direct pieces' offsets: from the end, [`LAST_PIECE`] bytes (and the partial
+/// chunk), then each piece twice the next up to [`DIRECT_PIECE_MAX`]; a rest under
+/// two pieces joins the first. Chunk-aligned, increasing, from 0.
+fn direct_starts(len: usize) -> Vec<usize> {
+    let mut starts = Vec::new();
+    let (mut end, mut size) = (len, LAST_PIECE);
+    while end > 0 {
+        end = if end < 2 * size {
+            0
+        } else {
+            (end - size) / CHUNK * CHUNK
+        };
+        starts.push(end);
+        size = (2 * size).min(DIRECT_PIECE_MAX);
+    }
+    starts.reverse();
+    starts
+}
+
+/// Which direct pieces completed. They run in order on one stream, so a piece's
+/// completion implies every earlier one's. One thread at a time polls the driver;
+/// the others spin on `through`.
+struct Landed<'a> {
+    recs: &'a [Option<RecRef>],
+    /// Pieces `[0, through)` completed.
+    through: AtomicUsize,
+    polling: AtomicBool,
+}
+
+impl<'a> Landed<'a> {
+    fn new(recs: &'a [Option<RecRef>]) -> Self {
+        Landed {
+            recs,
+            through: AtomicUsize::new(0),
+            polling: AtomicBool::new(false),
+        }
+    }
+
+    /// Waits until piece `k` completed: true; false when another thread failed.
+    /// Polls for up to [`POLL_SPIN`], then blocks in the driver.
+    fn wait(&self, k: usize, fail: &Failure) -> Result<bool> {
+        let mut spin = Spin::new();
+        loop {
+            if self.through.load(Ordering::Acquire) > k {
+                return Ok(true);
+            }
+            if fail.any() {
+                return Ok(false);
+            }
+            let Some(r) = &self.recs[k] else {
+                break; // waited for when issued
+            };
+            if spin.elapsed() >= POLL_SPIN {
+                r.synchronize()?;
+                break;
+            }
+            if !self.polling.swap(true, Ordering::Acquire) {
+                let q = r.query();
+                self.polling.store(false, Ordering::Release);
+                if q? {
+                    r.pool.peek_deferred()?;
+                    break;
+                }
+            }
+            spin.pause();
+        }
+        self.through.fetch_max(k + 1, Ordering::Release);
+        Ok(true)
+    }
+}
+
+/// A busy wait.
+struct Spin {
+    t0: Instant,
+    n: u32,
+}
+
+impl Spin {
+    fn new() -> Spin {
+        Spin {
+            t0: Instant::now(),
+            n: 0,
+        }
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    /// Stays on the core: for a thread holding claimed work (yielding to a busy
+    /// core's other threads could park it for a whole time slice).
+    fn pause(&mut self) {
+        for _ in 0..16 {
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Pauses at first, then yields: for a thread holding no work.
+    fn relax(&mut self) {
+        self.n = self.n.saturating_add(1);
+        if self.n < 64 {
+            self.pause();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Relaxes until `ready` (true) or `limit` passed (`ready` once more).
+    fn until(limit: Duration, ready: impl Fn() -> bool) -> bool {
+        let mut s = Spin::new();
+        while !ready() {
+            if s.elapsed() >= limit {
+                return ready();
+            }
+            s.relax();
+        }
+        true
+    }
 }
 
 /// After the threads: the first error, with everything issued waited for; and
@@ -283,7 +424,8 @@ fn staged_into(
     crcs: &[AtomicU32],
 ) -> Result<()> {
     let pieces = len.div_ceil(STAGED_PIECE);
-    let threads = if threads_for(len) {
+    let threads = if threads_for(len) && pieces > 1 {
+        pool().prewake();
         pool().helpers() + 1
     } else {
         1
@@ -433,29 +575,51 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// A small pool of helper threads, started on first use, that run one job at a
-/// time beside the thread that gave it.
+/// time beside the thread that gave it. Between jobs a helper spins for
+/// [`IDLE_SPIN`] before it sleeps, so that back-to-back jobs find it awake.
 struct Pool {
     /// Helper threads started (set once, before the pool is used).
     helpers: AtomicUsize,
     busy: AtomicBool,
-    st: Mutex<PoolState>,
+    /// Bumped under `job`'s lock for each job and each early wake-up.
+    generation: AtomicU64,
+    /// Helpers asleep on `wake` (changed under `job`'s lock).
+    sleeping: AtomicUsize,
+    /// Helpers inside the job (only ever raised under `job`'s lock while it is set).
+    running: AtomicUsize,
+    panicked: AtomicBool,
+    /// The job, while its giver runs it; a helper that comes after the giver
+    /// finished finds none.
+    job: Mutex<Option<Job>>,
     wake: Condvar,
     done: Condvar,
-}
-
-struct PoolState {
-    generation: u64,
-    /// The job, while its giver runs it; a helper that wakes after the giver
-    /// finished finds none.
-    job: Option<Job>,
-    /// Helpers inside the job.
-    running: usize,
-    panicked: bool,
 }
 
 impl Pool {
     fn helpers(&self) -> usize {
         self.helpers.load(Ordering::Relaxed)
+    }
+
+    /// Sets the job (unless one runs and `job` is None) and wakes the helpers.
+    fn publish(&self, job: Option<Job>) {
+        let mut j = lock(&self.job);
+        if job.is_none() && j.is_some() {
+            return; // another job runs: leave it
+        }
+        *j = job;
+        self.generation.fetch_add(1, Ordering::Release);
+        let sleepers = self.sleeping.load(Ordering::Relaxed) > 0;
+        drop(j);
+        if sleepers {
+            self.wake.notify_all();
+        }
+    }
+
+    /// Wakes sleeping helpers (to spin) ahead of a job.
+    fn prewake(&self) {
+        if self.helpers() > 0 && !self.busy.load(Ordering::Relaxed) {
+            self.publish(None);
+        }
     }
 }
 
@@ -472,12 +636,11 @@ fn pool() -> &'static Pool {
         let pool: &'static Pool = Box::leak(Box::new(Pool {
             helpers: AtomicUsize::new(0),
             busy: AtomicBool::new(false),
-            st: Mutex::new(PoolState {
-                generation: 0,
-                job: None,
-                running: 0,
-                panicked: false,
-            }),
+            generation: AtomicU64::new(0),
+            sleeping: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            job: Mutex::new(None),
             wake: Condvar::new(),
             done: Condvar::new(),
         }));
@@ -495,27 +658,34 @@ fn pool() -> &'static Pool {
 }
 
 fn helper(pool: &'static Pool) {
-    let mut seen = 0;
+    let mut seen = pool.generation.load(Ordering::Acquire);
     loop {
-        let job = {
-            let mut st = lock(&pool.st);
-            while st.generation == seen {
-                st = pool.wake.wait(st).unwrap_or_else(|p| p.into_inner());
+        let moved = || pool.generation.load(Ordering::Acquire) != seen;
+        if !Spin::until(IDLE_SPIN, moved) {
+            let mut j = lock(&pool.job);
+            pool.sleeping.fetch_add(1, Ordering::Relaxed);
+            while !moved() {
+                j = pool.wake.wait(j).unwrap_or_else(|p| p.into_inner());
             }
-            seen = st.generation;
-            match st.job {
-                Some(j) => {
-                    st.running += 1;
-                    j
+            pool.sleeping.fetch_sub(1, Ordering::Relaxed);
+        }
+        let job = {
+            let j = lock(&pool.job);
+            seen = pool.generation.load(Ordering::Acquire);
+            match *j {
+                Some(job) => {
+                    pool.running.fetch_add(1, Ordering::Relaxed);
+                    job
                 }
                 None => continue,
             }
         };
-        let ok = catch_unwind(AssertUnwindSafe(job.0)).is_ok();
-        let mut st = lock(&pool.st);
-        st.panicked |= !ok;
-        st.running -= 1;
-        if st.running == 0 {
+        if catch_unwind(AssertUnwindSafe(job.0)).is_err() {
+            pool.panicked.store(true, Ordering::Relaxed);
+        }
+        if pool.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Under the lock, so that a giver about to sleep on `done` hears it.
+            drop(lock(&pool.job));
             pool.done.notify_all();
         }
     }
@@ -530,26 +700,23 @@ fn broadcast(f: &(dyn Fn() + Sync)) -> bool {
         return catch_unwind(AssertUnwindSafe(f)).is_err();
     }
     // SAFETY: the reference outlives every use: helpers take it only while `job`
-    // holds it, and this function clears `job` and waits for `running` to reach 0
-    // before returning or unwinding.
+    // holds it (raising `running` under its lock), and this function clears `job`
+    // and waits for `running` to reach 0 before returning or unwinding.
     let job =
         Job(unsafe { std::mem::transmute::<&(dyn Fn() + Sync), &'static (dyn Fn() + Sync)>(f) });
-    {
-        let mut st = lock(&pool.st);
-        st.job = Some(job);
-        st.generation += 1;
-        st.panicked = false;
-    }
-    pool.wake.notify_all();
+    pool.panicked.store(false, Ordering::Relaxed);
+    pool.publish(Some(job));
     let mine = catch_unwind(AssertUnwindSafe(f));
-    let panicked = {
-        let mut st = lock(&pool.st);
-        st.job = None;
-        while st.running > 0 {
-            st = pool.done.wait(st).unwrap_or_else(|p| p.into_inner());
+    *lock(&pool.job) = None;
+    // Helpers still inside have a chunk left at most: spin, then sleep.
+    let idle = || pool.running.load(Ordering::Acquire) == 0;
+    if !Spin::until(IDLE_SPIN, idle) {
+        let mut j = lock(&pool.job);
+        while !idle() {
+            j = pool.done.wait(j).unwrap_or_else(|p| p.into_inner());
         }
-        st.panicked
-    };
+    }
+    let panicked = pool.panicked.load(Ordering::Relaxed);
     pool.busy.store(false, Ordering::Release);
     panicked || mine.is_err()
 }
@@ -559,30 +726,78 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_chunk_shift_is_crc32c_combine() {
-        let s = Shift::new(CHUNK);
+    fn the_shifts_are_crc32c_combine() {
+        let (one, group) = shifts();
         for (a, b) in [
             (0u32, 0u32),
             (1, 2),
             (0xdead_beef, 0x1234_5678),
             (u32::MAX, 7),
         ] {
-            assert_eq!(s.apply(a) ^ b, crc32c::crc32c_combine(a, b, CHUNK));
+            assert_eq!(one.apply(a) ^ b, crc32c::crc32c_combine(a, b, CHUNK));
+            let n = GROUP * CHUNK;
+            assert_eq!(group.apply(a) ^ b, crc32c::crc32c_combine(a, b, n));
         }
     }
 
     #[test]
     fn folding_chunks_gives_the_crc_of_the_whole() {
-        let data: Vec<u8> = (0..3 * CHUNK + 77).map(|i| (i * 31 % 251) as u8).collect();
         let head = crc32c::crc32c(b"head");
-        let crcs: Vec<AtomicU32> = data
-            .chunks(CHUNK)
-            .map(|c| AtomicU32::new(crc32c::crc32c(c)))
-            .collect();
-        assert_eq!(
-            fold(head, &crcs, data.len()),
-            crc32c::crc32c_append(head, &data)
-        );
+        for len in [
+            3 * CHUNK + 77,
+            GROUP * CHUNK,
+            2 * GROUP * CHUNK + 3 * CHUNK + 77,
+        ] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            let crcs: Vec<AtomicU32> = data
+                .chunks(CHUNK)
+                .map(|c| AtomicU32::new(crc32c::crc32c(c)))
+                .collect();
+            assert_eq!(
+                fold(head, &crcs, len),
+                crc32c::crc32c_append(head, &data),
+                "{len} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn direct_pieces_shrink_to_the_end_and_cover_the_checkpoint() {
+        for len in [
+            1,
+            CHUNK - 1,
+            LAST_PIECE,
+            2 * LAST_PIECE - 1,
+            2 * LAST_PIECE,
+            (4 << 20) + 36,
+            (64 << 20) + 5,
+            256 << 20,
+        ] {
+            let s = direct_starts(len);
+            assert_eq!(s[0], 0, "{len}");
+            assert!(s.iter().all(|&o| o % CHUNK == 0), "{len}: {s:?}");
+            assert!(s.windows(2).all(|w| w[0] < w[1]), "{len}: {s:?}");
+            let sizes: Vec<usize> = s
+                .iter()
+                .zip(s.iter().skip(1).chain([&len]))
+                .map(|(a, b)| b - a)
+                .collect();
+            let last = *sizes.last().unwrap();
+            assert!(
+                last >= len.min(LAST_PIECE) && last < 2 * LAST_PIECE + CHUNK,
+                "{len}: {sizes:?}"
+            );
+            // Each piece at most twice the next (the first, under two pieces' worth, more).
+            assert!(
+                sizes[1..].windows(2).all(|w| w[0] <= 2 * w[1]),
+                "{len}: {sizes:?}"
+            );
+            assert!(
+                sizes[1..].iter().all(|&p| p <= DIRECT_PIECE_MAX),
+                "{len}: {sizes:?}"
+            );
+        }
+        assert_eq!(direct_starts(4 << 20).len(), 4);
     }
 
     #[test]
