@@ -370,6 +370,10 @@ run() {
     note "  torch trainer: $(grep -E '^RESULT torch_' "$out/torch.log" | sed 's/^RESULT //' | tr '\n' ';')"
   fi
   if has python; then
+    # The ctypes example (bindings/python/examples), the same script CI runs on host.
+    SLUICE_BACKEND=cuda timeout 60 python3 bindings/python/examples/sluice_ctypes.py \
+      "$PWD/.gpu/libsluice.so" > "$out/ctypes.log" 2>&1
+    note "python ctypes example (cuda): rc=$? $(tail -1 "$out/ctypes.log")"
     # torch <-> sluice <-> torch through the Python package (DLPack and wrap_device),
     # exact, with no host sync in between. Nothing to build: pure Python over .gpu/.
     if python3 -c 'import torch' 2>/dev/null; then

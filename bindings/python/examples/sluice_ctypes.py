@@ -4,7 +4,8 @@
     python3 bindings/python/examples/sluice_ctypes.py [path/to/libsluice.so]
 
 The library comes from argv[1], else $SLUICE_LIB, else target/release/libsluice.so
-of this repository. On the host backend it runs a small pipeline (two streams, a
+of this repository. It opens the host backend, or cuda with SLUICE_BACKEND=cuda
+(the GPU suite runs it so). It runs a small pipeline (two streams, a
 copy, a foreign op ordered by a sync object, a buffer-to-buffer copy, a read back),
 checks the bytes, and shows that stale, forged and wrong-type handles passed from
 Python come back as SLUICE_ERROR_INVALID_HANDLE (4) with a message, not a crash.
@@ -19,6 +20,7 @@ import os
 import sys
 
 SLUICE_BACKEND_HOST = 1
+SLUICE_BACKEND_CUDA = 2
 SLUICE_ERROR_INVALID_HANDLE = 4
 SLUICE_ERROR_OUT_OF_RANGE = 5
 SLUICE_ERROR_UNSUPPORTED = 6
@@ -190,7 +192,9 @@ def main():
     live0 = lib.sluice_live_handles()
 
     dev = Device()
-    check(lib, lib.sluice_device_open(SLUICE_BACKEND_HOST, 0, ctypes.byref(dev)))
+    cuda = os.environ.get("SLUICE_BACKEND") == "cuda"
+    backend = SLUICE_BACKEND_CUDA if cuda else SLUICE_BACKEND_HOST
+    check(lib, lib.sluice_device_open(backend, 0, ctypes.byref(dev)))
     s1, s2 = Stream(), Stream()
     check(lib, lib.sluice_stream_create(dev, 0, 0, ctypes.byref(s1)))
     check(lib, lib.sluice_stream_create(dev, 0, 0, ctypes.byref(s2)))
@@ -266,15 +270,26 @@ def main():
     except ctypes.ArgumentError:
         t("ctypes refuses a Buffer where a Stream is declared", True)
 
-    # Runtime compilation: the host backend has no kernels, and says so.
-    try:
-        m = compile_module(lib, dev, 'extern "C" __global__ void k(float* y) { y[0] = N; }',
-                           "k.cu", ["-DN=1.0f"])
+    # Runtime compilation: NVRTC on cuda; the host backend has no kernels, and says so.
+    kernel = 'extern "C" __global__ void k(float* y) { y[0] = N; }'
+    if cuda:
+        m = compile_module(lib, dev, kernel, "k.cu", ["-DN=1.0f"])
         check(lib, lib.sluice_module_unload(m))
-        t("compile on host -> SLUICE_ERROR_UNSUPPORTED", False, "it compiled")
-    except SluiceError as e:
-        t("compile on host -> SLUICE_ERROR_UNSUPPORTED",
-          e.code == SLUICE_ERROR_UNSUPPORTED and "host" in e.message, str(e))
+        t("compile on cuda -> a module", True)
+        try:
+            compile_module(lib, dev, kernel.replace("N;", ";"), "bad.cu")
+            t("a compile error -> SLUICE_ERROR_COMPILE", False, "it compiled")
+        except SluiceError as e:
+            t("a compile error -> SLUICE_ERROR_COMPILE, with the log",
+              e.code == SLUICE_ERROR_COMPILE and "bad.cu" in e.message, str(e))
+    else:
+        try:
+            m = compile_module(lib, dev, kernel, "k.cu", ["-DN=1.0f"])
+            check(lib, lib.sluice_module_unload(m))
+            t("compile on host -> SLUICE_ERROR_UNSUPPORTED", False, "it compiled")
+        except SluiceError as e:
+            t("compile on host -> SLUICE_ERROR_UNSUPPORTED",
+              e.code == SLUICE_ERROR_UNSUPPORTED and "host" in e.message, str(e))
 
     for err in (lib.sluice_sync_destroy(a_sync), lib.sluice_sync_destroy(x),
                 lib.sluice_buffer_free(a), lib.sluice_buffer_free(b),
