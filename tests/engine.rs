@@ -494,3 +494,86 @@ fn conflicting_foreign_ops_open_at_once_are_refused_not_raced() {
     assert_eq!(x.reader_count(), 0);
     assert!(x.has_writer());
 }
+
+/// Issue 17: readers of a shared object publish through their streams' own reader
+/// slots, without the object's lock. Eight threads on eight streams read X slowly
+/// (a tracked copy on even threads, a foreign op around the copy on odd ones) in
+/// every round, then one writer overwrites X: it must wait for every one of those
+/// reads, or a slow read sees the next round's value. From the second round on the
+/// readers own their slots and take the slot path.
+#[test]
+fn a_writer_after_concurrent_slot_readers_waits_for_every_one() {
+    const READERS: usize = 8;
+    let k = Arc::new(kit());
+    let w = k.stream();
+    let rounds = scaled(40).max(8);
+    let x = k.buffer(&w, 16);
+    k.fill(&w, &x, 1000, 0);
+    w.synchronize().unwrap();
+    let barrier = Arc::new(std::sync::Barrier::new(READERS + 1));
+    let readers: Vec<_> = (0..READERS)
+        .map(|t| {
+            let (k, x, barrier) = (k.clone(), x.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let s = k.stream();
+                let sink = k.buffer(&s, rounds);
+                let tmp = k.buffer(&s, 16);
+                k.fill(&s, &sink, u32::MAX, 0);
+                k.fill(&s, &tmp, u32::MAX, 0);
+                let mut failed = None;
+                for round in 0..rounds {
+                    barrier.wait(); // the round's value is enqueued
+                    if failed.is_none() {
+                        if t % 2 == 0 {
+                            k.copy_word(&s, &sink, round, &x, 0, 2 * MS);
+                        } else {
+                            // The foreign work reads x untracked: the op alone orders it.
+                            match ForeignOp::begin(&s, vec![x.sync.clone()], vec![]) {
+                                Ok(op) => {
+                                    k.copy_untracked_src(&s, &tmp, &x, 2 * MS);
+                                    if let Err(e) = op.end() {
+                                        failed = Some(e.to_string());
+                                    }
+                                    k.copy_word(&s, &sink, round, &tmp, 0, 0);
+                                }
+                                Err(e) => failed = Some(e.to_string()),
+                            }
+                        }
+                    }
+                    barrier.wait(); // every read of the round is published
+                }
+                assert!(failed.is_none(), "{failed:?}");
+                k.read(&s, &sink)
+            })
+        })
+        .collect();
+    let mut writer_waits = Vec::new();
+    for round in 0..rounds {
+        if round > 0 {
+            let before = waits(&w);
+            k.fill(&w, &x, 1000 + round as u32, 0);
+            writer_waits.push(waits(&w) - before);
+        }
+        barrier.wait();
+        barrier.wait();
+    }
+    let mut wrong = Vec::new();
+    for (t, h) in readers.into_iter().enumerate() {
+        let got = h.join().unwrap();
+        for (round, &v) in got.iter().enumerate() {
+            if v != 1000 + round as u32 {
+                wrong.push((t, round, v));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} reads saw another round's value (thread, round, value): {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(8)]
+    );
+    assert!(
+        writer_waits.iter().all(|&n| n == READERS as u64),
+        "the writer waits once per reading stream: {writer_waits:?}"
+    );
+}
