@@ -12,7 +12,7 @@ use crate::stream::Stream;
 use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Reader slots per sync object. A stream reads through slot
@@ -87,11 +87,23 @@ pub(crate) struct ReaderSlot {
 pub struct SyncObject {
     pub id: u64,
     pub(crate) state: ObjLock<SyncState>,
-    /// Reader slots that may hold anything (bit i: `slots[i]`).
+    /// Reader slots that may hold anything (bit i: slot i).
     used: AtomicU32,
+    /// The reader slots, allocated by the exclusive hold that sets the first bit
+    /// of `used` (an object nobody reads has none); null while `used` is 0.
+    slots: AtomicPtr<[ReaderSlot; READER_SLOTS]>,
     /// The memory this object stands for, if sluice owns it (kept alive by graphs).
     pub(crate) owner: OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
-    slots: [ReaderSlot; READER_SLOTS],
+}
+
+impl Drop for SyncObject {
+    fn drop(&mut self) {
+        let p = *self.slots.get_mut();
+        if !p.is_null() {
+            // SAFETY: allocated by `Box::into_raw` in `lock_exclusive`, freed once.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
 }
 
 /// Stream slot numbers in use, and those given back (the smallest is reused first).
@@ -161,10 +173,8 @@ impl SyncObject {
             id: next_id(),
             state: ObjLock::new(state),
             used: AtomicU32::new(0),
+            slots: AtomicPtr::new(std::ptr::null_mut()),
             owner: OnceLock::new(),
-            slots: std::array::from_fn(|_| ReaderSlot {
-                lock: ObjLock::new(SlotState::default()),
-            }),
         })
     }
 
@@ -185,16 +195,38 @@ impl SyncObject {
             let bit = 1u32 << i;
             // Bits change only under the state's lock (held): a plain check.
             if self.used.load(Ordering::Relaxed) & bit == 0 {
-                // Release: a slot reader that sees the bit also sees the state
-                // written by every holder before this one.
-                self.used.fetch_or(bit, Ordering::AcqRel);
+                self.mark_used(bit);
             }
         }
         let mut m = self.used.load(Ordering::Relaxed);
         while m != 0 {
-            self.slots[m.trailing_zeros() as usize].lock.lock_raw();
+            self.slot_lock(m.trailing_zeros() as usize).lock_raw();
             m &= m - 1;
         }
+    }
+
+    /// Sets `bit` in `used` (the first bit allocates the slots). Under the state's lock.
+    #[cold]
+    fn mark_used(&self, bit: u32) {
+        if self.slots.load(Ordering::Relaxed).is_null() {
+            let slots: Box<[ReaderSlot; READER_SLOTS]> =
+                Box::new(std::array::from_fn(|_| ReaderSlot {
+                    lock: ObjLock::new(SlotState::default()),
+                }));
+            self.slots.store(Box::into_raw(slots), Ordering::Relaxed);
+        }
+        // Release: a slot reader that sees the bit also sees the slots and the state
+        // written by every holder before this one.
+        self.used.fetch_or(bit, Ordering::AcqRel);
+    }
+
+    /// Slot `i`'s lock. Its bit in `used` is set, and seen by the caller through
+    /// the state's lock or an acquire load of `used`.
+    #[inline(always)]
+    fn slot_lock(&self, i: usize) -> &ObjLock<SlotState> {
+        // SAFETY: a set bit means the slots were allocated (before the bit was set,
+        // which the caller saw); they live as long as the object.
+        unsafe { &(*self.slots.load(Ordering::Relaxed))[i].lock }
     }
 
     /// Releases what [`SyncObject::lock_exclusive`] took.
@@ -207,7 +239,7 @@ impl SyncObject {
         let mut m = self.used.load(Ordering::Relaxed);
         while m != 0 {
             // SAFETY: locked by `lock_exclusive`.
-            unsafe { self.slots[m.trailing_zeros() as usize].lock.unlock() };
+            unsafe { self.slot_lock(m.trailing_zeros() as usize).unlock() };
             m &= m - 1;
         }
         // SAFETY: locked by `lock_exclusive`.
@@ -229,7 +261,7 @@ impl SyncObject {
         if self.used.load(Ordering::Acquire) & (1u32 << i) == 0 {
             return false;
         }
-        let slot = &self.slots[i].lock;
+        let slot = self.slot_lock(i);
         if !slot.try_lock() {
             return false;
         }
@@ -255,7 +287,7 @@ impl SyncObject {
     #[inline(always)]
     pub(crate) unsafe fn unlock_slot(&self, i: usize) {
         // SAFETY: the caller's contract.
-        unsafe { self.slots[i].lock.unlock() }
+        unsafe { self.slot_lock(i).unlock() }
     }
 
     /// The state of reader slot `i`.
@@ -266,7 +298,7 @@ impl SyncObject {
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn slot(&self, i: usize) -> &mut SlotState {
         // SAFETY: the caller's contract.
-        unsafe { self.slots[i].lock.get() }
+        unsafe { self.slot_lock(i).get() }
     }
 
     /// Runs `f` on every slot in use.
@@ -278,7 +310,7 @@ impl SyncObject {
         let mut m = self.used.load(Ordering::Relaxed);
         while m != 0 {
             // SAFETY: every slot in `used` is held (the caller's contract).
-            f(unsafe { self.slots[m.trailing_zeros() as usize].lock.get() });
+            f(unsafe { self.slot_lock(m.trailing_zeros() as usize).get() });
             m &= m - 1;
         }
     }
