@@ -10,6 +10,8 @@ const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 
+// The word first, so a state placed after it keeps its own field order.
+#[repr(C)]
 pub(crate) struct ObjLock<T> {
     word: AtomicU32,
     value: UnsafeCell<T>,

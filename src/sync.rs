@@ -22,30 +22,33 @@ pub(crate) const READER_SLOTS: usize = 16;
 
 const _: () = assert!(READER_SLOTS <= 32);
 
+// The fields a slot reader reads come first: with the object's id, `used`,
+// `slots` and the lock word they fill the object's first cache line.
 #[derive(Clone, Default)]
+#[repr(C)]
 pub(crate) struct SyncState {
     pub(crate) writer: Option<RecRef>,
-    /// Reader entries of streams that own no reader slot of the object (on a real
-    /// object; a capture's shadow state keeps every reader here).
-    pub(crate) readers: SmallVec<[RecRef; 2]>,
     /// A fresh stream-ordered allocation: valid only in this stream's order until
     /// the first write on it or the first use on another stream.
     pub(crate) alloc_on: Option<Arc<Stream>>,
     /// `stream::completions()` when completed recordings were last pruned.
     pub(crate) pruned_at: u64,
-    /// The id of the live capture whose ops touched this object, 0 when none; the
-    /// capture keeps its ops' recordings in its own copy of the state.
-    pub(crate) capture: u64,
-    /// Bumped by every publication made with the object held exclusively (foreign
-    /// ops compare it, plus the slots' `publications`, between begin and end).
-    pub(crate) version: u64,
+    /// Foreign ops open now (begun, not ended) that write / read the object (open
+    /// reads of a real object are counted in its reader slots instead).
+    pub(crate) open_writes: u32,
+    pub(crate) open_reads: u32,
     /// Bumped by every published write (a foreign read compares it instead of
     /// reading the writer's recording).
     pub(crate) writes: u64,
-    /// Foreign ops open now (begun, not ended) that read / write the object (open
-    /// reads of a real object are counted in its reader slots instead).
-    pub(crate) open_reads: u32,
-    pub(crate) open_writes: u32,
+    /// Bumped by every publication made with the object held exclusively (foreign
+    /// ops compare it, plus the slots' `publications`, between begin and end).
+    pub(crate) version: u64,
+    /// The id of the live capture whose ops touched this object, 0 when none; the
+    /// capture keeps its ops' recordings in its own copy of the state.
+    pub(crate) capture: u64,
+    /// Reader entries of streams that own no reader slot of the object (on a real
+    /// object; a capture's shadow state keeps every reader here).
+    pub(crate) readers: SmallVec<[RecRef; 2]>,
 }
 
 /// One stream's part of an object's readers, on a cache line of its own: the
@@ -82,16 +85,17 @@ pub(crate) struct ReaderSlot {
 /// written only while no slot reader is inside. A slot reader that finds the
 /// `state` lock taken steps back and goes the exclusive way (writers do not
 /// starve).
-// The id, the state and `used` share the first cache lines; each slot has its own.
+// The id, `slots`, `used` and the slot path's part of the state share the first
+// cache line; each slot has its own.
 #[repr(C, align(64))]
 pub struct SyncObject {
     pub id: u64,
-    pub(crate) state: ObjLock<SyncState>,
-    /// Reader slots that may hold anything (bit i: slot i).
-    used: AtomicU32,
     /// The reader slots, allocated by the exclusive hold that sets the first bit
     /// of `used` (an object nobody reads has none); null while `used` is 0.
     slots: AtomicPtr<[ReaderSlot; READER_SLOTS]>,
+    /// Reader slots that may hold anything (bit i: slot i).
+    used: AtomicU32,
+    pub(crate) state: ObjLock<SyncState>,
     /// The memory this object stands for, if sluice owns it (kept alive by graphs).
     pub(crate) owner: OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
 }
@@ -584,4 +588,27 @@ fn access_set_n<'a, const N: usize>(
     }
     v.normalize();
     v
+}
+
+#[cfg(test)]
+mod layout {
+    use super::*;
+
+    #[test]
+    fn the_slot_paths_fields_share_the_first_line() {
+        let o = SyncObject::new();
+        let base = Arc::as_ptr(&o) as usize;
+        // SAFETY: only addresses are taken.
+        let st = unsafe { o.state.get_shared() };
+        for (name, at) in [
+            ("used", &o.used as *const _ as usize),
+            ("slots", &o.slots as *const _ as usize),
+            ("writer", &st.writer as *const _ as usize),
+            ("alloc_on", &st.alloc_on as *const _ as usize),
+            ("pruned_at", &st.pruned_at as *const _ as usize),
+            ("open_writes", &st.open_writes as *const _ as usize),
+        ] {
+            assert!(at - base < 64, "{name} at offset {}", at - base);
+        }
+    }
 }
