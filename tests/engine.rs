@@ -577,3 +577,40 @@ fn a_writer_after_concurrent_slot_readers_waits_for_every_one() {
         "the writer waits once per reading stream: {writer_waits:?}"
     );
 }
+
+/// More reading streams than an object has reader slots (16): streams whose slot
+/// numbers collide take the slot over in turn, the previous owner's entry moving to
+/// the object's other readers. A writer still waits for every stream's newest read.
+#[test]
+fn more_reading_streams_than_reader_slots_are_all_waited_for() {
+    const STREAMS: usize = 21;
+    let k = kit();
+    let streams: Vec<_> = (0..STREAMS).map(|_| k.stream()).collect();
+    let w = k.stream();
+    let x = k.buffer(&w, 16);
+    let sinks: Vec<_> = streams.iter().map(|s| k.buffer(s, 4)).collect();
+    for (s, sink) in streams.iter().zip(&sinks) {
+        k.fill(s, sink, u32::MAX, 0);
+    }
+    for round in 0..4usize {
+        k.fill(&w, &x, 500 + round as u32, 0);
+        // Twice per round: the second read of a stream replaces its first.
+        for _ in 0..2 {
+            for (s, sink) in streams.iter().zip(&sinks) {
+                k.copy_word(s, sink, round, &x, 0, MS / 2);
+            }
+        }
+        assert_eq!(x.sync.reader_count(), STREAMS, "one entry per stream");
+        let before = waits(&w);
+        k.fill(&w, &x, 0, 0); // must not overtake any slow read
+        assert_eq!(
+            waits(&w) - before,
+            STREAMS as u64,
+            "one wait per reading stream"
+        );
+        assert_eq!(x.sync.reader_count(), 0);
+    }
+    for (s, sink) in streams.iter().zip(&sinks) {
+        assert_eq!(k.read(s, sink), vec![500, 501, 502, 503]);
+    }
+}
