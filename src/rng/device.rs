@@ -186,8 +186,21 @@ fn generate_quad(
     if parts == 1 {
         return Ok(());
     }
-    let (mut p2, mut n2, mut c2) = (states, n as u64, count as u64);
-    let mut args = [arg(&mut p2), arg(&mut n2), arg(&mut c2)];
+    advance_states(stream, advance, states, n, count, set)
+}
+
+/// Moves each of `n` states past `count` draws (after a kernel that only read them).
+fn advance_states(
+    stream: &Stream,
+    advance: &Arc<Function>,
+    states: u64,
+    n: usize,
+    count: usize,
+    set: &[Access<'_>],
+) -> Result<()> {
+    let (mut p, mut n64, mut c) = (states, n as u64, count as u64);
+    let arg = |v: &mut u64| v as *mut u64 as *mut c_void;
+    let mut args = [arg(&mut p), arg(&mut n64), arg(&mut c)];
     // SAFETY: three 8-byte parameters; the states hold n states.
     unsafe { ops::launch_set(stream, advance, dims(n), args.as_mut_ptr(), args.len(), set) }
 }
@@ -285,19 +298,7 @@ pub(super) fn generate(
                     set,
                 )
             }?;
-            let (mut p2, mut n2, mut c2) = (states, n as u64, count as u64);
-            let mut args = [arg(&mut p2), arg(&mut n2), arg(&mut c2)];
-            // SAFETY: three 8-byte parameters; the states hold n states.
-            unsafe {
-                ops::launch_set(
-                    stream,
-                    &k.advance[d],
-                    dims(n),
-                    args.as_mut_ptr(),
-                    args.len(),
-                    set,
-                )
-            }
+            advance_states(stream, &k.advance[d], states, n, count, set)
         }
         BackendKind::Host => ops::host_callback_set(
             stream,
