@@ -1,26 +1,20 @@
 //! Gaps 1 to 3 found in review (issue 16), on the default backend: host in CI,
 //! cuda on the GPU. The host runs use the backend's test hooks (`faults`), so the
-//! tests of this file run one at a time.
+//! tests of this file run one at a time (`kit_alone`).
 
 mod common;
-use common::kit;
+use common::kit_alone;
 use sluice::backend::{faults, CaptureMode};
-use sluice::{capture, ops, Buffer, ErrorCode};
+use sluice::{capture, ops, Buffer, ErrorCode, Stream, SyncObject};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const W: usize = 4096;
 
-fn one_at_a_time() -> MutexGuard<'static, ()> {
-    static M: Mutex<()> = Mutex::new(());
-    M.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 #[test]
 fn wait_all_waits_for_work_of_streams_already_destroyed() {
-    let _g = one_at_a_time();
-    let k = kit();
+    let k = kit_alone();
     let s = k.stream();
     let done = Arc::new(AtomicBool::new(false));
     let d2 = done.clone();
@@ -55,46 +49,43 @@ fn wait_all_waits_for_work_of_streams_already_destroyed() {
 
 #[test]
 fn a_refused_host_callback_poisons_the_capture() {
-    let _g = one_at_a_time();
-    let k = kit();
+    let k = kit_alone();
     let s = k.stream();
     let x = k.buffer(&s, W);
     k.fill(&s, &x, 1, 0);
     capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     k.fill(&s, &x, 2, 0);
-    // cuda refuses host callbacks in a capture; on host the hook refuses it the same way.
+    refused_callback_fails_the_capture(&k, &s, std::slice::from_ref(&x.sync));
+    // The stream is usable and the buffer holds the eager value.
+    assert!(k.read(&s, &x).iter().all(|&v| v == 1));
+
+    // An untracked callback (no objects) is refused and poisons just the same.
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    refused_callback_fails_the_capture(&k, &s, &[]);
+}
+
+/// A host callback that writes `writes` on capturing `s` is refused (cuda refuses
+/// host callbacks in a capture; on host the hook refuses it the same way), and
+/// ending the capture then fails, naming the callback.
+fn refused_callback_fails_the_capture(
+    k: &common::Kit,
+    s: &Arc<Stream>,
+    writes: &[Arc<SyncObject>],
+) {
     if !k.is_cuda() {
         faults::arm("launch_host_fn", 1, ErrorCode::CaptureUnsupported);
     }
-    let r = ops::host_callback(&s, || 0, &[], std::slice::from_ref(&x.sync));
+    let r = ops::host_callback(s, || 0, &[], writes);
     if !k.is_cuda() {
         assert_eq!(faults::disarm(), 1);
     }
     assert_eq!(r.unwrap_err().code, ErrorCode::CaptureUnsupported);
-    // An untracked callback (no objects) is refused and poisons just the same.
-    let e = capture::capture_end(&s)
+    let e = capture::capture_end(s)
         .err()
         .expect("capture_end must fail");
     assert_eq!(e.code, ErrorCode::CaptureFailed);
     assert!(e.message.contains("host callback"), "{}", e.message);
     assert!(!s.is_capturing());
-    // The stream is usable and the buffer holds the eager value.
-    assert!(k.read(&s, &x).iter().all(|&v| v == 1));
-
-    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
-    if !k.is_cuda() {
-        faults::arm("launch_host_fn", 1, ErrorCode::CaptureUnsupported);
-    }
-    let r = ops::host_callback(&s, || 0, &[], &[]);
-    if !k.is_cuda() {
-        faults::disarm();
-    }
-    assert_eq!(r.unwrap_err().code, ErrorCode::CaptureUnsupported);
-    let e = capture::capture_end(&s)
-        .err()
-        .expect("capture_end must fail");
-    assert_eq!(e.code, ErrorCode::CaptureFailed);
-    assert!(e.message.contains("host callback"), "{}", e.message);
 }
 
 /// Device bytes alive in the host backend's ledger (None on cuda).
@@ -104,9 +95,8 @@ fn device_bytes(k: &common::Kit) -> Option<u64> {
 
 #[test]
 fn freeing_a_buffer_while_its_home_stream_captures_is_deferred_and_safe() {
-    let _g = one_at_a_time();
+    let k = kit_alone();
     faults::track(true);
-    let k = kit();
     let (home, other) = (k.stream(), k.stream());
     // Home's block cache would keep the freed block: no caching here.
     home.set_block_cache_limit(0).unwrap();
@@ -168,9 +158,8 @@ fn freeing_a_buffer_while_its_home_stream_captures_is_deferred_and_safe() {
 /// Now the blocks stay cached through the capture and go back at a later trim.
 #[test]
 fn trimming_the_block_cache_during_a_capture_loses_no_memory() {
-    let _g = one_at_a_time();
+    let k = kit_alone();
     faults::track(true);
-    let k = kit();
     let s = k.stream();
     let before = device_bytes(&k);
     let x = k.buffer(&s, W);
