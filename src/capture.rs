@@ -373,9 +373,7 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
     // its tracking would take as run, and waits on it would order nothing.
     if let Some(other) = stream
         .device
-        .live_streams()
-        .into_iter()
-        .find(|s| s.id != stream.id && s.raw() == stream.raw())
+        .stream_on_raw(stream.raw(), stream.id, |_| true)
     {
         return Err(Error::new(
             ErrorCode::InvalidState,

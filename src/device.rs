@@ -134,6 +134,23 @@ impl Device {
             .collect()
     }
 
+    /// A live sluice stream on raw stream `raw` (other than stream `except`) for
+    /// which `pred` holds: two handles on one raw stream (`wrap_external`) and a
+    /// capture do not mix (see `capture::capture_begin`).
+    pub(crate) fn stream_on_raw(
+        &self,
+        raw: u64,
+        except: u64,
+        pred: impl Fn(&Stream) -> bool,
+    ) -> Option<Arc<Stream>> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .find(|s| s.id != except && s.raw() == raw && pred(s))
+    }
+
     /// Called just before raw stream `raw` is destroyed: when work is still queued
     /// on it, records a raw event at its end for `wait_all`. Completed marks are
     /// dropped here too, so the list stays as long as the busy destroyed streams.

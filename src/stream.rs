@@ -97,11 +97,7 @@ impl Stream {
     /// driver would capture the new handle's work while its tracking took it as
     /// run (see `capture::capture_begin`).
     pub fn wrap_external(device: &Arc<Device>, raw: u64) -> Result<Arc<Stream>> {
-        if let Some(s) = device
-            .live_streams()
-            .into_iter()
-            .find(|s| s.raw() == raw && s.is_capturing())
-        {
+        if let Some(s) = device.stream_on_raw(raw, 0, |s| s.is_capturing()) {
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 format!("the raw stream of {s:?} is capturing a graph: wrap it after the capture"),
