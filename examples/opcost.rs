@@ -355,5 +355,95 @@ fn main() {
             ok(sluice_sync_destroy(o));
         }
     }
+    if want("sharing") {
+        // benches/overhead's "sync objects" rows on the stand-in driver: T threads,
+        // each on its own stream, run op_begin + op_end pairs reading K objects,
+        // shared by all threads or each thread's own; and T threads recording raw
+        // events on their streams. Total pairs (records) per second over all threads.
+        let per = (n / 2).max(2000) as usize;
+        let mk_syncs = |k: usize| -> Vec<sluice_sync_t> {
+            (0..k)
+                .map(|_| {
+                    let mut o = sluice_sync_t { bits: 0 };
+                    ok(sluice_sync_create(&mut o));
+                    o
+                })
+                .collect()
+        };
+        // Best of 3 of: all pairs over the time from the start signal to the last
+        // thread's end.
+        let run = |threads: usize, objs: &[Vec<sluice_sync_t>], raw: bool| -> f64 {
+            let barrier = std::sync::Barrier::new(threads + 1);
+            let mut best = f64::INFINITY;
+            for _ in 0..3 {
+                let t = std::thread::scope(|sc| {
+                    let hs: Vec<_> = (0..threads)
+                        .map(|i| {
+                            let (barrier, objs) = (&barrier, &objs[i % objs.len()]);
+                            sc.spawn(move || {
+                                let (st, rs) = mk_stream();
+                                let mut e = std::ptr::null_mut();
+                                unsafe { (drv.cuEventCreate)(&mut e, 2) };
+                                barrier.wait();
+                                for _ in 0..per {
+                                    if raw {
+                                        unsafe { black_box((drv.cuEventRecord)(e, rs as _)) };
+                                    } else {
+                                        let mut op = sluice_op_t { bits: 0 };
+                                        ok(sluice_op_begin(
+                                            st,
+                                            objs.as_ptr(),
+                                            objs.len(),
+                                            std::ptr::null(),
+                                            0,
+                                            &mut op,
+                                        ));
+                                        ok(sluice_op_end(op));
+                                    }
+                                }
+                                let end = Instant::now();
+                                ok(sluice_stream_synchronize(st));
+                                ok(sluice_stream_destroy(st));
+                                end
+                            })
+                        })
+                        .collect();
+                    let t0 = Instant::now();
+                    barrier.wait();
+                    hs.into_iter()
+                        .map(|h| h.join().unwrap())
+                        .max()
+                        .unwrap()
+                        .duration_since(t0)
+                });
+                best = best.min(t.as_secs_f64());
+            }
+            (threads * per) as f64 / best / 1e6
+        };
+        println!("\n| objects | threads | objects | total M pairs/s |\n|---:|---:|---|---:|");
+        for threads in [1usize, 8, 16] {
+            println!(
+                "| — | {threads} | raw cuEventRecord | {:.2} |",
+                run(threads, &[vec![]], true)
+            );
+        }
+        for k in [1usize, 4, 16] {
+            let one = vec![mk_syncs(k)];
+            println!("| {k} | 1 | — | {:.2} |", run(1, &one, false));
+            for threads in [8usize, 16] {
+                let own: Vec<_> = (0..threads).map(|_| mk_syncs(k)).collect();
+                let shared = run(threads, &one, false);
+                let disjoint = run(threads, &own, false);
+                println!("| {k} | {threads} | shared (read-only) | {shared:.2} |");
+                println!("| {k} | {threads} | disjoint | {disjoint:.2} |");
+                for o in own.into_iter().flatten() {
+                    ok(sluice_sync_destroy(o));
+                }
+            }
+            for o in one.into_iter().flatten() {
+                ok(sluice_sync_destroy(o));
+            }
+        }
+    }
     ok(sluice_event_destroy(ev));
 }

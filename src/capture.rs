@@ -138,7 +138,7 @@ impl Capture {
         if let Some(mem) = obj.owner.get().and_then(|w| w.upgrade()) {
             self.ctl().keep.push(mem);
         }
-        obj.state.lock().capture = self.id;
+        obj.exclusive().state().capture = self.id;
         t.push(Touched {
             obj: obj.to_arc(),
             shadow: SyncState::default(),
@@ -258,7 +258,8 @@ impl Capture {
     pub(crate) fn release_objects(&self) {
         let t = std::mem::take(&mut *self.touched());
         for x in &t {
-            let mut st = x.obj.state.lock();
+            let mut ex = x.obj.exclusive();
+            let st = ex.state();
             if st.capture == self.id {
                 st.capture = 0;
             }

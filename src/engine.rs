@@ -18,7 +18,7 @@ use crate::event::{PoolInner, Publish, RecRef, Recording};
 use crate::inline::Small;
 use crate::objlock::ObjGuard;
 use crate::stream::Stream;
-use crate::sync::{Access, OwnedAccessSet, SyncObject, SyncState, OWNED_INLINE};
+use crate::sync::{Access, OwnedAccessSet, SlotState, SyncObject, SyncState, OWNED_INLINE};
 use crate::trace::{self, Obs, OpKind, Waited};
 use std::cell::Cell;
 use std::mem::MaybeUninit;
@@ -137,35 +137,86 @@ impl Waits {
     }
 }
 
-/// The objects of a set, locked in the set's (id) order; unlocked on drop.
+/// The objects of a set, held in the set's (id) order: a read through the
+/// stream's reader slot when it can (bit `i` of `fast`), otherwise exclusively
+/// (see [`SyncObject`]); released on drop.
 struct Locked<'s, 'a> {
     set: &'s [Access<'a>],
+    /// The stream's reader slot.
+    slot: usize,
+    /// Bit i: access i is held through the reader slot only.
+    fast: u64,
+}
+
+/// One access as held: through the stream's reader slot (the state may only be
+/// read), or exclusively.
+enum Held<'a> {
+    Slot {
+        st: &'a SyncState,
+        slot: &'a mut SlotState,
+    },
+    Exclusive {
+        obj: &'a SyncObject,
+        st: &'a mut SyncState,
+    },
 }
 
 impl<'s, 'a> Locked<'s, 'a> {
     #[inline(always)]
-    fn new(set: &'s [Access<'a>]) -> Self {
-        for a in set {
-            a.obj().state_lock().lock_raw();
+    fn new(set: &'s [Access<'a>], stream: &Stream) -> Self {
+        let slot = stream.reader_slot();
+        let me = stream.id;
+        let mut fast = 0u64;
+        for (i, a) in set.iter().enumerate() {
+            let obj = a.obj();
+            if !a.write() && i < 64 && obj.try_read_slot(slot, me) {
+                fast |= 1 << i;
+            } else {
+                // A read marks the stream's slot in use: it publishes there.
+                obj.lock_exclusive((!a.write()).then_some(slot));
+            }
         }
-        Locked { set }
+        Locked { set, slot, fast }
     }
-}
 
-impl Locked<'_, '_> {
+    /// Access `i` as held. Each index is taken once at a time.
+    #[inline(always)]
+    fn held(&self, i: usize) -> Held<'a> {
+        let obj: &'a SyncObject = {
+            let r = self.set[i].obj();
+            // SAFETY: the object lives for 'a (ObjRef's contract).
+            unsafe { &*(&*r as *const SyncObject) }
+        };
+        if i < 64 && self.fast & (1 << i) != 0 {
+            // SAFETY: the slot is held; exclusive holders (the only writers of the
+            // state) must take it first.
+            Held::Slot {
+                st: unsafe { obj.state.get_shared() },
+                slot: unsafe { obj.slot(self.slot) },
+            }
+        } else {
+            // SAFETY: held exclusively; each object appears once in a set.
+            Held::Exclusive {
+                obj,
+                st: unsafe { obj.state.get() },
+            }
+        }
+    }
+
     /// Publishes `rec`, recorded on stream `me` with one reference per object, into
-    /// every locked object.
+    /// every held object.
     #[inline(always)]
     fn publish(&self, me: u64, rec: &RecRef, publish: &mut Publish<'_>) {
-        for a in self.set {
-            // SAFETY: locked; the reference is one of those counted per object.
-            publish_into(
-                unsafe { a.state() },
-                me,
-                a.write(),
-                unsafe { rec.dup_counted() },
-                publish,
-            );
+        for (i, a) in self.set.iter().enumerate() {
+            // SAFETY: the reference is one of those counted per object.
+            let r = unsafe { rec.dup_counted() };
+            match self.held(i) {
+                Held::Slot { slot, .. } => publish_slot(slot, r, publish),
+                // SAFETY: held exclusively.
+                Held::Exclusive { obj, st } => unsafe {
+                    publish_exclusive(obj, st, self.slot, me, a.write(), r, publish)
+                },
+            }
         }
     }
 }
@@ -173,9 +224,138 @@ impl Locked<'_, '_> {
 impl Drop for Locked<'_, '_> {
     #[inline(always)]
     fn drop(&mut self) {
-        for a in self.set {
-            // SAFETY: locked in `new`.
-            unsafe { a.obj().state_lock().unlock() };
+        for (i, a) in self.set.iter().enumerate() {
+            // SAFETY: held since `new`, in the way `fast` says.
+            unsafe {
+                if i < 64 && self.fast & (1 << i) != 0 {
+                    a.obj().unlock_slot(self.slot);
+                } else {
+                    a.obj().unlock_exclusive();
+                }
+            }
+        }
+    }
+}
+
+/// Publishes a read recording into the slot of its stream: it replaces the stream's
+/// entry unless that entry is newer (a foreign op's end records before it takes the
+/// object, so a newer read of the same stream may be there already, and it covers
+/// this one).
+#[inline(always)]
+fn publish_slot(slot: &mut SlotState, rec: RecRef, publish: &mut Publish<'_>) {
+    slot.publications = slot.publications.wrapping_add(1);
+    match &mut slot.reader {
+        Some(old) if old.seq > rec.seq => publish.release(rec),
+        Some(old) => publish.release(std::mem::replace(old, rec)),
+        None => slot.reader = Some(rec),
+    }
+}
+
+/// [`publish_into`] for an object held exclusively, with its reader slots: a write
+/// clears every reader entry (the slots keep their owners); a read goes to the
+/// stream's slot `slot`, which the stream takes over (the entry of a previous owner
+/// moves to the state's readers, the stream's own entry there moves in).
+///
+/// # Safety
+/// `obj` is held exclusively and `st` is its state.
+#[inline(always)]
+unsafe fn publish_exclusive(
+    obj: &SyncObject,
+    st: &mut SyncState,
+    slot: usize,
+    me: u64,
+    write: bool,
+    rec: RecRef,
+    publish: &mut Publish<'_>,
+) {
+    st.version = st.version.wrapping_add(1);
+    if write {
+        st.writes = st.writes.wrapping_add(1);
+        while let Some(old) = st.readers.pop() {
+            publish.release(old);
+        }
+        // SAFETY: held exclusively.
+        unsafe {
+            obj.for_each_slot(|s| {
+                if let Some(old) = s.reader.take() {
+                    publish.release(old);
+                }
+            })
+        };
+        if let Some(old) = st.writer.replace(rec) {
+            publish.release(old);
+        }
+    } else {
+        // SAFETY: held exclusively; a read marked the slot in use when it took the object.
+        let s = unsafe { obj.slot(slot) };
+        if s.owner != me {
+            if let Some(old) = s.reader.take() {
+                st.readers.push(old);
+            }
+            s.owner = me;
+            if let Some(at) = st.readers.iter().position(|r| r.stream_id() == me) {
+                s.reader = Some(st.readers.swap_remove(at));
+            }
+        }
+        publish_slot(s, rec, publish);
+    }
+}
+
+/// [`waits_for`] for an object held exclusively, with its reader slots.
+///
+/// # Safety
+/// `obj` is held exclusively and `st` is its state.
+#[inline(always)]
+unsafe fn waits_for_exclusive(
+    obj: &SyncObject,
+    st: &SyncState,
+    me: u64,
+    write: bool,
+    need: &mut Waits,
+) {
+    if write {
+        waits_for(st, me, true, need);
+        // SAFETY: held exclusively.
+        unsafe {
+            obj.for_each_slot(|s| {
+                if let Some(r) = &s.reader {
+                    if r.stream_id() != me {
+                        need.add(r);
+                    } else {
+                        need.same += 1;
+                    }
+                }
+            })
+        };
+    } else if let Some(w) = st.writer.as_ref() {
+        // A reader entry of `me` (in the state or in a slot) came after the writer,
+        // since writes clear every entry.
+        let mut mine = st.readers.iter().any(|r| r.stream_id() == me);
+        if !mine {
+            // SAFETY: held exclusively.
+            unsafe {
+                obj.for_each_slot(|s| {
+                    mine |= s.reader.as_ref().is_some_and(|r| r.stream_id() == me)
+                })
+            };
+        }
+        if w.stream_id() != me && !mine {
+            need.add(w);
+        } else {
+            need.same += 1;
+        }
+    }
+}
+
+/// [`waits_for`] for a read held through the stream's own slot: the writer, unless
+/// it is on `me` or `me` has a reader entry (in its slot, which it owns).
+#[inline(always)]
+fn waits_for_slot(st: &SyncState, slot: &SlotState, me: u64, need: &mut Waits) {
+    if let Some(w) = st.writer.as_ref() {
+        if w.stream_id() != me && slot.reader.is_none() {
+            need.add(w);
+        } else {
+            need.same += 1;
         }
     }
 }
@@ -235,17 +415,31 @@ pub(crate) fn publish_into(
     }
 }
 
-/// Drops the recordings of `st` known complete (through a host wait), when some
-/// stream's completion advanced since the last look. Every reader was recorded after
-/// the writer it saw, so a completed reader means a completed writer too.
+/// Drops the recordings of an object held exclusively that are known complete
+/// (through a host wait), when some stream's completion advanced since the last
+/// look. Every reader was recorded after the writer it saw, so a completed reader
+/// means a completed writer too.
+///
+/// # Safety
+/// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
-fn prune(st: &mut SyncState) {
+unsafe fn prune(obj: &SyncObject, st: &mut SyncState) {
     let completions = crate::event::completions();
     if st.pruned_at != completions {
         st.pruned_at = completions;
         let before = st.readers.len();
         st.readers.retain(|r| !r.known_complete());
-        if st.readers.len() < before || st.writer.as_ref().is_some_and(|w| w.known_complete()) {
+        let mut dropped = st.readers.len() < before;
+        // SAFETY: held exclusively.
+        unsafe {
+            obj.for_each_slot(|s| {
+                if s.reader.as_ref().is_some_and(|r| r.known_complete()) {
+                    s.reader = None;
+                    dropped = true;
+                }
+            })
+        };
+        if dropped || st.writer.as_ref().is_some_and(|w| w.known_complete()) {
             st.writer = None;
         }
     }
@@ -255,9 +449,15 @@ fn prune(st: &mut SyncState) {
 #[inline(always)]
 fn collect_waits(stream: &Stream, locked: &Locked<'_, '_>, need: &mut Waits) -> Result<()> {
     let me = stream.id;
-    for a in locked.set {
-        // SAFETY: locked.
-        let st = unsafe { a.state() };
+    for (i, a) in locked.set.iter().enumerate() {
+        let (obj, st) = match locked.held(i) {
+            Held::Slot { st, slot } => {
+                // No fresh allocation and nothing to prune (`try_read_slot`).
+                waits_for_slot(st, slot, me, need);
+                continue;
+            }
+            Held::Exclusive { obj, st } => (obj, st),
+        };
         if let Some(home) = &st.alloc_on {
             if home.id != me && !home.is_capturing() {
                 // Order this first foreign use after the allocation point.
@@ -271,8 +471,11 @@ fn collect_waits(stream: &Stream, locked: &Locked<'_, '_>, need: &mut Waits) -> 
                 st.alloc_on = None;
             }
         }
-        prune(st);
-        waits_for(st, me, a.write(), need);
+        // SAFETY: held exclusively.
+        unsafe {
+            prune(obj, st);
+            waits_for_exclusive(obj, st, me, a.write(), need);
+        }
     }
     Ok(())
 }
@@ -522,7 +725,7 @@ fn run_op_inner(
     }
     let me = stream.id;
     let rec = {
-        let locked = Locked::new(set);
+        let locked = Locked::new(set, stream);
         let mut need = Waits::new();
         collect_waits(stream, &locked, &mut need)?;
         push_op(
@@ -551,32 +754,82 @@ pub(crate) struct SeenState {
 /// Inline for as many objects as an [`OwnedAccessSet`].
 pub(crate) type Seen = Small<SeenState, OWNED_INLINE>;
 
+/// Everything published into an object held exclusively, as one number: the
+/// state's `version` plus every slot's `publications` (each only grows, so the sum
+/// changes whenever anything is published).
+///
+/// # Safety
+/// `obj` is held exclusively and `st` is its state.
+#[inline(always)]
+unsafe fn version_exclusive(obj: &SyncObject, st: &SyncState) -> u64 {
+    let mut v = st.version;
+    // SAFETY: held exclusively.
+    unsafe { obj.for_each_slot(|s| v = v.wrapping_add(s.publications)) };
+    v
+}
+
 impl SeenState {
-    fn of(st: &SyncState) -> SeenState {
+    /// What a foreign op sees of access `i` of `locked` at begin.
+    fn of(held: &Held<'_>) -> SeenState {
+        let (version, writes) = match held {
+            // Reads compare `writes` only.
+            Held::Slot { st, .. } => (0, st.writes),
+            // SAFETY: held exclusively.
+            Held::Exclusive { obj, st } => (unsafe { version_exclusive(obj, st) }, st.writes),
+        };
         SeenState {
-            version: st.version,
-            writes: st.writes,
+            version,
+            writes,
             open: false,
         }
     }
 
-    /// True when publishing a recording `seq` of stream `me` into `st` keeps the
-    /// engine's bookkeeping true although it was recorded without the object's
-    /// lock: for a read, no write was published since begin (a pruned writer is
+    /// True when publishing a recording `seq` of stream `me` into the object keeps
+    /// the engine's bookkeeping true although it was recorded without holding the
+    /// object: for a read, no write was published since begin (a pruned writer is
     /// complete; a newer reader entry of the same stream is kept by
-    /// [`publish_into`], since it covers this read); for a write, nothing was
+    /// [`publish_slot`], since it covers this read); for a write, nothing was
     /// published since begin.
-    fn still_current(&self, st: &SyncState, write: bool) -> bool {
-        if write {
-            st.version == self.version
-        } else {
-            st.writes == self.writes
+    fn still_current(&self, held: &Held<'_>, write: bool) -> bool {
+        match held {
+            Held::Slot { st, .. } => st.writes == self.writes,
+            // SAFETY: held exclusively.
+            Held::Exclusive { obj, st } if write => {
+                (unsafe { version_exclusive(obj, st) }) == self.version
+            }
+            Held::Exclusive { st, .. } => st.writes == self.writes,
         }
     }
 }
 
+/// Open foreign reads and writes of a held object (reads: none known when held
+/// through a slot; only a write needs them, and writes are held exclusively).
+fn open_counts(held: &Held<'_>) -> (u32, u32) {
+    match held {
+        Held::Slot { st, .. } => (0, st.open_writes),
+        Held::Exclusive { obj, st } => {
+            let mut reads = st.open_reads;
+            // SAFETY: held exclusively.
+            unsafe { obj.for_each_slot(|s| reads = reads.saturating_add(s.open_reads)) };
+            (reads, st.open_writes)
+        }
+    }
+}
+
+/// The open count of access `write` on a held object: reads are counted in the
+/// slot `slot` of the op's stream, writes in the state.
+#[inline(always)]
+fn open_count<'h>(held: &'h mut Held<'_>, slot: usize, write: bool) -> &'h mut u32 {
+    match held {
+        Held::Slot { slot: s, .. } => &mut s.open_reads,
+        Held::Exclusive { st, .. } if write => &mut st.open_writes,
+        // SAFETY: held exclusively; a read marked the slot in use when it took the object.
+        Held::Exclusive { obj, .. } => unsafe { &mut obj.slot(slot).open_reads },
+    }
+}
+
 /// Begins a foreign op: issues the waits for its accesses (with the objects
-/// locked, so the waits are ordered against library ops on them). Writes what it
+/// held, so the waits are ordered against library ops on them). Writes what it
 /// saw of each object to `seen` (empty on entry), for [`op_end`]. `kind` names it in traces. With
 /// `track_open`, the op counts as open on its objects until [`op_end`], and a
 /// conflicting foreign op still open on one of them is an `InvalidState` error:
@@ -594,13 +847,12 @@ pub(crate) fn op_begin(
             return cap.op_begin(stream, set, kind);
         }
     }
-    let locked = Locked::new(set);
+    let locked = Locked::new(set, stream);
     if track_open {
-        for a in locked.set {
-            // SAFETY: locked.
-            let st = unsafe { a.state() };
-            if st.open_writes > 0 || (a.write() && st.open_reads > 0) {
-                return Err(open_conflict(a, st));
+        for (i, a) in locked.set.iter().enumerate() {
+            let (reads, writes) = open_counts(&locked.held(i));
+            if writes > 0 || (a.write() && reads > 0) {
+                return Err(open_conflict(a, writes > 0));
             }
         }
     }
@@ -620,17 +872,12 @@ pub(crate) fn op_begin(
     if waits != 0 {
         stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
     }
-    for a in locked.set {
-        // SAFETY: locked.
-        let st = unsafe { a.state() };
-        let mut s = SeenState::of(st);
+    for (i, a) in locked.set.iter().enumerate() {
+        let mut held = locked.held(i);
+        let mut s = SeenState::of(&held);
         if track_open {
             s.open = true;
-            if a.write() {
-                st.open_writes += 1;
-            } else {
-                st.open_reads += 1;
-            }
+            *open_count(&mut held, locked.slot, a.write()) += 1;
         }
         seen.push(s);
     }
@@ -638,14 +885,10 @@ pub(crate) fn op_begin(
 }
 
 #[cold]
-fn open_conflict(a: &Access<'_>, st: &SyncState) -> Error {
+fn open_conflict(a: &Access<'_>, open_writes: bool) -> Error {
     let (mine, theirs) = (
         if a.write() { "write" } else { "read" },
-        if st.open_writes > 0 {
-            "writes"
-        } else {
-            "reads"
-        },
+        if open_writes { "writes" } else { "reads" },
     );
     Error::new(
         ErrorCode::InvalidState,
@@ -658,38 +901,34 @@ fn open_conflict(a: &Access<'_>, st: &SyncState) -> Error {
     )
 }
 
-/// Marks the op closed on its objects; `st` locked by the caller.
-fn close_open(st: &mut SyncState, write: bool, seen: &SeenState) {
+/// Marks the op closed on a held object.
+fn close_open(held: &mut Held<'_>, slot: usize, write: bool, seen: &SeenState) {
     if seen.open {
-        if write {
-            st.open_writes = st.open_writes.saturating_sub(1);
-        } else {
-            st.open_reads = st.open_reads.saturating_sub(1);
-        }
+        let n = open_count(held, slot, write);
+        *n = n.saturating_sub(1);
     }
 }
 
 /// Marks the op closed on its objects when it will not publish through the locked
 /// block of [`op_end`].
 #[cold]
-fn close_open_locked(set: &[Access<'_>], seen: &[SeenState]) {
+fn close_open_locked(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) {
     if seen.len() != set.len() || !seen.iter().any(|s| s.open) {
         return;
     }
-    let locked = Locked::new(set);
-    for (a, s) in locked.set.iter().zip(seen) {
-        // SAFETY: locked.
-        close_open(unsafe { a.state() }, a.write(), s);
+    let locked = Locked::new(set, stream);
+    for (i, (a, s)) in locked.set.iter().zip(seen).enumerate() {
+        close_open(&mut locked.held(i), locked.slot, a.write(), s);
     }
 }
 
-/// Ends a foreign op: records one event, then locks the objects and publishes it
+/// Ends a foreign op: records one event, then takes the objects and publishes it
 /// when every object is still as the op saw it at begin (see
-/// [`SeenState::still_current`]), so that no lock of an object is held across the
-/// driver call (a newer reader entry of this stream stays: it covers this read).
+/// [`SeenState::still_current`]), so that no object is held across the driver
+/// call (a newer reader entry of this stream stays: it covers this read).
 /// Otherwise (a write was published on an object it read, or anything on an object
 /// it wrote, while it was open) the first recording is dropped and the op waits for
-/// what changed, records again and publishes with the objects locked throughout, as
+/// what changed, records again and publishes with the objects held throughout, as
 /// library ops do.
 #[inline(always)]
 pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) -> Result<()> {
@@ -698,7 +937,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     }
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
-            close_open_locked(set, seen);
+            close_open_locked(stream, set, seen);
             cap.op_end(stream, set)?;
             return after_op(stream);
         }
@@ -711,7 +950,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
             Ok(r) => r,
             Err(e) => {
                 drop(push);
-                close_open_locked(set, seen);
+                close_open_locked(stream, set, seen);
                 return Err(e);
             }
         };
@@ -722,14 +961,13 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
         rec
     };
     {
-        let locked = Locked::new(set);
+        let locked = Locked::new(set, stream);
         let mut current = seen.len() == set.len();
         if current {
-            for (a, s) in locked.set.iter().zip(seen) {
-                // SAFETY: locked.
-                let st = unsafe { a.state() };
-                close_open(st, a.write(), s);
-                current &= s.still_current(st, a.write());
+            for (i, (a, s)) in locked.set.iter().zip(seen).enumerate() {
+                let mut held = locked.held(i);
+                close_open(&mut held, locked.slot, a.write(), s);
+                current &= s.still_current(&held, a.write());
             }
         }
         if current {
@@ -744,9 +982,14 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
         std::mem::forget(rec);
         if !current {
             let mut need = Waits::new();
-            for a in locked.set {
-                // SAFETY: locked.
-                waits_for(unsafe { a.state() }, me, a.write(), &mut need);
+            for (i, a) in locked.set.iter().enumerate() {
+                match locked.held(i) {
+                    Held::Slot { st, slot } => waits_for_slot(st, slot, me, &mut need),
+                    // SAFETY: held exclusively.
+                    Held::Exclusive { obj, st } => unsafe {
+                        waits_for_exclusive(obj, st, me, a.write(), &mut need)
+                    },
+                }
             }
             push_op(
                 stream,

@@ -10,6 +10,8 @@ const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 
+// The word first, so a state placed after it keeps its own field order.
+#[repr(C)]
 pub(crate) struct ObjLock<T> {
     word: AtomicU32,
     value: UnsafeCell<T>,
@@ -38,6 +40,21 @@ impl<T> ObjLock<T> {
         {
             self.lock_contended();
         }
+    }
+
+    /// Takes the lock if it is free; never waits. Pair a success with
+    /// [`ObjLock::unlock`].
+    #[inline(always)]
+    pub(crate) fn try_lock(&self) -> bool {
+        self.word
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// True while some thread holds the lock (a hint: it may change at once).
+    #[inline(always)]
+    pub(crate) fn is_locked(&self) -> bool {
+        self.word.load(Ordering::Relaxed) != UNLOCKED
     }
 
     #[cold]
@@ -79,6 +96,17 @@ impl<T> ObjLock<T> {
     pub(crate) unsafe fn get(&self) -> &mut T {
         // SAFETY: exclusive while locked (the caller's contract).
         unsafe { &mut *self.value.get() }
+    }
+
+    /// The protected value, shared.
+    ///
+    /// # Safety
+    /// No thread can write the value while the reference is live (the caller holds
+    /// something that every writer must take too; see `SyncObject`'s reader slots).
+    #[inline(always)]
+    pub(crate) unsafe fn get_shared(&self) -> &T {
+        // SAFETY: no writer while the reference lives (the caller's contract).
+        unsafe { &*self.value.get() }
     }
 
     /// Locks and returns a guard (for paths off the op path).

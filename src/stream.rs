@@ -33,6 +33,10 @@ pub struct Stream {
     pub(crate) pool: Arc<EventPool>,
     pub(crate) device: Arc<Device>,
     owned: bool,
+    /// The reader slot this stream uses in every sync object (`sync::READER_SLOTS`).
+    reader_slot: u8,
+    /// Its slot number, unique among live streams (given back on drop).
+    slot_number: u32,
     /// What `raw()` exports: the caller's handle for adopted streams.
     exported: u64,
     pub stats: StreamStats,
@@ -58,7 +62,10 @@ pub const STREAM_NON_BLOCKING: u32 = 1;
 impl Stream {
     fn wrap(device: &Arc<Device>, raw: u64, exported: u64, owned: bool) -> Arc<Stream> {
         let id = next_id();
+        let slot_number = crate::sync::take_slot_number();
         let s = Arc::new(Stream {
+            reader_slot: (slot_number as usize % crate::sync::READER_SLOTS) as u8,
+            slot_number,
             device: device.clone(),
             raw,
             exported,
@@ -109,6 +116,12 @@ impl Stream {
 
     pub fn device(&self) -> &Arc<Device> {
         &self.device
+    }
+
+    /// The reader slot this stream reads sync objects through.
+    #[inline(always)]
+    pub(crate) fn reader_slot(&self) -> usize {
+        self.reader_slot as usize
     }
 
     /// The `CUstream` (an opaque pointer on host) for foreign work. For an adopted
@@ -363,5 +376,6 @@ impl Drop for Stream {
         } else {
             self.device.backend.stream_release_external(self.raw);
         }
+        crate::sync::give_slot_number(self.slot_number);
     }
 }

@@ -12,38 +12,153 @@ use crate::stream::Stream;
 use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
+/// Reader slots per sync object. A stream reads through slot
+/// `Stream::reader_slot % READER_SLOTS`; live streams get the smallest free slot
+/// numbers, so up to this many live streams never share a slot.
+pub(crate) const READER_SLOTS: usize = 16;
+
+const _: () = assert!(READER_SLOTS <= 32);
+
+// The fields a slot reader reads come first: with the object's id, `used`,
+// `slots` and the lock word they fill the object's first cache line.
 #[derive(Clone, Default)]
+#[repr(C)]
 pub(crate) struct SyncState {
     pub(crate) writer: Option<RecRef>,
-    pub(crate) readers: SmallVec<[RecRef; 2]>,
     /// A fresh stream-ordered allocation: valid only in this stream's order until
     /// the first write on it or the first use on another stream.
     pub(crate) alloc_on: Option<Arc<Stream>>,
     /// `stream::completions()` when completed recordings were last pruned.
     pub(crate) pruned_at: u64,
-    /// The id of the live capture whose ops touched this object, 0 when none; the
-    /// capture keeps its ops' recordings in its own copy of the state.
-    pub(crate) capture: u64,
-    /// Bumped by every publication (foreign ops compare it between begin and end).
-    pub(crate) version: u64,
+    /// Foreign ops open now (begun, not ended) that write / read the object (open
+    /// reads of a real object are counted in its reader slots instead).
+    pub(crate) open_writes: u32,
+    pub(crate) open_reads: u32,
     /// Bumped by every published write (a foreign read compares it instead of
     /// reading the writer's recording).
     pub(crate) writes: u64,
-    /// Foreign ops open now (begun, not ended) that read / write the object.
+    /// Bumped by every publication made with the object held exclusively (foreign
+    /// ops compare it, plus the slots' `publications`, between begin and end).
+    pub(crate) version: u64,
+    /// The id of the live capture whose ops touched this object, 0 when none; the
+    /// capture keeps its ops' recordings in its own copy of the state.
+    pub(crate) capture: u64,
+    /// Reader entries of streams that own no reader slot of the object (on a real
+    /// object; a capture's shadow state keeps every reader here).
+    pub(crate) readers: SmallVec<[RecRef; 2]>,
+}
+
+/// One stream's part of an object's readers, on a cache line of its own: the
+/// stream's reader entry and its open foreign reads. A reader whose stream owns the
+/// slot locks only the slot; see [`SyncObject`].
+#[derive(Default)]
+pub(crate) struct SlotState {
+    /// The stream whose reader entry lives here (0: none). While a stream owns a
+    /// slot, its reader entry is here, never in `SyncState::readers`.
+    pub(crate) owner: u64,
+    pub(crate) reader: Option<RecRef>,
+    /// Open foreign reads counted here (by any stream whose slot number maps here).
     pub(crate) open_reads: u32,
-    pub(crate) open_writes: u32,
+    /// Bumped by every publication into this slot (see `SyncState::version`).
+    pub(crate) publications: u64,
+}
+
+#[repr(C, align(64))]
+pub(crate) struct ReaderSlot {
+    pub(crate) lock: ObjLock<SlotState>,
 }
 
 /// A per-object dependency record: stands for a buffer, or for foreign memory.
-// The id and the state share one cache line.
+///
+/// Locking (issue 17): `state` holds the writer, the counters and the readers of
+/// streams without a slot; each reader slot holds one stream's reader entry. An
+/// op *reads* the object through its stream's slot alone when the stream owns it
+/// and nothing else needs changing (no fresh allocation, nothing to prune): it
+/// locks the slot (a line no other thread writes), reads `state` without locking
+/// it, and publishes into the slot. Everything else holds the object
+/// *exclusively*: the `state` lock, then every slot in `used`, in slot order.
+/// Bits of `used` are set only under the `state` lock and never cleared, so an
+/// exclusive holder locks every slot that any reader can be using, and `state` is
+/// written only while no slot reader is inside. A slot reader that finds the
+/// `state` lock taken steps back and goes the exclusive way (writers do not
+/// starve).
+// The id, `slots`, `used` and the slot path's part of the state share the first
+// cache line; each slot has its own.
 #[repr(C, align(64))]
 pub struct SyncObject {
     pub id: u64,
+    /// The reader slots, allocated by the exclusive hold that sets the first bit
+    /// of `used` (an object nobody reads has none); null while `used` is 0.
+    slots: AtomicPtr<[ReaderSlot; READER_SLOTS]>,
+    /// Reader slots that may hold anything (bit i: slot i).
+    used: AtomicU32,
     pub(crate) state: ObjLock<SyncState>,
     /// The memory this object stands for, if sluice owns it (kept alive by graphs).
     pub(crate) owner: OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
+}
+
+impl Drop for SyncObject {
+    fn drop(&mut self) {
+        let p = *self.slots.get_mut();
+        if !p.is_null() {
+            // SAFETY: allocated by `Box::into_raw` in `lock_exclusive`, freed once.
+            drop(unsafe { Box::from_raw(p) });
+        }
+    }
+}
+
+/// Stream slot numbers in use, and those given back (the smallest is reused first).
+static SLOT_NUMBERS: Mutex<(u32, Vec<u32>)> = Mutex::new((0, Vec::new()));
+
+/// A slot number for a new stream: the smallest one no live stream has.
+pub(crate) fn take_slot_number() -> u32 {
+    let mut g = SLOT_NUMBERS.lock().unwrap_or_else(|p| p.into_inner());
+    let (next, free) = &mut *g;
+    match free.iter().enumerate().min_by_key(|(_, n)| **n) {
+        Some((i, _)) => free.swap_remove(i),
+        None => {
+            *next += 1;
+            *next - 1
+        }
+    }
+}
+
+/// Gives back a stream's slot number (the stream is gone).
+pub(crate) fn give_slot_number(n: u32) {
+    let mut g = SLOT_NUMBERS.lock().unwrap_or_else(|p| p.into_inner());
+    g.1.push(n);
+}
+
+/// The object held exclusively (see [`SyncObject`]); released on drop.
+pub(crate) struct Exclusive<'a> {
+    obj: &'a SyncObject,
+}
+
+impl Exclusive<'_> {
+    pub(crate) fn state(&mut self) -> &mut SyncState {
+        // SAFETY: held exclusively.
+        unsafe { self.obj.state.get() }
+    }
+
+    /// Every reader entry: those of `state` and those of the slots.
+    pub(crate) fn readers(&self) -> Vec<RecRef> {
+        // SAFETY: held exclusively.
+        let st = unsafe { self.obj.state.get_shared() };
+        let mut v: Vec<RecRef> = st.readers.to_vec();
+        // SAFETY: held exclusively.
+        unsafe { self.obj.for_each_slot(|s| v.extend(s.reader.clone())) };
+        v
+    }
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        // SAFETY: taken in `SyncObject::exclusive`.
+        unsafe { self.obj.unlock_exclusive() }
+    }
 }
 
 impl std::fmt::Debug for SyncObject {
@@ -54,39 +169,171 @@ impl std::fmt::Debug for SyncObject {
 
 impl SyncObject {
     pub fn new() -> Arc<SyncObject> {
+        Self::with_state(SyncState::default())
+    }
+
+    fn with_state(state: SyncState) -> Arc<SyncObject> {
         Arc::new(SyncObject {
             id: next_id(),
-            state: ObjLock::new(SyncState::default()),
+            state: ObjLock::new(state),
+            used: AtomicU32::new(0),
+            slots: AtomicPtr::new(std::ptr::null_mut()),
             owner: OnceLock::new(),
         })
     }
 
     /// A sync object for memory just allocated in `stream`'s order.
     pub(crate) fn allocated_on(stream: &Arc<Stream>) -> Arc<SyncObject> {
-        Arc::new(SyncObject {
-            id: next_id(),
-            state: ObjLock::new(SyncState {
-                alloc_on: Some(stream.clone()),
-                ..SyncState::default()
-            }),
-            owner: OnceLock::new(),
+        Self::with_state(SyncState {
+            alloc_on: Some(stream.clone()),
+            ..SyncState::default()
         })
+    }
+
+    /// Holds the object exclusively: the state's lock, then every slot in use.
+    /// `slot`: a reader slot to mark in use first (the caller will read through it).
+    #[inline(always)]
+    pub(crate) fn lock_exclusive(&self, slot: Option<usize>) {
+        self.state.lock_raw();
+        if let Some(i) = slot {
+            let bit = 1u32 << i;
+            // Bits change only under the state's lock (held): a plain check.
+            if self.used.load(Ordering::Relaxed) & bit == 0 {
+                self.mark_used(bit);
+            }
+        }
+        let mut m = self.used.load(Ordering::Relaxed);
+        while m != 0 {
+            self.slot_lock(m.trailing_zeros() as usize).lock_raw();
+            m &= m - 1;
+        }
+    }
+
+    /// Sets `bit` in `used` (the first bit allocates the slots). Under the state's lock.
+    #[cold]
+    fn mark_used(&self, bit: u32) {
+        if self.slots.load(Ordering::Relaxed).is_null() {
+            let slots: Box<[ReaderSlot; READER_SLOTS]> =
+                Box::new(std::array::from_fn(|_| ReaderSlot {
+                    lock: ObjLock::new(SlotState::default()),
+                }));
+            self.slots.store(Box::into_raw(slots), Ordering::Relaxed);
+        }
+        // Release: a slot reader that sees the bit also sees the slots and the state
+        // written by every holder before this one.
+        self.used.fetch_or(bit, Ordering::AcqRel);
+    }
+
+    /// Slot `i`'s lock. Its bit in `used` is set, and seen by the caller through
+    /// the state's lock or an acquire load of `used`.
+    #[inline(always)]
+    fn slot_lock(&self, i: usize) -> &ObjLock<SlotState> {
+        // SAFETY: a set bit means the slots were allocated (before the bit was set,
+        // which the caller saw); they live as long as the object.
+        unsafe { &(*self.slots.load(Ordering::Relaxed))[i].lock }
+    }
+
+    /// Releases what [`SyncObject::lock_exclusive`] took.
+    ///
+    /// # Safety
+    /// The caller holds the object exclusively.
+    #[inline(always)]
+    pub(crate) unsafe fn unlock_exclusive(&self) {
+        // Unchanged since the lock: bits are set only under the state's lock.
+        let mut m = self.used.load(Ordering::Relaxed);
+        while m != 0 {
+            // SAFETY: locked by `lock_exclusive`.
+            unsafe { self.slot_lock(m.trailing_zeros() as usize).unlock() };
+            m &= m - 1;
+        }
+        // SAFETY: locked by `lock_exclusive`.
+        unsafe { self.state.unlock() };
+    }
+
+    /// Holds the object exclusively until the guard drops (off the op path).
+    pub(crate) fn exclusive(&self) -> Exclusive<'_> {
+        self.lock_exclusive(None);
+        Exclusive { obj: self }
+    }
+
+    /// Takes reader slot `i` for a read by stream `me`, when the read can go through
+    /// the slot alone: `me` owns the slot, no exclusive holder is there or waiting,
+    /// the object is no fresh allocation and nothing needs pruning. Never waits.
+    #[inline(always)]
+    pub(crate) fn try_read_slot(&self, i: usize, me: u64) -> bool {
+        // Acquire: pairs with the fetch_or in `lock_exclusive`.
+        if self.used.load(Ordering::Acquire) & (1u32 << i) == 0 {
+            return false;
+        }
+        let slot = self.slot_lock(i);
+        if !slot.try_lock() {
+            return false;
+        }
+        // SAFETY: the slot is held, so no exclusive holder writes the state (it
+        // must take this slot first); the slot's own state is ours.
+        let ok = !self.state.is_locked() && {
+            let st = unsafe { self.state.get_shared() };
+            st.alloc_on.is_none()
+                && st.pruned_at == crate::event::completions()
+                && unsafe { slot.get() }.owner == me
+        };
+        if !ok {
+            // SAFETY: taken just above.
+            unsafe { slot.unlock() };
+        }
+        ok
+    }
+
+    /// Releases reader slot `i`.
+    ///
+    /// # Safety
+    /// The caller holds it through [`SyncObject::try_read_slot`].
+    #[inline(always)]
+    pub(crate) unsafe fn unlock_slot(&self, i: usize) {
+        // SAFETY: the caller's contract.
+        unsafe { self.slot_lock(i).unlock() }
+    }
+
+    /// The state of reader slot `i`.
+    ///
+    /// # Safety
+    /// The caller holds the slot (alone, or the object exclusively).
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn slot(&self, i: usize) -> &mut SlotState {
+        // SAFETY: the caller's contract.
+        unsafe { self.slot_lock(i).get() }
+    }
+
+    /// Runs `f` on every slot in use.
+    ///
+    /// # Safety
+    /// The caller holds the object exclusively.
+    #[inline(always)]
+    pub(crate) unsafe fn for_each_slot(&self, mut f: impl FnMut(&mut SlotState)) {
+        let mut m = self.used.load(Ordering::Relaxed);
+        while m != 0 {
+            // SAFETY: every slot in `used` is held (the caller's contract).
+            f(unsafe { self.slot_lock(m.trailing_zeros() as usize).get() });
+            m &= m - 1;
+        }
     }
 
     /// Number of reader entries (at most one per stream).
     pub fn reader_count(&self) -> usize {
-        self.state.lock().readers.len()
+        self.exclusive().readers().len()
     }
 
     pub fn has_writer(&self) -> bool {
-        self.state.lock().writer.is_some()
+        self.exclusive().state().writer.is_some()
     }
 
     fn pending(&self, include_readers: bool, op: &str) -> Result<Vec<RecRef>> {
-        let st = self.state.lock();
+        let mut ex = self.exclusive();
+        let st = ex.state();
         if st.capture != 0 {
             let cid = st.capture;
-            drop(st);
+            drop(ex);
             crate::capture::poison(cid, op);
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
@@ -95,7 +342,7 @@ impl SyncObject {
         }
         let mut v: Vec<RecRef> = st.writer.iter().cloned().collect();
         if include_readers {
-            v.extend(st.readers.iter().cloned());
+            v.extend(ex.readers());
         }
         Ok(v)
     }
@@ -118,8 +365,10 @@ impl SyncObject {
 
     /// All outstanding recordings (writer and readers), for frees.
     pub(crate) fn outstanding(&self) -> Vec<RecRef> {
-        let st = self.state.lock();
-        st.writer.iter().chain(st.readers.iter()).cloned().collect()
+        let mut ex = self.exclusive();
+        let mut v = ex.readers();
+        v.extend(ex.state().writer.iter().cloned());
+        v
     }
 }
 
@@ -202,15 +451,6 @@ impl<'a> Access<'a> {
     #[inline(always)]
     pub fn write(self) -> bool {
         self.bits & 1 != 0
-    }
-
-    /// The object's state. The caller holds the object's lock.
-    #[inline(always)]
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn state(&self) -> &'a mut SyncState {
-        let obj: &'a SyncObject = unsafe { &*((self.bits & !1) as *const SyncObject) };
-        // SAFETY: locked by the caller; each object appears once in a set.
-        unsafe { obj.state.get() }
     }
 }
 
@@ -326,14 +566,6 @@ impl Drop for OwnedAccessSet {
     }
 }
 
-impl<'a> ObjRef<'a> {
-    #[inline(always)]
-    pub(crate) fn state_lock(self) -> &'a ObjLock<SyncState> {
-        // SAFETY: alive for 'a (see the constructors).
-        unsafe { &(*self.ptr.as_ptr()).state }
-    }
-}
-
 /// The access set of `reads` and `writes` given as `Arc`s.
 #[inline(always)]
 pub fn access_set<'a>(
@@ -356,4 +588,27 @@ fn access_set_n<'a, const N: usize>(
     }
     v.normalize();
     v
+}
+
+#[cfg(test)]
+mod layout {
+    use super::*;
+
+    #[test]
+    fn the_slot_paths_fields_share_the_first_line() {
+        let o = SyncObject::new();
+        let base = Arc::as_ptr(&o) as usize;
+        // SAFETY: only addresses are taken.
+        let st = unsafe { o.state.get_shared() };
+        for (name, at) in [
+            ("used", &o.used as *const _ as usize),
+            ("slots", &o.slots as *const _ as usize),
+            ("writer", &st.writer as *const _ as usize),
+            ("alloc_on", &st.alloc_on as *const _ as usize),
+            ("pruned_at", &st.pruned_at as *const _ as usize),
+            ("open_writes", &st.open_writes as *const _ as usize),
+        ] {
+            assert!(at - base < 64, "{name} at offset {}", at - base);
+        }
+    }
 }

@@ -494,3 +494,123 @@ fn conflicting_foreign_ops_open_at_once_are_refused_not_raced() {
     assert_eq!(x.reader_count(), 0);
     assert!(x.has_writer());
 }
+
+/// Issue 17: readers of a shared object publish through their streams' own reader
+/// slots, without the object's lock. Eight threads on eight streams read X slowly
+/// (a tracked copy on even threads, a foreign op around the copy on odd ones) in
+/// every round, then one writer overwrites X: it must wait for every one of those
+/// reads, or a slow read sees the next round's value. From the second round on the
+/// readers own their slots and take the slot path.
+#[test]
+fn a_writer_after_concurrent_slot_readers_waits_for_every_one() {
+    const READERS: usize = 8;
+    let k = Arc::new(kit());
+    let w = k.stream();
+    let rounds = scaled(40).max(8);
+    let x = k.buffer(&w, 16);
+    k.fill(&w, &x, 1000, 0);
+    w.synchronize().unwrap();
+    let barrier = Arc::new(std::sync::Barrier::new(READERS + 1));
+    let readers: Vec<_> = (0..READERS)
+        .map(|t| {
+            let (k, x, barrier) = (k.clone(), x.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let s = k.stream();
+                let sink = k.buffer(&s, rounds);
+                let tmp = k.buffer(&s, 16);
+                k.fill(&s, &sink, u32::MAX, 0);
+                k.fill(&s, &tmp, u32::MAX, 0);
+                let mut failed = None;
+                for round in 0..rounds {
+                    barrier.wait(); // the round's value is enqueued
+                    if failed.is_none() {
+                        if t % 2 == 0 {
+                            k.copy_word(&s, &sink, round, &x, 0, 2 * MS);
+                        } else {
+                            // The foreign work reads x untracked: the op alone orders it.
+                            match ForeignOp::begin(&s, vec![x.sync.clone()], vec![]) {
+                                Ok(op) => {
+                                    k.copy_untracked_src(&s, &tmp, &x, 2 * MS);
+                                    if let Err(e) = op.end() {
+                                        failed = Some(e.to_string());
+                                    }
+                                    k.copy_word(&s, &sink, round, &tmp, 0, 0);
+                                }
+                                Err(e) => failed = Some(e.to_string()),
+                            }
+                        }
+                    }
+                    barrier.wait(); // every read of the round is published
+                }
+                assert!(failed.is_none(), "{failed:?}");
+                k.read(&s, &sink)
+            })
+        })
+        .collect();
+    let mut writer_waits = Vec::new();
+    for round in 0..rounds {
+        if round > 0 {
+            let before = waits(&w);
+            k.fill(&w, &x, 1000 + round as u32, 0);
+            writer_waits.push(waits(&w) - before);
+        }
+        barrier.wait();
+        barrier.wait();
+    }
+    let mut wrong = Vec::new();
+    for (t, h) in readers.into_iter().enumerate() {
+        let got = h.join().unwrap();
+        for (round, &v) in got.iter().enumerate() {
+            if v != 1000 + round as u32 {
+                wrong.push((t, round, v));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} reads saw another round's value (thread, round, value): {:?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(8)]
+    );
+    assert!(
+        writer_waits.iter().all(|&n| n == READERS as u64),
+        "the writer waits once per reading stream: {writer_waits:?}"
+    );
+}
+
+/// More reading streams than an object has reader slots (16): streams whose slot
+/// numbers collide take the slot over in turn, the previous owner's entry moving to
+/// the object's other readers. A writer still waits for every stream's newest read.
+#[test]
+fn more_reading_streams_than_reader_slots_are_all_waited_for() {
+    const STREAMS: usize = 21;
+    let k = kit();
+    let streams: Vec<_> = (0..STREAMS).map(|_| k.stream()).collect();
+    let w = k.stream();
+    let x = k.buffer(&w, 16);
+    let sinks: Vec<_> = streams.iter().map(|s| k.buffer(s, 4)).collect();
+    for (s, sink) in streams.iter().zip(&sinks) {
+        k.fill(s, sink, u32::MAX, 0);
+    }
+    for round in 0..4usize {
+        k.fill(&w, &x, 500 + round as u32, 0);
+        // Twice per round: the second read of a stream replaces its first.
+        for _ in 0..2 {
+            for (s, sink) in streams.iter().zip(&sinks) {
+                k.copy_word(s, sink, round, &x, 0, MS / 2);
+            }
+        }
+        assert_eq!(x.sync.reader_count(), STREAMS, "one entry per stream");
+        let before = waits(&w);
+        k.fill(&w, &x, 0, 0); // must not overtake any slow read
+        assert_eq!(
+            waits(&w) - before,
+            STREAMS as u64,
+            "one wait per reading stream"
+        );
+        assert_eq!(x.sync.reader_count(), 0);
+    }
+    for (s, sink) in streams.iter().zip(&sinks) {
+        assert_eq!(k.read(s, sink), vec![500, 501, 502, 503]);
+    }
+}

@@ -1,7 +1,9 @@
 //! The table "Op bookkeeping without kernels": `sluice_op_begin` + `sluice_op_end`
-//! pairs over read sets of 1, 4 and 16 sync objects, on 1 and 8 threads.
+//! pairs over read sets of 1, 4 and 16 sync objects, on 1, 8 and 16 threads, and
+//! the raw `cuEventRecord` throughput of 1, 8 and 16 threads on the same streams.
 
 use crate::harness::*;
+use cudarc::driver::sys::{CUevent, CUstream};
 use sluice::ffi::*;
 use std::ptr::null;
 use std::sync::Barrier;
@@ -12,6 +14,7 @@ pub fn run(b: &mut Bench) {
 }
 
 struct OpRow {
+    /// 0: raw `cuEventRecord` on each thread's stream (no sluice call).
     objects: usize,
     threads: usize,
     shared: bool,
@@ -22,7 +25,7 @@ struct OpRow {
 
 impl Bench {
     fn bench_ops(&mut self) -> Vec<OpRow> {
-        const THREADS: usize = 8;
+        const THREADS: usize = 16;
         const MAX_OBJ: usize = 16;
         let batches = self.cfg.n(50);
         let dev = self.dev;
@@ -46,8 +49,33 @@ impl Bench {
             .map(|v| v.iter().map(|b| b.sync).collect())
             .collect();
 
-        // One thread's loop: `batches` x BATCH op_begin/op_end pairs reading `objs`.
+        let d = self.d;
+        // One thread's loop: `batches` x BATCH op_begin/op_end pairs reading `objs`,
+        // or raw cuEventRecord calls on the stream's CUstream when `objs` is empty.
         let worker = |s: sluice_stream_t, objs: &[sluice_sync_t], barrier: &Barrier| -> f64 {
+            if objs.is_empty() {
+                let mut r = std::ptr::null_mut();
+                ck(sluice_stream_raw(s, &mut r), "sluice_stream_raw");
+                let r = r as CUstream;
+                let mut e: CUevent = std::ptr::null_mut();
+                // SAFETY: writes one event handle.
+                cu(
+                    d,
+                    unsafe { (d.cuEventCreate)(&mut e, CU_EVENT_DISABLE_TIMING) },
+                    "cuEventCreate",
+                );
+                // SAFETY: a live event and stream.
+                let rec = || cu(d, unsafe { (d.cuEventRecord)(e, r) }, "cuEventRecord");
+                for _ in 0..BATCH {
+                    rec();
+                }
+                raw_sync(d, r);
+                barrier.wait();
+                let t = per_call(batches, rec, || raw_sync(d, r));
+                // SAFETY: created above, destroyed once.
+                cu(d, unsafe { (d.cuEventDestroy_v2)(e) }, "cuEventDestroy");
+                return t;
+            }
             let mut op = sluice_op_t { bits: 0 };
             let pair = |op: &mut sluice_op_t| {
                 ck(
@@ -65,8 +93,19 @@ impl Bench {
         };
 
         let mut rows = Vec::new();
-        for &k in &[1usize, 4, 16] {
-            for &(threads, shared) in &[(1usize, true), (THREADS, true), (THREADS, false)] {
+        for &k in &[0usize, 1, 4, 16] {
+            let runs: &[(usize, bool)] = if k == 0 {
+                &[(1, false), (8, false), (THREADS, false)]
+            } else {
+                &[
+                    (1, true),
+                    (8, true),
+                    (8, false),
+                    (THREADS, true),
+                    (THREADS, false),
+                ]
+            };
+            for &(threads, shared) in runs {
                 let mut means = Vec::new();
                 let mut worsts = Vec::new();
                 let mut rates = Vec::new();
@@ -125,10 +164,15 @@ impl Bench {
 
 fn print_ops(rows: &[OpRow]) {
     println!("## Op bookkeeping without kernels (sluice_op_begin + sluice_op_end, read sets)\n");
+    println!(
+        "Rows with 0 sync objects: raw cuEventRecord calls, one thread per stream (ns/record).\n"
+    );
     println!("| sync objects | threads | objects | ns/pair (mean per thread) | slowest thread ns/pair | total Mpairs/s |");
     println!("|---:|---:|---|---:|---:|---:|");
     for r in rows {
-        let objs = if r.threads == 1 {
+        let objs = if r.objects == 0 {
+            "raw cuEventRecord"
+        } else if r.threads == 1 {
             "—"
         } else if r.shared {
             "shared (read-only)"
