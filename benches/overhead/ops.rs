@@ -3,7 +3,7 @@
 //! the raw `cuEventRecord` throughput of 1, 8 and 16 threads on the same streams.
 
 use crate::harness::*;
-use cudarc::driver::sys::{CUevent, CUstream};
+use cudarc::driver::sys::{CUcontext, CUevent, CUstream};
 use sluice::ffi::*;
 use std::ptr::null;
 use std::sync::Barrier;
@@ -50,10 +50,22 @@ impl Bench {
             .collect();
 
         let d = self.d;
+        // The raw rows' threads bind the context this thread has bound.
+        let mut ctx: CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one context handle.
+        cu(
+            d,
+            unsafe { (d.cuCtxGetCurrent)(&mut ctx) },
+            "cuCtxGetCurrent",
+        );
+        let ctx = ctx as usize;
         // One thread's loop: `batches` x BATCH op_begin/op_end pairs reading `objs`,
         // or raw cuEventRecord calls on the stream's CUstream when `objs` is empty.
         let worker = |s: sluice_stream_t, objs: &[sluice_sync_t], barrier: &Barrier| -> f64 {
             if objs.is_empty() {
+                // SAFETY: the primary context the bench retained, live until it ends.
+                let res = unsafe { (d.cuCtxSetCurrent)(ctx as CUcontext) };
+                cu(d, res, "cuCtxSetCurrent");
                 let mut r = std::ptr::null_mut();
                 ck(sluice_stream_raw(s, &mut r), "sluice_stream_raw");
                 let r = r as CUstream;

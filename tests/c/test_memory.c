@@ -252,7 +252,7 @@ TEST(buffer_free_while_in_use_on_other_stream) {
     fill_pattern(src, SIZE, SEED);
     CHECK_OK(sluice_stream_copy_from_host(a, x, 0, src, SIZE));
     CHECK_OK(sluice_stream_memset(b, y, 0, 0, SIZE));
-    REQUIRE(enqueue_gate(b, &gate));
+    REQUIRE(enqueue_gate_for_free(b, &gate));
     CHECK_OK(sluice_stream_copy(b, y, 0, x, 0, SIZE)); /* reads x on b, behind the gate */
     CHECK_OK(sluice_buffer_free(x));            /* x's memory must outlive that copy */
     /* reuse a's pool while x's copy is still pending (x's free is ordered on a after
@@ -262,7 +262,7 @@ TEST(buffer_free_while_in_use_on_other_stream) {
     if (have_z) CHECK_OK(sluice_stream_memset(a, z, 0, 0x77, SIZE));
     bool idle = true;
     CHECK_OK(sluice_stream_query(a, &idle));
-    CHECK(!idle);
+    if (!under_sanitizer()) CHECK(!idle);
     gate_open(&gate);
     uint8_t *r = read_back(b, y, SIZE);
     if (r) {
@@ -579,7 +579,7 @@ TEST(stream_ordered_alloc_then_use_on_other_stream) {
     CHECK_OK(sluice_stream_synchronize(a));
     sluice_buffer_info_t xi, zi;
     REQUIRE_OK(sluice_buffer_info(x, &xi));
-    REQUIRE(enqueue_gate(a, &gate));
+    REQUIRE(enqueue_gate_for_free(a, &gate));
     CHECK_OK(sluice_stream_copy(a, y, 0, x, 0, SIZE));
     CHECK_OK(sluice_buffer_free(x));
     REQUIRE_OK(sluice_buffer_alloc(a, SIZE, &z));
