@@ -167,3 +167,24 @@ func TestCompileModule(t *testing.T) {
 		t.Fatalf("no compile log in: %v", err)
 	}
 }
+
+// On every backend, Launch reaches the C call (sluice_go_launch) with its
+// arguments as on cuda, and a function handle that names no function fails
+// there; under cgocheck2 (test.sh) this also checks the call against cgo's
+// pointer rules, for values on the stack and in a pooled buffer.
+func TestLaunchUnknownFunction(t *testing.T) {
+	d := openDev(t)
+	s := testStream(t, d)
+	x, y := alloc(t, s, 256), alloc(t, s, 256)
+	f := &Function{name: "unknown"} // no cleanup: the handle is no one's
+	f.h.bits.Store(0xdead_beef_0000_0001)
+	cfg := LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 64}}
+	many := make([]any, 20)
+	for i := range many {
+		many[i] = uint32(i)
+	}
+	for _, args := range [][]any{nil, {y, x, float32(2), uint32(64)}, many} {
+		err := f.Launch(s, cfg, []Syncable{x}, []Syncable{y}, args...)
+		wantCode(t, err, ErrInvalidHandle)
+	}
+}
