@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 // idle stream, which goes first alternates, and each metric is a median
 // over the chunks (compareChunks).
 //
-// allocs/op counts the Go loop only. The per-op paths (RecordInto,
+// allocs/op counts the Go loop only (compareChunks). The per-op paths (RecordInto,
 // BeginOpInto, RunOp, Copy, Memset, Launch) must show 0: alloc_test.go fails
 // the tests otherwise. Record and BeginOp allocate their wrapper by design.
 
@@ -43,20 +44,28 @@ func compare(b *testing.B, s *Stream, goLoop func(n int), cLoop func(n int) (tim
 // neither inherits the other's queued work or always runs first. The
 // metrics are medians over the chunks (the overhead: of the per-chunk
 // differences), so that a chunk that another process preempted does not
-// move them.
+// move them. allocs/op and B/op are counted first, over two chunks of the
+// Go loop after one of warm-up, and the benchmark timer is never stopped,
+// so that no read of the memory statistics (a stop of the world) comes
+// right before one loop and not the other.
 func compareChunks(b *testing.B, s *Stream, size int, goLoop func(n int), cLoop func(n int) (time.Duration, error)) {
 	b.ReportAllocs()
+	goLoop(size)
+	must(b, s.Synchronize())
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	goLoop(size)
+	goLoop(size)
+	runtime.ReadMemStats(&m1)
+	calls := float64(2 * size)
+	allocs, bytes := float64(m1.Mallocs-m0.Mallocs)/calls, float64(m1.TotalAlloc-m0.TotalAlloc)/calls
 	b.ResetTimer()
-	b.StopTimer() // allocations are counted for the Go loop only
 	var goNs, cNs, diff []float64
 	runGo := func(n int) float64 {
 		must(b, s.Synchronize())
-		b.StartTimer()
 		t0 := time.Now()
 		goLoop(n)
-		d := time.Since(t0)
-		b.StopTimer()
-		return float64(d.Nanoseconds()) / float64(n)
+		return float64(time.Since(t0).Nanoseconds()) / float64(n)
 	}
 	runC := func(n int) float64 {
 		must(b, s.Synchronize())
@@ -81,6 +90,8 @@ func compareChunks(b *testing.B, s *Stream, size int, goLoop func(n int), cLoop 
 	b.ReportMetric(median(goNs), "go-ns/call")
 	b.ReportMetric(median(cNs), "c-ns/call")
 	b.ReportMetric(median(diff), "overhead-ns/call")
+	b.ReportMetric(allocs, "allocs/op")
+	b.ReportMetric(bytes, "B/op")
 	b.ReportMetric(0, "ns/op") // ns/op would mix in the synchronisations; the metrics above are the result
 }
 
