@@ -2,7 +2,9 @@ package sluice
 
 import (
 	"fmt"
+	"math"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,14 +86,20 @@ func TestPerOpPathsAllocateNothing(t *testing.T) {
 			return f.Launch(s, cfg, reads, writes, y, x, a, float32(0.5), cnt)
 		})
 	}
-	// On every backend: the argument block of a launch.
-	args := []any{x, y, float32(1.5), uint32(1000), int64(-5)}
-	zero(t, "launch argument block", func() error {
-		blk := getArgBlock(len(args))
-		defer argBlocks.Put(blk)
-		_, err := blk.fill("test", args)
-		return err
-	})
+	// On every backend: the argument values of a launch, on the stack up to
+	// 16 and in a pooled buffer beyond.
+	for _, k := range []int{5, 40} {
+		args := make([]any, k)
+		for i := range args {
+			args[i] = []any{x, y, float32(1.5), uint32(1000), int64(-5)}[i%5]
+		}
+		zero(t, fmt.Sprintf("launch argument values, %d", k), func() error {
+			var av argVals
+			defer av.release()
+			_, err := av.fill("test", args)
+			return err
+		})
+	}
 }
 
 // RecordInto re-records a caller-owned Event: the zero Event reads as
@@ -217,26 +225,42 @@ func TestBeginOpInto(t *testing.T) {
 	})
 }
 
-// A launch argument of an unsupported type is refused with its type named.
+// A launch argument of an unsupported type is refused with its type named;
+// the values are written as the kernel reads them.
 func TestLaunchArgTypes(t *testing.T) {
-	blk := getArgBlock(2)
-	defer argBlocks.Put(blk)
-	_, err := blk.fill("test", []any{int32(1), 3})
+	var av argVals
+	defer av.release()
+	_, err := av.fill("test", []any{int32(1), 3})
 	wantCode(t, err, ErrInvalidArgument)
 	if want := "argument 1 has unsupported type int"; !strings.Contains(err.Error(), want) {
 		t.Fatalf("%q does not say %q", err, want)
 	}
-	_, err = blk.fill("test", []any{nil})
+	_, err = av.fill("test", []any{nil})
 	wantCode(t, err, ErrInvalidArgument)
-	// More arguments than the smallest block holds.
-	many := make([]any, 40)
-	for i := range many {
-		many[i] = uint64(i)
-	}
-	big := getArgBlock(len(many))
-	defer argBlocks.Put(big)
-	_, err = big.fill("test", many)
+	vals, err := av.fill("test", []any{int8(-1), uint16(7), float32(1.5), float64(-2), int64(-3), uintptr(9)})
 	must(t, err)
+	want := []uint64{0xff, 7, uint64(math.Float32bits(1.5)), math.Float64bits(-2), 0xfffffffffffffffd, 9}
+	if !slices.Equal(vals, want) {
+		t.Fatalf("values %#x, want %#x", vals, want)
+	}
+	// More arguments than the stack array holds; too many.
+	for _, k := range []int{40, MaxLaunchArgs + 1} {
+		many := make([]any, k)
+		for i := range many {
+			many[i] = uint64(i)
+		}
+		var big argVals
+		vals, err := big.fill("test", many)
+		if k > MaxLaunchArgs {
+			wantCode(t, err, ErrInvalidArgument)
+		} else {
+			must(t, err)
+			if len(vals) != k || vals[k-1] != uint64(k-1) {
+				t.Fatalf("%d values, the last %d", len(vals), vals[len(vals)-1])
+			}
+		}
+		big.release()
+	}
 }
 
 func settleHandles() uint64 {

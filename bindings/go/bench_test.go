@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"fmt"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 )
@@ -12,41 +14,95 @@ import (
 //
 //	go-ns/call        one call from Go (wrapper objects, cleanups, KeepAlive, cgo)
 //	c-ns/call         the same call from C
-//	overhead-ns/call  go-ns/call - c-ns/call
+//	overhead-ns/call  the Go loop's time minus the C loop's, per call
 //
 // The Go and C loops alternate in chunks, so that drift in the machine's
-// load (and in the library's state) affects both alike.
+// load (and in the library's state) affects both alike; each starts on an
+// idle stream, which goes first alternates, and each metric is a median
+// over the chunks (compareChunks).
 //
-// allocs/op counts the Go loop only. The per-op paths (RecordInto,
+// allocs/op counts the Go loop only (compareChunks). The per-op paths (RecordInto,
 // BeginOpInto, RunOp, Copy, Memset, Launch) must show 0: alloc_test.go fails
 // the tests otherwise. Record and BeginOp allocate their wrapper by design.
 
-const chunk = 2000
+// chunk is the number of calls per loop. The GPU-bound rows (Copy,
+// Launch) have a variant with shortChunk calls, few enough that the device's
+// queue never fills, so that each loop measures the host's enqueue cost
+// rather than the device's rate.
+const (
+	chunk      = 2000
+	shortChunk = 32
+)
 
 func compare(b *testing.B, s *Stream, goLoop func(n int), cLoop func(n int) (time.Duration, error)) {
+	compareChunks(b, s, chunk, goLoop, cLoop)
+}
+
+// compareChunks runs the Go and the C loop on the same stream, in chunks of
+// size calls. Each loop starts on an idle stream (a Synchronize before it)
+// and the loop that goes first alternates from chunk to chunk, so that
+// neither inherits the other's queued work or always runs first. The
+// metrics are medians over the chunks (the overhead: of the per-chunk
+// differences), so that a chunk that another process preempted does not
+// move them. allocs/op and B/op are counted first, over two chunks of the
+// Go loop after one of warm-up, and the benchmark timer is never stopped,
+// so that no read of the memory statistics (a stop of the world) comes
+// right before one loop and not the other.
+func compareChunks(b *testing.B, s *Stream, size int, goLoop func(n int), cLoop func(n int) (time.Duration, error)) {
 	b.ReportAllocs()
+	goLoop(size)
+	must(b, s.Synchronize())
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	goLoop(size)
+	goLoop(size)
+	runtime.ReadMemStats(&m1)
+	calls := float64(2 * size)
+	allocs, bytes := float64(m1.Mallocs-m0.Mallocs)/calls, float64(m1.TotalAlloc-m0.TotalAlloc)/calls
 	b.ResetTimer()
-	var goTime, cTime time.Duration
-	for done := 0; done < b.N; {
-		n := min(chunk, b.N-done)
+	var goNs, cNs, diff []float64
+	runGo := func(n int) float64 {
+		must(b, s.Synchronize())
 		t0 := time.Now()
 		goLoop(n)
-		goTime += time.Since(t0)
-		b.StopTimer() // allocations are counted for the Go loop only
-		ct, err := cLoop(n)
-		must(b, err)
-		cTime += ct
+		return float64(time.Since(t0).Nanoseconds()) / float64(n)
+	}
+	runC := func(n int) float64 {
 		must(b, s.Synchronize())
-		b.StartTimer()
+		d, err := cLoop(n)
+		must(b, err)
+		return float64(d.Nanoseconds()) / float64(n)
+	}
+	for i, done := 0, 0; done < b.N; i++ {
+		n := min(size, b.N-done)
+		var g, c float64
+		if i%2 == 0 {
+			g = runGo(n)
+			c = runC(n)
+		} else {
+			c = runC(n)
+			g = runGo(n)
+		}
+		goNs, cNs, diff = append(goNs, g), append(cNs, c), append(diff, g-c)
 		done += n
 	}
-	b.StopTimer()
-	nf := float64(b.N)
-	goNs, cNs := float64(goTime.Nanoseconds())/nf, float64(cTime.Nanoseconds())/nf
-	b.ReportMetric(goNs, "go-ns/call")
-	b.ReportMetric(cNs, "c-ns/call")
-	b.ReportMetric(goNs-cNs, "overhead-ns/call")
+	must(b, s.Synchronize())
+	b.ReportMetric(median(goNs), "go-ns/call")
+	b.ReportMetric(median(cNs), "c-ns/call")
+	b.ReportMetric(median(diff), "overhead-ns/call")
+	b.ReportMetric(allocs, "allocs/op")
+	b.ReportMetric(bytes, "B/op")
 	b.ReportMetric(0, "ns/op") // ns/op would mix in the synchronisations; the metrics above are the result
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	n := len(v)
+	if n%2 == 1 {
+		return v[n/2]
+	}
+	return (v[n/2-1] + v[n/2]) / 2
 }
 
 // sluice_event_record + sluice_event_destroy.
@@ -114,11 +170,32 @@ func BenchmarkOpBeginIntoEnd(b *testing.B) {
 	}
 }
 
+// The same pairs as BenchmarkOpBeginIntoEnd, made from Go straight through
+// cgo with the handles resolved once: the cgo floor. BeginOpInto's overhead
+// minus this row's is the binding's own work.
+func BenchmarkOpSetsBareCgo(b *testing.B) {
+	for _, k := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("syncs=%d", k), func(b *testing.B) {
+			s := testStream(b, openDev(b))
+			reads := syncObjects(b, k)
+			compare(b, s, func(n int) { must(b, cgoOpSets(s, reads, n)) },
+				func(n int) (time.Duration, error) { return cBenchOpSets(s, reads, nil, n) })
+		})
+	}
+}
+
 // sluice_stream_copy of 256 bytes between two buffers of the stream.
-func BenchmarkCopy(b *testing.B) {
+func BenchmarkCopy(b *testing.B) { benchCopy(b, chunk) }
+
+// BenchmarkCopy in loops of shortChunk copies, which never fill the device's
+// queue: the host's cost per copy, not the device's rate (5 µs per copy on
+// an H200).
+func BenchmarkCopyHostBound(b *testing.B) { benchCopy(b, shortChunk) }
+
+func benchCopy(b *testing.B, size int) {
 	s := testStream(b, openDev(b))
 	dst, src := alloc(b, s, 256), alloc(b, s, 256)
-	compare(b, s, func(n int) {
+	compareChunks(b, s, size, func(n int) {
 		for i := 0; i < n; i++ {
 			if err := Copy(s, dst, 0, src, 0, 256); err != nil {
 				b.Fatal(err)
@@ -142,8 +219,17 @@ func BenchmarkMemset(b *testing.B) {
 
 // sluice_stream_launch of scale_bias (5 arguments: two buffers, two float32,
 // one uint32) reading x and writing y. Modules need the cuda backend: on
-// host the benchmark is skipped.
-func BenchmarkLaunch(b *testing.B) {
+// host the benchmark is skipped. The C loop gets the argument values as
+// Launch passes them and launches them as they are; the Go loop pays for
+// Launch's conversion of its arguments on every call.
+func BenchmarkLaunch(b *testing.B) { benchLaunch(b, chunk) }
+
+// BenchmarkLaunch in loops of shortChunk launches, which never fill the
+// device's queue: the host's cost per launch, not the device's rate (4 µs
+// per launch on an H200).
+func BenchmarkLaunchHostBound(b *testing.B) { benchLaunch(b, shortChunk) }
+
+func benchLaunch(b *testing.B, size int) {
 	d := openDev(b)
 	if backendOf(b, d) != BackendCUDA {
 		b.Skip("kernel launches need the cuda backend")
@@ -158,7 +244,7 @@ func BenchmarkLaunch(b *testing.B) {
 	reads, writes := []Syncable{x}, []Syncable{y}
 	cfg := LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: count}}
 	a, bias, cnt := float32(2.5), float32(0.5), uint32(count)
-	compare(b, s, func(n int) {
+	compareChunks(b, s, size, func(n int) {
 		for i := 0; i < n; i++ {
 			if err := f.Launch(s, cfg, reads, writes, y, x, a, bias, cnt); err != nil {
 				b.Fatal(err)

@@ -148,17 +148,14 @@ func cBenchLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Sync
 		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
 		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
 	}
-	blk := getArgBlock(len(args))
-	if blk == nil {
-		return 0, argError(CodeOutOfMemory, op, "no memory for kernel arguments")
-	}
-	defer argBlocks.Put(blk)
-	argv, err := blk.fill(op, args)
+	var av argVals
+	defer av.release()
+	vals, err := av.fill(op, args)
 	if err != nil {
 		return 0, err
 	}
 	var e *C.sluice_error_t
-	ns := C.sluice_go_bench_launch(h, fh, &dims, argv, C.size_t(len(args)),
+	ns := C.sluice_go_bench_launch(h, fh, &dims, valsPtr(vals), C.size_t(len(vals)),
 		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), C.uint64_t(n), &e)
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(f)
@@ -166,4 +163,31 @@ func cBenchLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Sync
 	runtime.KeepAlive(writes)
 	runtime.KeepAlive(args)
 	return time.Duration(ns), takeError(e)
+}
+
+// cgoOpSets makes n op begin + end pairs from Go straight through cgo, with
+// the handles of reads resolved once: the floor under BeginOpInto (the cgo
+// transitions alone, without the binding's work).
+func cgoOpSets(s *Stream, reads []Syncable, n int) error {
+	const op = "cgoOpSets"
+	h, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	r, err := cHandles(op, reads)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		var o C.sluice_op_t
+		if err := takeError(C.sluice_op_begin(h, syncPtr(r), C.size_t(len(r)), nil, 0, &o)); err != nil {
+			return err
+		}
+		if err := takeError(C.sluice_op_end(o)); err != nil {
+			return err
+		}
+	}
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(reads)
+	return nil
 }

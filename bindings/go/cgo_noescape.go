@@ -77,8 +77,8 @@ package sluice
 #cgo nocallback sluice_op_begin
 #cgo noescape sluice_module_get_function
 #cgo nocallback sluice_module_get_function
-#cgo noescape sluice_stream_launch
-#cgo nocallback sluice_stream_launch
+#cgo noescape sluice_go_launch
+#cgo nocallback sluice_go_launch
 #include "sluice.h"
 */
 import "C"

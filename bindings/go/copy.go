@@ -66,7 +66,9 @@ func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) erro
 	if err := check(e, s.hs(), &dm.h, &sm.h); err != nil {
 		return err
 	}
-	s.captureKeep([]Syncable{dm, sm})
+	if s.capturing() {
+		s.captureKeep([]Syncable{dm, sm})
+	}
 	return nil
 }
 
@@ -111,7 +113,9 @@ func Memset(s *Stream, dst Memory, off int, value byte, n int) error {
 	if err := check(e, s.hs(), &dm.h); err != nil {
 		return err
 	}
-	s.captureKeep([]Syncable{dm})
+	if s.capturing() {
+		s.captureKeep([]Syncable{dm})
+	}
 	return nil
 }
 

@@ -76,6 +76,10 @@ func (cs *captureState) end() []any {
 	return keep
 }
 
+// capturing reports whether s is capturing: the per-op paths test it before
+// calling captureKeep, which is too large to inline.
+func (s *Stream) capturing() bool { return s.root().capture.Load() != nil }
+
 // captureKeep notes the objects (sync objects, buffers) of the sets used by
 // an op on s, if s is capturing.
 func (s *Stream) captureKeep(sets ...[]Syncable) {

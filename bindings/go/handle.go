@@ -208,10 +208,14 @@ type anyHandle interface{ isClosed() bool }
 // INVALID_HANDLE error caused by a concurrent Close of one of them is
 // reported as ErrClosed.
 func check(e *C.sluice_error_t, hs ...anyHandle) error {
-	err := takeError(e)
-	if err == nil {
+	if e == nil { // inlined: a call that succeeded pays one test
 		return nil
 	}
+	return checkFailed(e, hs)
+}
+
+func checkFailed(e *C.sluice_error_t, hs []anyHandle) error {
+	err := takeError(e)
 	if se, ok := err.(*Error); ok && se.Code == CodeInvalidHandle {
 		for _, h := range hs {
 			if h.isClosed() {

@@ -3,6 +3,21 @@ package sluice
 /*
 #include "sluice.h"
 #include "shims.h"
+
+// sluice_stream_launch with the argument values in vals, 8 bytes each (Go
+// memory holding no Go pointers): the array of pointers to them is built on
+// this C stack and dropped on return, so no Go pointer outlives the call and
+// cgo has no pointer to check per call.
+static inline sluice_error_t *sluice_go_launch(sluice_stream_t stream, sluice_function_t function,
+                                               const sluice_launch_dims_t *dims, uint64_t *vals,
+                                               size_t num_args, const sluice_sync_t *reads,
+                                               size_t num_reads, const sluice_sync_t *writes,
+                                               size_t num_writes) {
+	void *ptrs[num_args > 0 ? num_args : 1];
+	for (size_t i = 0; i < num_args; i++) ptrs[i] = &vals[i];
+	return sluice_stream_launch(stream, function, dims, num_args > 0 ? ptrs : NULL, num_args,
+	                            reads, num_reads, writes, num_writes);
+}
 */
 import "C"
 
@@ -175,12 +190,13 @@ func one(v uint32) C.uint32_t {
 // writes. args are the kernel's parameters, in order, each one of: a
 // *Buffer (passed as its CUdeviceptr), int8, uint8, int16, uint16, int32,
 // uint32, int64, uint64, float32, float64, uintptr. Plain int and uint are
-// refused, since their C width is ambiguous. The parameter values are copied
-// into C memory for the call (a pooled block, reused from call to call).
+// refused, since their C width is ambiguous; so are more than MaxLaunchArgs
+// arguments.
 //
 // Launch allocates nothing in steady state: args does not escape, so the
-// values that the call boxes into its ...any stay on the caller's stack, and
-// the read and write sets are handled as by BeginOpInto.
+// values that the call boxes into its ...any stay on the caller's stack; the
+// parameter values are written into an array on Launch's own stack (a pooled
+// one beyond 16), and the read and write sets are handled as by BeginOpInto.
 func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable, args ...any) error {
 	const op = "Function.Launch"
 	sh, err := s.raw(op)
@@ -202,19 +218,13 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 	if err != nil {
 		return err
 	}
-	n := len(args)
-	var argv *unsafe.Pointer
-	if n > 0 {
-		blk := getArgBlock(n)
-		if blk == nil {
-			return argError(CodeOutOfMemory, op, "no memory for %d kernel arguments", n)
-		}
-		defer argBlocks.Put(blk)
-		if argv, err = blk.fill(op, args); err != nil {
-			return err
-		}
+	var av argVals
+	defer av.release()
+	vals, err := av.fill(op, args)
+	if err != nil {
+		return err
 	}
-	e := C.sluice_stream_launch(sh, fh, &dims, argv, C.size_t(n),
+	e := C.sluice_go_launch(sh, fh, &dims, valsPtr(vals), C.size_t(len(vals)),
 		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(f)
@@ -227,7 +237,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		}
 		return err
 	}
-	if s.root().capture.Load() != nil {
+	if s.capturing() {
 		s.captureKeep(reads, writes)
 		for _, a := range args {
 			if b, ok := a.(*Buffer); ok {
@@ -249,53 +259,62 @@ func heapBuffer(b *Buffer) *Buffer {
 	return *(**Buffer)(unsafe.Pointer(&u))
 }
 
-// argBlock is C memory for a launch's arguments: cap pointers, then one
-// 8-byte slot per value. Blocks are pooled (argBlocks); a runtime cleanup
-// frees the C memory of one the pool drops.
-type argBlock struct {
-	p   unsafe.Pointer
-	cap int
+// MaxLaunchArgs is the most arguments Launch takes (CUDA's parameter space,
+// 32764 bytes, holds fewer 8-byte values).
+const MaxLaunchArgs = 4096
+
+// maxStackArgs is the number of argument values a launch keeps in its own
+// frame; more borrow a pooled buffer.
+const maxStackArgs = 16
+
+// argVals holds one launch's argument values, 8 bytes each: Go memory with
+// no Go pointers, which C may read during the call (sluice_go_launch). Call
+// release after the C call.
+type argVals struct {
+	stack  [maxStackArgs]uint64
+	pooled *[]uint64
 }
 
-var argBlocks sync.Pool
+// argBufs are the pooled value buffers of launches over maxStackArgs.
+var argBufs = sync.Pool{New: func() any { return new([]uint64) }}
 
-// minArgBlock is the capacity of the smallest block (256 bytes).
-const minArgBlock = 16
-
-func freeArgBlock(p unsafe.Pointer) { C.free(p) }
-
-// getArgBlock returns a pooled block with room for n arguments (nil if C
-// memory ran out).
-func getArgBlock(n int) *argBlock {
-	if b, ok := argBlocks.Get().(*argBlock); ok {
-		if b.cap >= n {
-			return b
+// fill writes args into a and returns the values.
+func (a *argVals) fill(op string, args []any) ([]uint64, error) {
+	n := len(args)
+	if n > MaxLaunchArgs {
+		return nil, argError(CodeInvalidArgument, op, "%d kernel arguments (at most %d)", n, MaxLaunchArgs)
+	}
+	vals := a.stack[:min(n, maxStackArgs)]
+	if n > maxStackArgs {
+		p := argBufs.Get().(*[]uint64)
+		a.pooled = p
+		if cap(*p) < n {
+			*p = make([]uint64, n)
 		}
-		argBlocks.Put(b)
+		vals = (*p)[:n]
 	}
-	c := max(n, minArgBlock)
-	p := C.malloc(C.size_t(16 * c))
-	if p == nil {
-		return nil
-	}
-	b := &argBlock{p: p, cap: c}
-	runtime.AddCleanup(b, freeArgBlock, p)
-	return b
-}
-
-// fill writes args into the block and returns the pointer array.
-func (b *argBlock) fill(op string, args []any) (*unsafe.Pointer, error) {
-	ptrs := unsafe.Slice((*unsafe.Pointer)(b.p), len(args))
-	vals := unsafe.Slice((*uint64)(unsafe.Add(b.p, 8*b.cap)), len(args))
-	for i, a := range args {
-		slot := unsafe.Pointer(&vals[i])
-		*(*uint64)(slot) = 0
-		if err := putArg(op, i, a, slot); err != nil {
+	for i, arg := range args {
+		vals[i] = 0
+		if err := putArg(op, i, arg, unsafe.Pointer(&vals[i])); err != nil {
 			return nil, err
 		}
-		ptrs[i] = slot
 	}
-	return &ptrs[0], nil
+	return vals, nil
+}
+
+// release returns the pooled buffer fill borrowed.
+func (a *argVals) release() {
+	if a.pooled != nil {
+		argBufs.Put(a.pooled)
+		a.pooled = nil
+	}
+}
+
+func valsPtr(v []uint64) *C.uint64_t {
+	if len(v) == 0 {
+		return nil
+	}
+	return (*C.uint64_t)(unsafe.Pointer(&v[0]))
 }
 
 func putArg(op string, i int, a any, slot unsafe.Pointer) error {

@@ -3,6 +3,7 @@ package sluice
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -165,5 +166,66 @@ func TestCompileModule(t *testing.T) {
 	wantCode(t, err, ErrCompile)
 	if !strings.Contains(err.Error(), "broken.cu(") {
 		t.Fatalf("no compile log in: %v", err)
+	}
+}
+
+// On every backend, Launch reaches the C call (sluice_go_launch) with its
+// arguments as on cuda, and a function handle that names no function fails
+// there; under cgocheck2 (test.sh) this also checks the call against cgo's
+// pointer rules, for values on the stack and in a pooled buffer.
+func TestLaunchUnknownFunction(t *testing.T) {
+	d := openDev(t)
+	s := testStream(t, d)
+	x, y := alloc(t, s, 256), alloc(t, s, 256)
+	f := &Function{name: "unknown"} // no cleanup: the handle is no one's
+	f.h.bits.Store(0xdead_beef_0000_0001)
+	cfg := LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 64}}
+	many := make([]any, 20)
+	for i := range many {
+		many[i] = uint32(i)
+	}
+	for _, args := range [][]any{nil, {y, x, float32(2), uint32(64)}, many} {
+		err := f.Launch(s, cfg, []Syncable{x}, []Syncable{y}, args...)
+		wantCode(t, err, ErrInvalidHandle)
+	}
+}
+
+// More arguments than Launch keeps on its stack (a pooled buffer), of every
+// width: the kernel receives each value (cuda only).
+func TestLaunchManyArgs(t *testing.T) {
+	d := openDev(t)
+	if backendOf(t, d) != BackendCUDA {
+		t.Skip("launches need the cuda backend")
+	}
+	const src = `extern "C" __global__ void many(double* y, signed char a0, unsigned char a1,
+	short a2, unsigned short a3, int a4, unsigned a5, long long a6, unsigned long long a7,
+	float a8, double a9, int a10, int a11, int a12, int a13, int a14, int a15, int a16,
+	int a17, int a18) {
+	if (threadIdx.x != 0 || blockIdx.x != 0) return;
+	y[0] = a0; y[1] = a1; y[2] = a2; y[3] = a3; y[4] = a4; y[5] = a5; y[6] = (double)a6;
+	y[7] = (double)a7; y[8] = a8; y[9] = a9; y[10] = a10; y[11] = a11; y[12] = a12;
+	y[13] = a13; y[14] = a14; y[15] = a15; y[16] = a16; y[17] = a17; y[18] = a18;
+}`
+	m, err := d.CompileModule(src, "many.cu")
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip("no NVRTC:", err)
+	}
+	m = closeAtEnd(t, m, err)
+	f, err := m.Function("many")
+	f = closeAtEnd(t, f, err)
+	s := testStream(t, d)
+	yb := alloc(t, s, 8*19)
+	args := []any{yb, int8(-3), uint8(250), int16(-300), uint16(65000), int32(-70000),
+		uint32(4000000000), int64(-5000000000), uint64(6000000000), float32(1.5), float64(-2.25)}
+	want := []float64{-3, 250, -300, 65000, -70000, 4000000000, -5000000000, 6000000000, 1.5, -2.25}
+	for i := int32(10); i <= 18; i++ {
+		args = append(args, 100+i)
+		want = append(want, float64(100+i))
+	}
+	must(t, f.Launch(s, LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 32}}, nil, []Syncable{yb}, args...))
+	got := make([]float64, 19)
+	must(t, CopyToHostSlice(s, got, yb, 0))
+	if !slices.Equal(got, want) {
+		t.Fatalf("kernel saw %v, want %v", got, want)
 	}
 }

@@ -289,10 +289,13 @@ uint64_t sluice_go_bench_memset(sluice_stream_t stream, sluice_buffer_t dst, siz
 }
 
 uint64_t sluice_go_bench_launch(sluice_stream_t stream, sluice_function_t function,
-                                const sluice_launch_dims_t *dims, void **args, size_t num_args,
+                                const sluice_launch_dims_t *dims, uint64_t *vals, size_t num_args,
                                 const sluice_sync_t *reads, size_t num_reads,
                                 const sluice_sync_t *writes, size_t num_writes, uint64_t n,
                                 sluice_error_t **err_out) {
+	void *ptrs[num_args > 0 ? num_args : 1];
+	for (size_t i = 0; i < num_args; i++) ptrs[i] = &vals[i];
+	void **args = num_args > 0 ? ptrs : NULL;
 	uint64_t t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
 		sluice_error_t *e = sluice_stream_launch(stream, function, dims, args, num_args, reads,

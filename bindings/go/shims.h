@@ -93,8 +93,10 @@ uint64_t sluice_go_bench_copy(sluice_stream_t stream, sluice_buffer_t dst, sluic
                               size_t len, uint64_t n, sluice_error_t **err_out);
 uint64_t sluice_go_bench_memset(sluice_stream_t stream, sluice_buffer_t dst, size_t len, uint64_t n,
                                 sluice_error_t **err_out);
+// The launch loop takes the argument values as Launch passes them (8 bytes
+// each) and builds the array of pointers to them once, before the loop.
 uint64_t sluice_go_bench_launch(sluice_stream_t stream, sluice_function_t function,
-                                const sluice_launch_dims_t *dims, void **args, size_t num_args,
+                                const sluice_launch_dims_t *dims, uint64_t *vals, size_t num_args,
                                 const sluice_sync_t *reads, size_t num_reads,
                                 const sluice_sync_t *writes, size_t num_writes, uint64_t n,
                                 sluice_error_t **err_out);

@@ -196,6 +196,13 @@ func syncPtr(a []C.sluice_sync_t) *C.sluice_sync_t {
 // checkSets is check for calls that also took sync sets: an INVALID_HANDLE
 // caused by a concurrent Close of one of the set's objects is ErrClosed.
 func checkSets(e *C.sluice_error_t, op string, s *Stream, sets ...[]Syncable) error {
+	if e == nil { // inlined: a call that succeeded pays one test
+		return nil
+	}
+	return checkSetsFailed(e, op, s, sets)
+}
+
+func checkSetsFailed(e *C.sluice_error_t, op string, s *Stream, sets [][]Syncable) error {
 	err := check(e, s.hs())
 	if se, ok := err.(*Error); ok && se.Code == CodeInvalidHandle && !se.closed {
 		for _, set := range sets {
@@ -301,7 +308,9 @@ func (s *Stream) beginOp(op string, reads, writes []Syncable) (C.sluice_op_t, er
 	if err := checkSets(e, op, s, reads, writes); err != nil {
 		return o, err
 	}
-	s.captureKeep(reads, writes)
+	if s.capturing() {
+		s.captureKeep(reads, writes)
+	}
 	return o, nil
 }
 
