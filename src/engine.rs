@@ -178,6 +178,33 @@ impl<'s, 'a> Locked<'s, 'a> {
         Locked { set, slot, fast }
     }
 
+    /// The set held through the stream's reader slot alone, when every access is a
+    /// read that [`SyncObject::try_read_slot`] can take; otherwise None, with
+    /// nothing held. Never waits, so it may be called with the push lock held.
+    #[inline(always)]
+    fn try_slots(set: &'s [Access<'a>], stream: &Stream) -> Option<Self> {
+        if set.len() > 64 {
+            return None;
+        }
+        let slot = stream.reader_slot();
+        let me = stream.id;
+        for (i, a) in set.iter().enumerate() {
+            if a.write() || !a.obj().try_read_slot(slot, me) {
+                for taken in &set[..i] {
+                    // SAFETY: taken by `try_read_slot` above.
+                    unsafe { taken.obj().unlock_slot(slot) };
+                }
+                return None;
+            }
+        }
+        let fast = if set.len() == 64 {
+            u64::MAX
+        } else {
+            (1u64 << set.len()) - 1
+        };
+        Some(Locked { set, slot, fast })
+    }
+
     /// Access `i` as held. Each index is taken once at a time.
     #[inline(always)]
     fn held(&self, i: usize) -> Held<'a> {
@@ -956,6 +983,36 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
         if obs.on() {
             let kind = OpKind::ForeignEnd;
             trace::op_done(&mut push, stream, obs, kind, Waited::None, Some(&rec));
+        }
+        // The common case, reads that the stream's reader slots alone can take
+        // and that saw no write since begin: publish with the push lock still held
+        // (the slots are only tried, never waited for, so the lock order does not
+        // matter), and the recordings it replaces go straight back to the pool.
+        if seen.len() == set.len() {
+            if let Some(locked) = Locked::try_slots(set, stream) {
+                let mut current = true;
+                for (i, s) in seen.iter().enumerate() {
+                    // Reads only: `still_current` compares the state's `writes`.
+                    current &= s.still_current(&locked.held(i), false);
+                }
+                if current {
+                    let mut publish = Publish::new(stream, push);
+                    for (i, s) in seen.iter().enumerate() {
+                        if let Held::Slot { slot, .. } = locked.held(i) {
+                            if s.open {
+                                slot.open_reads = slot.open_reads.saturating_sub(1);
+                            }
+                            // SAFETY: one of the references counted per object.
+                            publish_slot(slot, unsafe { rec.dup_counted() }, &mut publish);
+                        }
+                    }
+                    // Its `set.len()` references went to the objects.
+                    std::mem::forget(rec);
+                    drop(publish);
+                    drop(locked);
+                    return after_op(stream);
+                }
+            }
         }
         rec
     };
