@@ -20,6 +20,11 @@
 # run checked against the serial model; SLUICE_GPU_SOAK_SEED (default 1).
 # SLUICE_GPU_SOAK_PARALLEL=1 runs the soak in the background, beside the other parts
 # (for example sanitize), so that both fit in one call.
+# SLUICE_GPU_SOAK_DETACH=1 starts the soak (default 600 s there) in a session of its
+# own (setsid, from a copy in /tmp/sluice-soak), which outlives the device call; the
+# parts after it run beside it. A later call, while the machine is still held,
+# runs `scripts/gpu-suite.sh soak-wait`: it waits for the soak's end and prints its
+# summary (runs 75 to 77 in docs/gpu-runs.md).
 # The "sanitize" part runs every Rust test binary (but the host-only faults and soak)
 # and the C suite under compute-sanitizer, each tool of SLUICE_GPU_SANITIZE_TOOLS
 # (default "memcheck initcheck racecheck synccheck") in turn, with SLUICE_TEST_QUICK=1,
@@ -247,11 +252,43 @@ soak_part() {
   secs=${SLUICE_GPU_SOAK_SECONDS:-540}
   STRESS_SECONDS=$secs SLUICE_BACKEND=cuda timeout $((secs + 50)) .gpu/stress/stress \
     seed="${SLUICE_GPU_SOAK_SEED:-1}" > "$out/soak.log" 2>&1
-  rc=$?
-  note "soak ($secs s, 16 threads): rc=$rc $(grep -c '^RESULT' "$out/soak.log") runs," \
-    "$(grep '^RESULT' "$out/soak.log" | grep -vc ' failures=0') with failures or errors," \
-    "$(grep '^RESULT' "$out/soak.log" | awk '{for(i=1;i<=NF;i++){split($i,kv,"=");if(kv[1]=="ops"||kv[1]=="launches"||kv[1]=="rng_draws"||kv[1]=="prefetched"||kv[1]=="recaptured"||kv[1]=="reallocs")t[kv[1]]+=kv[2]}}END{for(k in t)printf "%s=%d ",k,t[k]}')"
-  note "  $(tail -1 "$out/soak.log")"
+  note "soak ($secs s, 16 threads): rc=$?"
+  soak_summary "$out/soak.log"
+}
+
+# The soak's summary from its log ($1): runs, failures, totals, the last line.
+soak_summary() {
+  note "soak: $(grep -c '^RESULT' "$1") runs," \
+    "$(grep '^RESULT' "$1" | grep -vc ' failures=0') with failures or errors," \
+    "$(grep '^RESULT' "$1" | awk '{for(i=1;i<=NF;i++){split($i,kv,"=");if(kv[1]=="ops"||kv[1]=="launches"||kv[1]=="rng_draws"||kv[1]=="prefetched"||kv[1]=="recaptured"||kv[1]=="reallocs")t[kv[1]]+=kv[2]}}END{for(k in t)printf "%s=%d ",k,t[k]}')"
+  note "  $(tail -1 "$1")"
+}
+
+SOAK_DIR=/tmp/sluice-soak
+
+# Starts the soak in a session of its own, from a copy of .gpu/stress.
+soak_detach() {
+  local secs=${SLUICE_GPU_SOAK_SECONDS:-600}
+  rm -rf "$SOAK_DIR" && mkdir -p "$SOAK_DIR" && cp -r .gpu/stress "$SOAK_DIR/"
+  SOAK_SECS=$secs SOAK_SEED=${SLUICE_GPU_SOAK_SEED:-1} setsid nohup bash -c \
+    'cd /tmp/sluice-soak && date +%s > start && STRESS_SECONDS=$SOAK_SECS SLUICE_BACKEND=cuda \
+       timeout $((SOAK_SECS + 100)) ./stress/stress seed=$SOAK_SEED > soak.log 2>&1;
+     echo $? > rc; date +%s > end' > /dev/null 2>&1 < /dev/null &
+  sleep 1
+  note "soak: started detached ($secs s, 16 threads, seed ${SLUICE_GPU_SOAK_SEED:-1});" \
+    "collect it with scripts/gpu-suite.sh soak-wait"
+}
+
+# Waits for a detached soak's end and prints its summary.
+soak_wait() {
+  out=${OUT:-/tmp/sluice-gpu-out}; mkdir -p "$out"
+  summary="$out/summary.txt"; : > "$summary"
+  note() { echo "$*" | tee -a "$summary"; }
+  [ -f "$SOAK_DIR/start" ] || { note "soak-wait: no detached soak on this machine"; exit 1; }
+  while [ ! -f "$SOAK_DIR/rc" ]; do sleep 2; done
+  note "soak (detached): rc=$(cat "$SOAK_DIR/rc"), $(( $(cat "$SOAK_DIR/end") - $(cat "$SOAK_DIR/start") )) s"
+  soak_summary "$SOAK_DIR/soak.log"
+  cp "$SOAK_DIR/soak.log" "$out/"
 }
 
 run() {
@@ -261,7 +298,9 @@ run() {
   note() { echo "$*" | tee -a "$summary"; }
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
   local soak_pid=
-  if has soak && [ -x .gpu/stress/stress ] && [ -n "${SLUICE_GPU_SOAK_PARALLEL:-}" ]; then
+  if has soak && [ -x .gpu/stress/stress ] && [ -n "${SLUICE_GPU_SOAK_DETACH:-}" ]; then
+    soak_detach
+  elif has soak && [ -x .gpu/stress/stress ] && [ -n "${SLUICE_GPU_SOAK_PARALLEL:-}" ]; then
     soak_part & soak_pid=$!
   fi
   # The benchmark first, on a quiet machine: after the test stages (Go -race
@@ -340,7 +379,7 @@ run() {
     done
     note "stress: $(grep -c '^RESULT' "$out/stress.log") runs, $(grep '^RESULT' "$out/stress.log" | grep -vc ' failures=0') with failures or errors"
   fi
-  if has soak && [ -x .gpu/stress/stress ] && [ -z "${SLUICE_GPU_SOAK_PARALLEL:-}" ]; then soak_part; fi
+  if has soak && [ -x .gpu/stress/stress ] && [ -z "${SLUICE_GPU_SOAK_PARALLEL:-}${SLUICE_GPU_SOAK_DETACH:-}" ]; then soak_part; fi
   if has repro && [ -d .gpu/repro ]; then
     # The reproducers of the race issue (../shared/repro), on this build.
     for args in "seed=1 secs=20" "gthreads=8 ethreads=8 seed=1 secs=20"; do
@@ -401,5 +440,6 @@ run() {
 case "$mode" in
   build) build ;;
   run) run ;;
-  *) echo "usage: $0 build|run" >&2; exit 2 ;;
+  soak-wait) soak_wait ;;
+  *) echo "usage: $0 build|run|soak-wait" >&2; exit 2 ;;
 esac
