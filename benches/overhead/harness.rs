@@ -415,6 +415,26 @@ pub fn stats(s: sluice_stream_t) -> sluice_stream_stats_t {
     st
 }
 
+/// Op `k` of the ping-pong chain (`sluice_add` on 4096 words): even on `sa`
+/// (reads y, writes x, with `args_a`), odd on `sb` (reads x, writes y, `args_b`).
+#[allow(clippy::too_many_arguments)]
+pub fn s_ping_pong_op(
+    k: usize,
+    (sa, sb): (sluice_stream_t, sluice_stream_t),
+    f: sluice_function_t,
+    dims: &sluice_launch_dims_t,
+    args_a: &mut [*mut c_void],
+    args_b: &mut [*mut c_void],
+    (x, y): (sluice_sync_t, sluice_sync_t),
+    what: &str,
+) {
+    if k % 2 == 0 {
+        s_launch(sa, f, dims, args_a, &[y], &[x], what);
+    } else {
+        s_launch(sb, f, dims, args_b, &[x], &[y], what);
+    }
+}
+
 /// One tracked launch.
 #[allow(clippy::too_many_arguments)]
 pub fn s_launch(

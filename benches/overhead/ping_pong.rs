@@ -77,27 +77,16 @@ impl Bench {
             let mut args_b = [arg(&mut yb), arg(&mut xb), arg(&mut nb)];
             let t0 = Instant::now();
             for k in 0..ops {
-                if k % 2 == 0 {
-                    s_launch(
-                        sa,
-                        sf,
-                        &dm,
-                        &mut args_a,
-                        &[y.sync],
-                        &[x.sync],
-                        "ping-pong launch on A",
-                    );
-                } else {
-                    s_launch(
-                        sb,
-                        sf,
-                        &dm,
-                        &mut args_b,
-                        &[x.sync],
-                        &[y.sync],
-                        "ping-pong launch on B",
-                    );
-                }
+                s_ping_pong_op(
+                    k,
+                    (sa, sb),
+                    sf,
+                    &dm,
+                    &mut args_a,
+                    &mut args_b,
+                    (x.sync, y.sync),
+                    "ping-pong launch",
+                );
             }
             s_sync(sa);
             s_sync(sb);

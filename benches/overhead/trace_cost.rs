@@ -145,27 +145,16 @@ pub fn run(b: &mut Bench) {
     let mut args_a = [arg(&mut xa), arg(&mut ya), arg(&mut na)];
     let mut args_b = [arg(&mut yb), arg(&mut xb), arg(&mut nb)];
     let mut s_op = |k: usize| {
-        if k % 2 == 0 {
-            s_launch(
-                sa,
-                sf,
-                &dm,
-                &mut args_a,
-                &[y.sync],
-                &[x.sync],
-                "trace cost on A",
-            );
-        } else {
-            s_launch(
-                sb,
-                sf,
-                &dm,
-                &mut args_b,
-                &[x.sync],
-                &[y.sync],
-                "trace cost on B",
-            );
-        }
+        s_ping_pong_op(
+            k,
+            (sa, sb),
+            sf,
+            &dm,
+            &mut args_a,
+            &mut args_b,
+            (x.sync, y.sync),
+            "trace cost",
+        )
     };
     let s_settle = || {
         s_sync(sa);
