@@ -18,8 +18,12 @@ use crate::event::{PoolInner, Publish, RecRef, Recording};
 use crate::inline::Small;
 use crate::objlock::ObjGuard;
 use crate::stream::Stream;
-use crate::sync::{Access, OwnedAccessSet, SlotState, SyncObject, SyncState, OWNED_INLINE};
+use crate::sync::{
+    Access, AccessSet, ObjRef, OwnedAccessSet, SlotState, SyncCore, SyncObject, SyncState,
+    OWNED_INLINE,
+};
 use crate::trace::{self, Obs, OpKind, Waited};
+use smallvec::SmallVec;
 use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -155,7 +159,7 @@ enum Held<'a> {
         slot: &'a mut SlotState,
     },
     Exclusive {
-        obj: &'a SyncObject,
+        obj: &'a SyncCore,
         st: &'a mut SyncState,
     },
 }
@@ -208,10 +212,10 @@ impl<'s, 'a> Locked<'s, 'a> {
     /// Access `i` as held. Each index is taken once at a time.
     #[inline(always)]
     fn held(&self, i: usize) -> Held<'a> {
-        let obj: &'a SyncObject = {
+        let obj: &'a SyncCore = {
             let r = self.set[i].obj();
             // SAFETY: the object lives for 'a (ObjRef's contract).
-            unsafe { &*(&*r as *const SyncObject) }
+            unsafe { &*(&*r as *const SyncCore) }
         };
         if i < 64 && self.fast & (1 << i) != 0 {
             // SAFETY: the slot is held; exclusive holders (the only writers of the
@@ -248,17 +252,31 @@ impl<'s, 'a> Locked<'s, 'a> {
 }
 
 impl Drop for Locked<'_, '_> {
+    /// Lets go of the objects. An orphaned object (its last `Arc` gone) on which
+    /// the holder closed the last open foreign op is freed once let go of (only
+    /// an exclusive hold can see one: no slot reader takes an orphaned object).
     #[inline(always)]
     fn drop(&mut self) {
+        let mut orphans: SmallVec<[NonNull<SyncCore>; 2]> = SmallVec::new();
         for (i, a) in self.set.iter().enumerate() {
+            let obj = a.obj();
             // SAFETY: held since `new`, in the way `fast` says.
             unsafe {
                 if i < 64 && self.fast & (1 << i) != 0 {
-                    a.obj().unlock_slot(self.slot);
+                    obj.unlock_slot(self.slot);
                 } else {
-                    a.obj().unlock_exclusive();
+                    if obj.last_op_closed() {
+                        orphans.push(NonNull::from(&*obj));
+                    }
+                    obj.unlock_exclusive();
                 }
             }
+        }
+        for core in orphans {
+            // SAFETY: orphaned (no `Arc` left) with no op counted open any more, and
+            // let go of: nothing else can reach it, and only one holder can see its
+            // last open count closed.
+            unsafe { SyncCore::free(core) };
         }
     }
 }
@@ -286,7 +304,7 @@ fn publish_slot(slot: &mut SlotState, rec: RecRef, publish: &mut Publish<'_>) {
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
 unsafe fn publish_exclusive(
-    obj: &SyncObject,
+    obj: &SyncCore,
     st: &mut SyncState,
     slot: usize,
     me: u64,
@@ -333,7 +351,7 @@ unsafe fn publish_exclusive(
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
 unsafe fn waits_for_exclusive(
-    obj: &SyncObject,
+    obj: &SyncCore,
     st: &SyncState,
     me: u64,
     write: bool,
@@ -449,7 +467,7 @@ pub(crate) fn publish_into(
 /// # Safety
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
-unsafe fn prune(obj: &SyncObject, st: &mut SyncState) {
+unsafe fn prune(obj: &SyncCore, st: &mut SyncState) {
     let completions = crate::event::completions();
     if st.pruned_at != completions {
         st.pruned_at = completions;
@@ -787,7 +805,7 @@ pub(crate) type Seen = Small<SeenState, OWNED_INLINE>;
 /// # Safety
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
-unsafe fn version_exclusive(obj: &SyncObject, st: &SyncState) -> u64 {
+unsafe fn version_exclusive(obj: &SyncCore, st: &SyncState) -> u64 {
     let mut v = st.version;
     // SAFETY: held exclusively.
     unsafe { obj.for_each_slot(|s| v = v.wrapping_add(s.publications)) };
@@ -963,9 +981,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     }
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
-            close_open_locked(stream, set, seen);
-            cap.op_end(stream, set)?;
-            return after_op(stream);
+            return op_end_captured(stream, &cap, set, seen);
         }
     }
     let me = stream.id;
@@ -1061,12 +1077,40 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     after_op(stream)
 }
 
+/// [`op_end`] on a capturing stream. The op may have been begun outside the
+/// capture and counted open on its objects, which then keeps them alive; closing
+/// it may free an orphaned one, so the capture records the objects that still have
+/// an `Arc`, through references of its own (the others are destroyed: nothing can
+/// name them any more).
+#[cold]
+fn op_end_captured(
+    stream: &Stream,
+    cap: &crate::capture::Capture,
+    set: &[Access<'_>],
+    seen: &[SeenState],
+) -> Result<()> {
+    let kept: Vec<(Arc<SyncObject>, bool)> = set
+        .iter()
+        .filter_map(|a| a.obj().to_arc().map(|o| (o, a.write())))
+        .collect();
+    close_open_locked(stream, set, seen);
+    let mut live: AccessSet<'_> = AccessSet::with_capacity(kept.len());
+    for (o, write) in &kept {
+        live.push(ObjRef::new(o), *write);
+    }
+    live.normalize();
+    cap.op_end(stream, &live)?;
+    after_op(stream)
+}
+
 /// An open foreign op: work the caller enqueues on the stream itself, between
 /// [`ForeignOp::begin`] and [`ForeignOp::end`], ordered like a library op. Dropping
 /// it without `end` ends it.
 pub struct ForeignOp {
     stream: Arc<Stream>,
-    /// Its accesses, normalised once at begin; the op holds the objects.
+    /// Its accesses, normalised once at begin. While the op is open its objects
+    /// live by its open counts, or by references the set keeps (see
+    /// [`OwnedAccessSet`]).
     set: OwnedAccessSet,
     /// What the op saw at begin, in the order of `set`.
     seen: Seen,
@@ -1085,14 +1129,18 @@ impl ForeignOp {
         reads: Vec<Arc<SyncObject>>,
         writes: Vec<Arc<SyncObject>>,
     ) -> Result<ForeignOp> {
-        let mut op = ForeignOp::unopened(stream.clone(), OwnedAccessSet::of(&reads, &writes));
+        // SAFETY: `reads` and `writes` keep the objects alive until `open` has
+        // counted the op open on them or kept them.
+        let set = unsafe { OwnedAccessSet::borrowed(crate::sync::access_set_n(&reads, &writes)) };
+        let mut op = ForeignOp::unopened(stream.clone(), set);
         op.open()?;
         Ok(op)
     }
 
-    /// [`ForeignOp::begin`] on a set already owned, in `mem` (a C handle owns the
-    /// box): the memory of the thread's last ended op when there is one, so that a
-    /// begin/end pair allocates nothing. On failure the memory comes back.
+    /// [`ForeignOp::begin`] on a set made by [`OwnedAccessSet::borrowed`] (whose
+    /// objects the caller keeps alive during this call), in `mem` (a C handle owns
+    /// the box): the memory of the thread's last ended op when there is one, so
+    /// that a begin/end pair allocates nothing. On failure the memory comes back.
     pub(crate) fn begin_in(
         mut mem: OpMemory,
         stream: Arc<Stream>,
@@ -1129,10 +1177,16 @@ impl ForeignOp {
         }
     }
 
-    /// Issues the op's waits; from here on it is open.
+    /// Issues the op's waits; from here on it is open. Its objects are alive
+    /// (the caller's borrow) until it is counted open on them; an op that is not
+    /// (begun in a capture) keeps a reference to each.
     fn open(&mut self) -> Result<()> {
         let kind = OpKind::ForeignBegin(&"op begin");
         op_begin(&self.stream, self.set.get(), kind, true, &mut self.seen)?;
+        let counted = self.seen.len() == self.set.get().len() && self.seen.iter().all(|s| s.open);
+        if !counted {
+            self.set.keep();
+        }
         *self.ended.get_mut() = false;
         Ok(())
     }
