@@ -1,0 +1,394 @@
+//! Foreign ops: the caller's own work between `op_begin` (waits) and `op_end`
+//! (one recording, published to every object).
+
+use crate::error::{Error, ErrorCode, Result};
+use crate::event::Publish;
+use crate::inline::Small;
+use crate::stream::Stream;
+use crate::sync::{Access, OwnedAccessSet, SyncObject, SyncState, OWNED_INLINE};
+use crate::trace::{self, OpKind, Waited};
+use std::cell::Cell;
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::deps::{
+    collect_waits, issue_waits, waits_for_exclusive, waits_for_slot, Held, Locked, Waits,
+};
+use super::push::{after_op, push_op};
+
+/// What a foreign op saw of each object at begin, in the order of its access set.
+#[derive(Clone, Copy)]
+pub(crate) struct SeenState {
+    version: u64,
+    writes: u64,
+    /// The op counts as open on the object (`open_reads` / `open_writes`).
+    open: bool,
+}
+
+/// Inline for as many objects as an [`OwnedAccessSet`].
+pub(crate) type Seen = Small<SeenState, OWNED_INLINE>;
+
+/// Everything published into an object held exclusively, as one number: the
+/// state's `version` plus every slot's `publications` (each only grows, so the sum
+/// changes whenever anything is published).
+///
+/// # Safety
+/// `obj` is held exclusively and `st` is its state.
+#[inline(always)]
+unsafe fn version_exclusive(obj: &SyncObject, st: &SyncState) -> u64 {
+    let mut v = st.version;
+    // SAFETY: held exclusively.
+    unsafe { obj.for_each_slot(|s| v = v.wrapping_add(s.publications)) };
+    v
+}
+
+impl SeenState {
+    /// What a foreign op sees of access `i` of `locked` at begin.
+    fn of(held: &Held<'_>) -> SeenState {
+        let (version, writes) = match held {
+            // Reads compare `writes` only.
+            Held::Slot { st, .. } => (0, st.writes),
+            // SAFETY: held exclusively.
+            Held::Exclusive { obj, st } => (unsafe { version_exclusive(obj, st) }, st.writes),
+        };
+        SeenState {
+            version,
+            writes,
+            open: false,
+        }
+    }
+
+    /// True when publishing a recording `seq` of stream `me` into the object keeps
+    /// the engine's bookkeeping true although it was recorded without holding the
+    /// object: for a read, no write was published since begin (a pruned writer is
+    /// complete; a newer reader entry of the same stream is kept by
+    /// `publish_slot`, since it covers this read); for a write, nothing was
+    /// published since begin.
+    fn still_current(&self, held: &Held<'_>, write: bool) -> bool {
+        match held {
+            Held::Slot { st, .. } => st.writes == self.writes,
+            // SAFETY: held exclusively.
+            Held::Exclusive { obj, st } if write => {
+                (unsafe { version_exclusive(obj, st) }) == self.version
+            }
+            Held::Exclusive { st, .. } => st.writes == self.writes,
+        }
+    }
+}
+
+/// Open foreign reads and writes of a held object (reads: none known when held
+/// through a slot; only a write needs them, and writes are held exclusively).
+fn open_counts(held: &Held<'_>) -> (u32, u32) {
+    match held {
+        Held::Slot { st, .. } => (0, st.open_writes),
+        Held::Exclusive { obj, st } => {
+            let mut reads = st.open_reads;
+            // SAFETY: held exclusively.
+            unsafe { obj.for_each_slot(|s| reads = reads.saturating_add(s.open_reads)) };
+            (reads, st.open_writes)
+        }
+    }
+}
+
+/// The open count of access `write` on a held object: reads are counted in the
+/// slot `slot` of the op's stream, writes in the state.
+#[inline(always)]
+fn open_count<'h>(held: &'h mut Held<'_>, slot: usize, write: bool) -> &'h mut u32 {
+    match held {
+        Held::Slot { slot: s, .. } => &mut s.open_reads,
+        Held::Exclusive { st, .. } if write => &mut st.open_writes,
+        // SAFETY: held exclusively; a read marked the slot in use when it took the object.
+        Held::Exclusive { obj, .. } => unsafe { &mut obj.slot(slot).open_reads },
+    }
+}
+
+/// Begins a foreign op: issues the waits for its accesses (with the objects
+/// held, so the waits are ordered against library ops on them). Writes what it
+/// saw of each object to `seen` (empty on entry), for [`op_end`]. `kind` names it in traces. With
+/// `track_open`, the op counts as open on its objects until [`op_end`], and a
+/// conflicting foreign op still open on one of them is an `InvalidState` error:
+/// two such ops cannot be ordered (neither has a recording yet).
+#[inline(always)]
+pub(crate) fn op_begin(
+    stream: &Stream,
+    set: &[Access<'_>],
+    kind: OpKind<'_>,
+    track_open: bool,
+    seen: &mut Seen,
+) -> Result<()> {
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            return cap.op_begin(stream, set, kind);
+        }
+    }
+    let locked = Locked::new(set, stream);
+    if track_open {
+        for (i, a) in locked.set.iter().enumerate() {
+            let (reads, writes) = open_counts(&locked.held(i));
+            if writes > 0 || (a.write() && reads > 0) {
+                return Err(open_conflict(a, writes > 0));
+            }
+        }
+    }
+    let mut need = Waits::new();
+    collect_waits(stream, &locked, &mut need)?;
+    let obs = trace::observe();
+    let waits = if need.recs.is_empty() && !obs.on() {
+        0 // nothing to enqueue: no push lock
+    } else {
+        let mut push = stream.push_lock();
+        let waits = issue_waits(stream, &need)?;
+        if obs.on() {
+            trace::op_done(&mut push, stream, obs, kind, Waited::Set(&need), None);
+        }
+        waits
+    };
+    if waits != 0 {
+        stream.stats.waits.fetch_add(waits, Ordering::Relaxed);
+    }
+    for (i, a) in locked.set.iter().enumerate() {
+        let mut held = locked.held(i);
+        let mut s = SeenState::of(&held);
+        if track_open {
+            s.open = true;
+            *open_count(&mut held, locked.slot, a.write()) += 1;
+        }
+        seen.push(s);
+    }
+    Ok(())
+}
+
+#[cold]
+fn open_conflict(a: &Access<'_>, open_writes: bool) -> Error {
+    let (mine, theirs) = (
+        if a.write() { "write" } else { "read" },
+        if open_writes { "writes" } else { "reads" },
+    );
+    Error::new(
+        ErrorCode::InvalidState,
+        format!(
+            "sync object #{} is {theirs} by a foreign op that is still open; this op would {mine} it, \
+             and two open foreign ops cannot be ordered: end the first (sluice_op_end) before \
+             beginning the second",
+            a.obj().id
+        ),
+    )
+}
+
+/// Marks the op closed on a held object.
+fn close_open(held: &mut Held<'_>, slot: usize, write: bool, seen: &SeenState) {
+    if seen.open {
+        let n = open_count(held, slot, write);
+        *n = n.saturating_sub(1);
+    }
+}
+
+/// Marks the op closed on its objects when it will not publish through the locked
+/// block of [`op_end`].
+#[cold]
+fn close_open_locked(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) {
+    if seen.len() != set.len() || !seen.iter().any(|s| s.open) {
+        return;
+    }
+    let locked = Locked::new(set, stream);
+    for (i, (a, s)) in locked.set.iter().zip(seen).enumerate() {
+        close_open(&mut locked.held(i), locked.slot, a.write(), s);
+    }
+}
+
+/// Ends a foreign op: records one event, then takes the objects and publishes it
+/// when every object is still as the op saw it at begin (see
+/// [`SeenState::still_current`]), so that no object is held across the driver
+/// call (a newer reader entry of this stream stays: it covers this read).
+/// Otherwise (a write was published on an object it read, or anything on an object
+/// it wrote, while it was open) the first recording is dropped and the op waits for
+/// what changed, records again and publishes with the objects held throughout, as
+/// library ops do.
+#[inline(always)]
+pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) -> Result<()> {
+    if set.is_empty() {
+        return after_op(stream);
+    }
+    if stream.is_capturing() {
+        if let Some(cap) = stream.current_capture() {
+            close_open_locked(stream, set, seen);
+            cap.op_end(stream, set)?;
+            return after_op(stream);
+        }
+    }
+    let me = stream.id;
+    let rec = {
+        let mut push = stream.push_lock();
+        let obs = trace::observe();
+        let rec = match stream.record_in(&mut push, false, set.len(), 0) {
+            Ok(r) => r,
+            Err(e) => {
+                drop(push);
+                close_open_locked(stream, set, seen);
+                return Err(e);
+            }
+        };
+        if obs.on() {
+            let kind = OpKind::ForeignEnd;
+            trace::op_done(&mut push, stream, obs, kind, Waited::None, Some(&rec));
+        }
+        rec
+    };
+    {
+        let locked = Locked::new(set, stream);
+        let mut current = seen.len() == set.len();
+        if current {
+            for (i, (a, s)) in locked.set.iter().zip(seen).enumerate() {
+                let mut held = locked.held(i);
+                close_open(&mut held, locked.slot, a.write(), s);
+                current &= s.still_current(&held, a.write());
+            }
+        }
+        if current {
+            locked.publish(me, &rec, &mut Publish::unlocked());
+        } else {
+            for _ in 0..set.len() {
+                // SAFETY: each of the references the recording was made with.
+                drop(unsafe { rec.dup_counted() });
+            }
+        }
+        // Its `set.len()` references went to the objects or were dropped.
+        std::mem::forget(rec);
+        if !current {
+            let mut need = Waits::new();
+            for (i, a) in locked.set.iter().enumerate() {
+                match locked.held(i) {
+                    Held::Slot { st, slot } => waits_for_slot(st, slot, me, &mut need),
+                    // SAFETY: held exclusively.
+                    Held::Exclusive { obj, st } => unsafe {
+                        waits_for_exclusive(obj, st, me, a.write(), &mut need)
+                    },
+                }
+            }
+            push_op(
+                stream,
+                OpKind::ForeignEnd,
+                &need,
+                set.len(),
+                false,
+                || Ok(()),
+                |rec, publish| locked.publish(me, rec, publish),
+            )?;
+        }
+    }
+    after_op(stream)
+}
+
+/// An open foreign op: work the caller enqueues on the stream itself, between
+/// [`ForeignOp::begin`] and [`ForeignOp::end`], ordered like a library op. Dropping
+/// it without `end` ends it.
+pub struct ForeignOp {
+    stream: Arc<Stream>,
+    /// Its accesses, normalised once at begin; the op holds the objects.
+    set: OwnedAccessSet,
+    /// What the op saw at begin, in the order of `set`.
+    seen: Seen,
+    ended: AtomicBool,
+}
+
+thread_local! {
+    /// The memory of this thread's last ended C op, reused by its next one, so
+    /// that a begin/end pair allocates nothing (see [`ForeignOp::begin_boxed`]).
+    static SPARE_OP: Cell<Option<Box<MaybeUninit<ForeignOp>>>> = const { Cell::new(None) };
+}
+
+impl ForeignOp {
+    /// Makes `stream` wait, on the device, for every conflicting earlier op on other
+    /// streams. An object in both `reads` and `writes` counts as written.
+    pub fn begin(
+        stream: &Arc<Stream>,
+        reads: Vec<Arc<SyncObject>>,
+        writes: Vec<Arc<SyncObject>>,
+    ) -> Result<ForeignOp> {
+        let mut op = ForeignOp::unopened(stream.clone(), OwnedAccessSet::of(&reads, &writes));
+        op.open()?;
+        Ok(op)
+    }
+
+    /// [`ForeignOp::begin`] on a set already owned, in a box (a C handle owns it):
+    /// the box is the memory of the thread's last ended op when there is one.
+    pub(crate) fn begin_boxed(stream: Arc<Stream>, set: OwnedAccessSet) -> Result<Box<ForeignOp>> {
+        let spare = SPARE_OP.try_with(Cell::take).ok().flatten();
+        let mut op = spare.unwrap_or_else(Box::new_uninit);
+        op.write(ForeignOp::unopened(stream, set));
+        // SAFETY: written just above.
+        let mut op = unsafe { op.assume_init() };
+        match op.open() {
+            Ok(()) => Ok(op),
+            Err(e) => {
+                recycle(op);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends a boxed op ([`ForeignOp::end`]) and keeps its memory for the thread's
+    /// next [`ForeignOp::begin_boxed`].
+    pub(crate) fn end_boxed(op: Box<ForeignOp>) -> Result<()> {
+        let ended = op.end();
+        recycle(op);
+        ended
+    }
+
+    /// An op not begun yet: marked ended, so that dropping it does nothing.
+    fn unopened(stream: Arc<Stream>, set: OwnedAccessSet) -> ForeignOp {
+        ForeignOp {
+            stream,
+            set,
+            seen: Seen::new(),
+            ended: AtomicBool::new(true),
+        }
+    }
+
+    /// Issues the op's waits; from here on it is open.
+    fn open(&mut self) -> Result<()> {
+        let kind = OpKind::ForeignBegin(&"op begin");
+        op_begin(&self.stream, self.set.get(), kind, true, &mut self.seen)?;
+        *self.ended.get_mut() = false;
+        Ok(())
+    }
+
+    /// The stream the foreign work goes on.
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+
+    /// Records one event on the stream and publishes it to every object.
+    pub fn end(&self) -> Result<()> {
+        if self.ended.swap(true, Ordering::AcqRel) {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                "the foreign op has already ended",
+            ));
+        }
+        op_end(&self.stream, self.set.get(), &self.seen)
+    }
+}
+
+/// Drops a boxed op (ending it if it is open) and keeps its memory as the
+/// thread's spare; an older spare is freed.
+fn recycle(op: Box<ForeignOp>) {
+    let raw = Box::into_raw(op);
+    // SAFETY: the op is dropped once, in place; its memory stays allocated, owned
+    // by the new box, which treats it as uninitialised.
+    let spare = unsafe {
+        std::ptr::drop_in_place(raw);
+        Box::from_raw(raw.cast::<MaybeUninit<ForeignOp>>())
+    };
+    // During thread teardown the spare is simply freed.
+    let _ = SPARE_OP.try_with(|s| s.set(Some(spare)));
+}
+
+impl Drop for ForeignOp {
+    fn drop(&mut self) {
+        if !*self.ended.get_mut() {
+            let _ = self.end();
+        }
+    }
+}
