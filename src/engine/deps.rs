@@ -205,12 +205,7 @@ unsafe fn publish_exclusive(
     rec: RecRef,
     publish: &mut Publish<'_>,
 ) {
-    st.version = st.version.wrapping_add(1);
     if write {
-        st.writes = st.writes.wrapping_add(1);
-        while let Some(old) = st.readers.pop() {
-            publish.release(old);
-        }
         // SAFETY: held exclusively.
         unsafe {
             obj.for_each_slot(|s| {
@@ -219,10 +214,9 @@ unsafe fn publish_exclusive(
                 }
             })
         };
-        if let Some(old) = st.writer.replace(rec) {
-            publish.release(old);
-        }
+        publish_into(st, me, true, rec, publish);
     } else {
+        st.version = st.version.wrapping_add(1);
         // SAFETY: held exclusively; a read marked the slot in use when it took the object.
         let s = unsafe { obj.slot(slot) };
         if s.owner != me {
