@@ -33,9 +33,8 @@ pub struct Stream {
     pub(crate) pool: Arc<EventPool>,
     pub(crate) device: Arc<Device>,
     owned: bool,
-    /// The reader slot this stream uses in every sync object (`sync::READER_SLOTS`).
-    reader_slot: u8,
-    /// Its slot number, unique among live streams (given back on drop).
+    /// Its slot number, unique among live streams (given back on drop); its reader
+    /// slot in every sync object is this modulo `sync::READER_SLOTS`.
     slot_number: u32,
     /// What `raw()` exports: the caller's handle for adopted streams.
     exported: u64,
@@ -64,7 +63,6 @@ impl Stream {
         let id = next_id();
         let slot_number = crate::sync::take_slot_number();
         let s = Arc::new(Stream {
-            reader_slot: (slot_number as usize % crate::sync::READER_SLOTS) as u8,
             slot_number,
             device: device.clone(),
             raw,
@@ -121,7 +119,7 @@ impl Stream {
     /// The reader slot this stream reads sync objects through.
     #[inline(always)]
     pub(crate) fn reader_slot(&self) -> usize {
-        self.reader_slot as usize
+        self.slot_number as usize % crate::sync::READER_SLOTS
     }
 
     /// The `CUstream` (an opaque pointer on host) for foreign work. For an adopted
