@@ -270,8 +270,8 @@ SOAK_DIR=/tmp/sluice-soak
 soak_detach() {
   local secs=${SLUICE_GPU_SOAK_SECONDS:-600}
   rm -rf "$SOAK_DIR" && mkdir -p "$SOAK_DIR" && cp -r .gpu/stress "$SOAK_DIR/"
-  SOAK_SECS=$secs SOAK_SEED=${SLUICE_GPU_SOAK_SEED:-1} setsid nohup bash -c \
-    'cd /tmp/sluice-soak && date +%s > start && STRESS_SECONDS=$SOAK_SECS SLUICE_BACKEND=cuda \
+  SOAK_DIR=$SOAK_DIR SOAK_SECS=$secs SOAK_SEED=${SLUICE_GPU_SOAK_SEED:-1} setsid nohup bash -c \
+    'cd "$SOAK_DIR" && date +%s > start && STRESS_SECONDS=$SOAK_SECS SLUICE_BACKEND=cuda \
        timeout $((SOAK_SECS + 100)) ./stress/stress seed=$SOAK_SEED > soak.log 2>&1;
      echo $? > rc; date +%s > end' > /dev/null 2>&1 < /dev/null &
   sleep 1
