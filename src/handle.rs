@@ -95,6 +95,20 @@ unsafe impl<P: Shared + Send + Sync> Sync for HandleTable<P> {}
 // SAFETY: as above.
 unsafe impl<P: Shared + Send + Sync> Send for HandleTable<P> {}
 
+/// A slot index taken out of a table by [`HandleTable::remove_reserving`]: its
+/// slot is not live and not on the free list, so its holder alone may fill it
+/// ([`HandleTable::insert_reserved`]) or give it back ([`HandleTable::give_back`]).
+/// Neither `Clone` nor `Copy`: one index, used once.
+#[derive(Debug)]
+pub struct Reserved(usize);
+
+impl Reserved {
+    #[inline(always)]
+    fn into_index(self) -> usize {
+        self.0
+    }
+}
+
 /// Why a handle did not resolve.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Stale {
@@ -231,8 +245,32 @@ impl<P: Shared> HandleTable<P> {
     }
 
     pub fn insert(&self, value: P) -> u64 {
-        let raw = value.into_raw().cast_mut();
         let index = self.take_index();
+        self.insert_into(index, value)
+    }
+
+    /// Inserts `value` at an index taken out of the table's free list by
+    /// [`HandleTable::remove_reserving`] (no shared free-list head is touched).
+    /// The index must come from this table.
+    #[inline(always)]
+    pub fn insert_reserved(&self, index: Reserved, value: P) -> u64 {
+        self.insert_into(index.into_index(), value)
+    }
+
+    /// Puts an index kept by [`HandleTable::remove_reserving`] back on the free
+    /// list. The index must come from this table.
+    pub fn give_back(&self, index: Reserved) {
+        let i = index.into_index();
+        if let Some(slot) = self.slot(i) {
+            self.push_free(i, slot);
+        }
+    }
+
+    /// Writes `value` into the slot of `index`, which no one else holds (fresh, or
+    /// taken off the free list, or reserved), and makes it live.
+    #[inline(always)]
+    fn insert_into(&self, index: usize, value: P) -> u64 {
+        let raw = value.into_raw().cast_mut();
         let slot = self.slot_for_insert(index);
         slot.value.store(raw, Ordering::Release);
         // A fresh slot (generation 0) starts at generation 1; a reused one had its
@@ -320,6 +358,20 @@ impl<P: Shared> HandleTable<P> {
     /// Removes the entry and returns a reference to its object. The table's own
     /// reference is dropped once no lookup can still be using it.
     pub fn remove(&self, bits: u64) -> Result<P, Stale> {
+        let (p, index) = self.remove_reserving(bits)?;
+        let i = index.into_index();
+        if let Some(slot) = self.slot(i) {
+            self.push_free(i, slot);
+        }
+        Ok(p)
+    }
+
+    /// [`HandleTable::remove`], keeping the slot's index off the free list for the
+    /// caller, who reuses it ([`HandleTable::insert_reserved`]) or gives it back
+    /// ([`HandleTable::give_back`]). A thread that ends and begins ops in turn so
+    /// reuses one slot, and writes no line that other threads' inserts write.
+    #[inline(always)]
+    pub fn remove_reserving(&self, bits: u64) -> Result<(P, Reserved), Stale> {
         let (index, generation) = self.split(bits)?;
         let slot = self.slot(index).ok_or(Stale::Dead)?;
         let mut s = slot.state.load(Ordering::SeqCst);
@@ -340,7 +392,6 @@ impl<P: Shared> HandleTable<P> {
             }
         }
         let p = slot.value.load(Ordering::Acquire);
-        self.push_free(index, slot);
         // Lookups that read the slot before the unlink finish before this returns.
         // Removing while pinned could wait on a thread that waits on this one.
         debug_assert!(!epoch::is_pinned(), "handle removed inside a lookup");
@@ -348,7 +399,7 @@ impl<P: Shared> HandleTable<P> {
             epoch::synchronize();
         }
         // SAFETY: the table's reference, taken out once (the CAS above succeeded once).
-        Ok(unsafe { P::from_raw(p) })
+        Ok((unsafe { P::from_raw(p) }, Reserved(index)))
     }
 
     /// Number of live entries (for leak tests).
@@ -502,6 +553,42 @@ mod tests {
             Some(Stale::Dead),
             "removed once only"
         );
+    }
+
+    #[test]
+    fn a_reserved_slot_is_reused_with_a_new_generation_and_never_twice() {
+        let t = HandleTable::new_tokens(4);
+        let h1 = t.insert(Box::new(1u32));
+        let other = t.insert(Box::new(9u32));
+        let (v, r) = t.remove_reserving(h1).unwrap();
+        assert_eq!(*v, 1);
+        assert_eq!(t.remove_reserving(h1).err(), Some(Stale::Dead));
+        // Off the free list: an ordinary insert takes a fresh index.
+        let h3 = t.insert(Box::new(3u32));
+        assert_ne!(h3 & 0xffff_ffff, h1 & 0xffff_ffff);
+        let h2 = t.insert_reserved(r, Box::new(2u32));
+        assert_eq!(
+            h1 & 0xffff_ffff,
+            h2 & 0xffff_ffff,
+            "the reserved slot was reused"
+        );
+        assert_ne!(h1, h2, "with a new generation");
+        assert_eq!(
+            t.remove(h1).err(),
+            Some(Stale::Dead),
+            "the old handle stays dead"
+        );
+        assert_eq!(t.len(), 3);
+        // Given back, the slot is on the free list again.
+        let (_, r) = t.remove_reserving(h2).unwrap();
+        t.give_back(r);
+        let h4 = t.insert(Box::new(4u32));
+        assert_eq!(h4 & 0xffff_ffff, h1 & 0xffff_ffff);
+        assert_eq!(t.remove(h2).err(), Some(Stale::Dead));
+        for h in [h3, h4, other] {
+            t.remove(h).unwrap();
+        }
+        assert!(t.is_empty());
     }
 
     #[test]

@@ -134,3 +134,59 @@ fn a_foreign_op_pair_allocates_nothing_in_steady_state() {
     ok(sluice_stream_destroy(s));
     ok(sluice_device_close(d));
 }
+
+/// Op handles are stale after their end, also when the thread's next op reuses
+/// their slot (issue 17's per-thread op slots), and an op ended on another thread
+/// is still ended once.
+#[test]
+fn op_handles_stay_single_use_when_their_slots_are_reused() {
+    let mut d = sluice_device_t { bits: 0 };
+    ok(sluice_device_open_default(&mut d));
+    let mut s = sluice_stream_t { bits: 0 };
+    ok(sluice_stream_create(
+        d,
+        SLUICE_STREAM_NON_BLOCKING,
+        0,
+        &mut s,
+    ));
+    let mut o = sluice_sync_t { bits: 0 };
+    ok(sluice_sync_create(&mut o));
+    let begin = || {
+        let mut op = sluice_op_t { bits: 0 };
+        ok(sluice_op_begin(s, &o, 1, std::ptr::null(), 0, &mut op));
+        op
+    };
+    let stale = |op: sluice_op_t| {
+        let e = sluice_op_end(op);
+        assert!(!e.is_null(), "a stale op handle was accepted");
+        assert_eq!(sluice_error_code(e), SLUICE_ERROR_INVALID_HANDLE);
+        sluice_error_free(e);
+    };
+    let first = begin();
+    ok(sluice_op_end(first));
+    let second = begin();
+    assert_eq!(
+        first.bits & 0xffff_ffff,
+        second.bits & 0xffff_ffff,
+        "slot reused"
+    );
+    assert_ne!(first.bits, second.bits);
+    stale(first);
+    // Nested ops take other slots; every handle ends once.
+    let third = begin();
+    assert_ne!(third.bits & 0xffff_ffff, second.bits & 0xffff_ffff);
+    ok(sluice_op_end(second));
+    stale(second);
+    // Ended on another thread: the slot moves there, the handle is dead here.
+    let bits = third.bits;
+    std::thread::spawn(move || ok(sluice_op_end(sluice_op_t { bits })))
+        .join()
+        .unwrap();
+    stale(third);
+    let fourth = begin();
+    ok(sluice_op_end(fourth));
+    stale(fourth);
+    ok(sluice_stream_synchronize(s));
+    ok(sluice_sync_destroy(o));
+    ok(sluice_stream_destroy(s));
+}

@@ -116,6 +116,33 @@ impl<'s, 'a> Locked<'s, 'a> {
         Locked { set, slot, fast }
     }
 
+    /// The set held through the stream's reader slot alone, when every access is a
+    /// read that [`SyncObject::try_read_slot`] can take; otherwise None, with
+    /// nothing held. Never waits, so it may be called with the push lock held.
+    #[inline(always)]
+    pub(super) fn try_slots(set: &'s [Access<'a>], stream: &Stream) -> Option<Self> {
+        if set.len() > 64 {
+            return None;
+        }
+        let slot = stream.reader_slot();
+        let me = stream.id;
+        for (i, a) in set.iter().enumerate() {
+            if a.write() || !a.obj().try_read_slot(slot, me) {
+                for taken in &set[..i] {
+                    // SAFETY: taken by `try_read_slot` above.
+                    unsafe { taken.obj().unlock_slot(slot) };
+                }
+                return None;
+            }
+        }
+        let fast = if set.len() == 64 {
+            u64::MAX
+        } else {
+            (1u64 << set.len()) - 1
+        };
+        Some(Locked { set, slot, fast })
+    }
+
     /// Access `i` as held. Each index is taken once at a time.
     #[inline(always)]
     pub(super) fn held(&self, i: usize) -> Held<'a> {
@@ -179,7 +206,7 @@ impl Drop for Locked<'_, '_> {
 /// object, so a newer read of the same stream may be there already, and it covers
 /// this one).
 #[inline(always)]
-fn publish_slot(slot: &mut SlotState, rec: RecRef, publish: &mut Publish<'_>) {
+pub(super) fn publish_slot(slot: &mut SlotState, rec: RecRef, publish: &mut Publish<'_>) {
     slot.publications = slot.publications.wrapping_add(1);
     match &mut slot.reader {
         Some(old) if old.seq > rec.seq => publish.release(rec),

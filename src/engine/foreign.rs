@@ -7,13 +7,13 @@ use crate::inline::Small;
 use crate::stream::Stream;
 use crate::sync::{Access, OwnedAccessSet, SyncObject, SyncState, OWNED_INLINE};
 use crate::trace::{self, OpKind, Waited};
-use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::deps::{
-    collect_waits, issue_waits, waits_for_exclusive, waits_for_slot, Held, Locked, Waits,
+    collect_waits, issue_waits, publish_slot, waits_for_exclusive, waits_for_slot, Held, Locked,
+    Waits,
 };
 use super::push::{after_op, push_op};
 
@@ -233,6 +233,36 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
             let kind = OpKind::ForeignEnd;
             trace::op_done(&mut push, stream, obs, kind, Waited::None, Some(&rec));
         }
+        // The common case, reads that the stream's reader slots alone can take
+        // and that saw no write since begin: publish with the push lock still held
+        // (the slots are only tried, never waited for, so the lock order does not
+        // matter), and the recordings it replaces go straight back to the pool.
+        if seen.len() == set.len() {
+            if let Some(locked) = Locked::try_slots(set, stream) {
+                let mut current = true;
+                for (i, s) in seen.iter().enumerate() {
+                    // Reads only: `still_current` compares the state's `writes`.
+                    current &= s.still_current(&locked.held(i), false);
+                }
+                if current {
+                    let mut publish = Publish::new(stream, push);
+                    for (i, s) in seen.iter().enumerate() {
+                        if let Held::Slot { slot, .. } = locked.held(i) {
+                            if s.open {
+                                slot.open_reads = slot.open_reads.saturating_sub(1);
+                            }
+                            // SAFETY: one of the references counted per object.
+                            publish_slot(slot, unsafe { rec.dup_counted() }, &mut publish);
+                        }
+                    }
+                    // Its `set.len()` references went to the objects.
+                    std::mem::forget(rec);
+                    drop(publish);
+                    drop(locked);
+                    return after_op(stream);
+                }
+            }
+        }
         rec
     };
     {
@@ -292,11 +322,9 @@ pub struct ForeignOp {
     ended: AtomicBool,
 }
 
-thread_local! {
-    /// The memory of this thread's last ended C op, reused by its next one, so
-    /// that a begin/end pair allocates nothing (see [`ForeignOp::begin_boxed`]).
-    static SPARE_OP: Cell<Option<Box<MaybeUninit<ForeignOp>>>> = const { Cell::new(None) };
-}
+/// Memory for one [`ForeignOp`], reused from op to op by the C ABI (see
+/// [`ForeignOp::begin_in`]).
+pub(crate) type OpMemory = Box<MaybeUninit<ForeignOp>>;
 
 impl ForeignOp {
     /// Makes `stream` wait, on the device, for every conflicting earlier op on other
@@ -311,29 +339,33 @@ impl ForeignOp {
         Ok(op)
     }
 
-    /// [`ForeignOp::begin`] on a set already owned, in a box (a C handle owns it):
-    /// the box is the memory of the thread's last ended op when there is one.
-    pub(crate) fn begin_boxed(stream: Arc<Stream>, set: OwnedAccessSet) -> Result<Box<ForeignOp>> {
-        let spare = SPARE_OP.try_with(Cell::take).ok().flatten();
-        let mut op = spare.unwrap_or_else(Box::new_uninit);
-        op.write(ForeignOp::unopened(stream, set));
+    /// [`ForeignOp::begin`] on a set already owned, in `mem` (a C handle owns the
+    /// box): the memory of the thread's last ended op when there is one, so that a
+    /// begin/end pair allocates nothing. On failure the memory comes back.
+    pub(crate) fn begin_in(
+        mut mem: OpMemory,
+        stream: Arc<Stream>,
+        set: OwnedAccessSet,
+    ) -> std::result::Result<Box<ForeignOp>, (Error, OpMemory)> {
+        mem.write(ForeignOp::unopened(stream, set));
         // SAFETY: written just above.
-        let mut op = unsafe { op.assume_init() };
+        let mut op = unsafe { mem.assume_init() };
         match op.open() {
             Ok(()) => Ok(op),
-            Err(e) => {
-                recycle(op);
-                Err(e)
-            }
+            Err(e) => Err((e, recycle(op))),
         }
     }
 
-    /// Ends a boxed op ([`ForeignOp::end`]) and keeps its memory for the thread's
-    /// next [`ForeignOp::begin_boxed`].
-    pub(crate) fn end_boxed(op: Box<ForeignOp>) -> Result<()> {
-        let ended = op.end();
-        recycle(op);
-        ended
+    /// Ends a boxed op ([`ForeignOp::end`]; the box is owned, so the `ended` flag
+    /// needs no atomic swap) and gives back its memory for a later
+    /// [`ForeignOp::begin_in`].
+    pub(crate) fn end_into(mut op: Box<ForeignOp>) -> (Result<()>, OpMemory) {
+        let ended = if std::mem::replace(op.ended.get_mut(), true) {
+            Err(already_ended())
+        } else {
+            op_end(&op.stream, op.set.get(), &op.seen)
+        };
+        (ended, recycle(op))
     }
 
     /// An op not begun yet: marked ended, so that dropping it does nothing.
@@ -362,27 +394,26 @@ impl ForeignOp {
     /// Records one event on the stream and publishes it to every object.
     pub fn end(&self) -> Result<()> {
         if self.ended.swap(true, Ordering::AcqRel) {
-            return Err(Error::new(
-                ErrorCode::InvalidState,
-                "the foreign op has already ended",
-            ));
+            return Err(already_ended());
         }
         op_end(&self.stream, self.set.get(), &self.seen)
     }
 }
 
-/// Drops a boxed op (ending it if it is open) and keeps its memory as the
-/// thread's spare; an older spare is freed.
-fn recycle(op: Box<ForeignOp>) {
+#[cold]
+fn already_ended() -> Error {
+    Error::new(ErrorCode::InvalidState, "the foreign op has already ended")
+}
+
+/// Drops a boxed op in place (ending it if it is open) and returns its memory.
+fn recycle(op: Box<ForeignOp>) -> OpMemory {
     let raw = Box::into_raw(op);
     // SAFETY: the op is dropped once, in place; its memory stays allocated, owned
     // by the new box, which treats it as uninitialised.
-    let spare = unsafe {
+    unsafe {
         std::ptr::drop_in_place(raw);
         Box::from_raw(raw.cast::<MaybeUninit<ForeignOp>>())
-    };
-    // During thread teardown the spare is simply freed.
-    let _ = SPARE_OP.try_with(|s| s.set(Some(spare)));
+    }
 }
 
 impl Drop for ForeignOp {

@@ -23,7 +23,7 @@ mod push;
 
 pub(crate) use deps::{issue_waits, publish_into, waits_for, Waits};
 pub use foreign::ForeignOp;
-pub(crate) use foreign::{op_begin, op_end, Seen};
+pub(crate) use foreign::{op_begin, op_end, OpMemory, Seen};
 pub(crate) use push::push_op;
 pub use push::{run_op, run_op_recorded};
 

@@ -132,9 +132,15 @@ pub(crate) fn remove<H: Castable>(h: H) -> Result<H::Target> {
 
 /// Inserts `value` and writes its new handle to `out` (checked with `out_ptr`).
 pub(crate) fn write_new<H: Castable>(out: *mut H, value: H::Target) {
+    write_bits(out, H::table().insert(value));
+}
+
+/// Writes a handle's bits to `out` (checked with `out_ptr`).
+#[inline(always)]
+pub(crate) fn write_bits<H: Castable>(out: *mut H, bits: u64) {
     const { assert!(std::mem::size_of::<H>() == 8 && std::mem::align_of::<H>() == 8) };
     // A handle type is `repr(C)` with one u64 field, so this writes its `bits`.
-    write_out(out.cast::<u64>(), H::table().insert(value));
+    write_out(out.cast::<u64>(), bits);
 }
 
 /// The error for a handle that names nothing of type `H`.

@@ -26,7 +26,9 @@ mod dlpack;
 pub use dlpack::*;
 mod handles;
 mod log;
-pub(crate) use handles::{get, get_pinned, pinned, remove, stale, with, write_new, Castable};
+pub(crate) use handles::{
+    get, get_pinned, pinned, remove, stale, with, write_bits, write_new, Castable,
+};
 pub use log::*;
 mod memory;
 mod module;

@@ -1,12 +1,13 @@
 //! Sync objects and foreign ops.
 
 use super::*;
-use crate::engine::{self, EngineMode, ForeignOp};
+use crate::engine::{self, EngineMode, ForeignOp, OpMemory};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
-use crate::handle::Stale;
+use crate::handle::{Reserved, Stale};
 use crate::stream::Stream;
 use crate::sync::{Access, AccessSet, ObjRef, OwnedAccessSet, SyncObject};
+use std::cell::Cell;
 use std::sync::Arc;
 
 /// A sync object: the dependency record of one buffer or of foreign memory. It
@@ -202,8 +203,25 @@ pub extern "C" fn sluice_op_begin(
     boundary("sluice_op_begin", || {
         let out = out_ptr(op_out, "op_out")?;
         let (s, set) = op_operands(stream, reads, num_reads, writes, num_writes)?;
-        write_new(out, ForeignOp::begin_boxed(s, set)?);
-        Ok(())
+        let (mem, index) = match SPARE.try_with(Cell::take).ok().flatten() {
+            Some(spare) => spare.into_parts(),
+            None => (Box::new_uninit(), None),
+        };
+        match ForeignOp::begin_in(mem, s, set) {
+            Ok(op) => {
+                let table = sluice_op_t::table();
+                let bits = match index {
+                    Some(i) => table.insert_reserved(i, op),
+                    None => table.insert(op),
+                };
+                write_bits(out, bits);
+                Ok(())
+            }
+            Err((e, mem)) => {
+                keep_spare(Spare { mem, index });
+                Err(e)
+            }
+        }
     })
 }
 
@@ -214,7 +232,58 @@ pub extern "C" fn sluice_op_begin(
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `op`, or ending it twice).
 #[no_mangle]
 pub extern "C" fn sluice_op_end(op: sluice_op_t) -> *mut sluice_error_t {
-    boundary("sluice_op_end", || ForeignOp::end_boxed(remove(op)?))
+    boundary("sluice_op_end", || {
+        let (op, index) = sluice_op_t::table()
+            .remove_reserving(op.bits)
+            .map_err(|e| stale::<sluice_op_t>(e, op.bits))?;
+        let (ended, mem) = ForeignOp::end_into(op);
+        keep_spare(Spare {
+            mem,
+            index: Some(index),
+        });
+        ended
+    })
+}
+
+/// This thread's last ended op: its memory and its slot in the op table, both
+/// reused by the thread's next `sluice_op_begin`, so that a begin/end pair
+/// allocates nothing and writes no cache line that other threads' ops write (the
+/// table's free-list head). One per thread covers the begin/end/begin pattern;
+/// nested open ops beyond the first take memory and a slot the ordinary way.
+struct Spare {
+    mem: OpMemory,
+    /// None when the memory came without a slot (a begin that failed first).
+    index: Option<Reserved>,
+}
+
+impl Spare {
+    fn into_parts(self) -> (OpMemory, Option<Reserved>) {
+        let me = std::mem::ManuallyDrop::new(self);
+        // SAFETY: each field is moved out once; `me` is never dropped.
+        unsafe { (std::ptr::read(&me.mem), std::ptr::read(&me.index)) }
+    }
+}
+
+impl Drop for Spare {
+    /// A spare replaced by a newer one, or left at thread exit: its slot goes back
+    /// to the table's free list (its memory is freed).
+    fn drop(&mut self) {
+        if let Some(i) = self.index.take() {
+            sluice_op_t::table().give_back(i);
+        }
+    }
+}
+
+thread_local! {
+    static SPARE: Cell<Option<Spare>> = const { Cell::new(None) };
+}
+
+/// Keeps `spare` as the thread's spare (an older one is dropped); during thread
+/// teardown it is dropped at once.
+#[inline(always)]
+fn keep_spare(spare: Spare) {
+    // On failure the closure, and the spare with it, is dropped.
+    let _ = SPARE.try_with(|c| c.set(Some(spare)));
 }
 
 /// Sets the process-wide engine mode: `SLUICE_ENGINE_ASYNC` or `SLUICE_ENGINE_SYNC`.
