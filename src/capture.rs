@@ -140,7 +140,9 @@ impl Capture {
         }
         obj.exclusive().state().capture = self.id;
         t.push(Touched {
-            obj: obj.to_arc(),
+            // Alive: borrowed from an `Arc` for the call (a foreign op's end passes
+            // only objects it holds a reference to).
+            obj: obj.to_arc().expect("a captured op's object has an Arc"),
             shadow: SyncState::default(),
             written: false,
         });

@@ -12,7 +12,7 @@ use crate::stream::Stream;
 use smallvec::SmallVec;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// Reader slots per sync object. A stream reads through slot
@@ -85,29 +85,104 @@ pub(crate) struct ReaderSlot {
 /// written only while no slot reader is inside. A slot reader that finds the
 /// `state` lock taken steps back and goes the exclusive way (writers do not
 /// starve).
+//
+// Lifetime (issue 17): the state lives in a [`SyncCore`], an allocation of its own
+// that the `Arc<SyncObject>` points to. An open foreign op counted open on the
+// object (its reads in the reader slots, its writes in the state) holds no `Arc`
+// reference: the core is freed by the last of the `Arc` (its drop frees the core
+// when nothing is open, and otherwise marks it orphaned) and the open ops (the op
+// end that closes the last open count of an orphaned core frees it). See
+// docs/decisions.md, "Open reads keep their object alive through the reader slot".
+pub struct SyncObject {
+    core: NonNull<SyncCore>,
+}
+
+// SAFETY: the core is `Sync` and `Send` (its fields are locks and atomics, and
+// values reached only under them) and is reached only through shared references.
+unsafe impl Send for SyncObject {}
+// SAFETY: as above.
+unsafe impl Sync for SyncObject {}
+
+/// The object's state (see [`SyncObject`]); reached through `Arc<SyncObject>`'s
+/// `Deref`, or by an open op through the pointer in its access set.
 // The id, `slots`, `used` and the slot path's part of the state share the first
 // cache line; each slot has its own.
 #[repr(C, align(64))]
-pub struct SyncObject {
+pub struct SyncCore {
     pub id: u64,
     /// The reader slots, allocated by the exclusive hold that sets the first bit
     /// of `used` (an object nobody reads has none); null while `used` is 0.
     slots: AtomicPtr<[ReaderSlot; READER_SLOTS]>,
     /// Reader slots that may hold anything (bit i: slot i).
     used: AtomicU32,
+    /// Set, with the object held exclusively, when the last `Arc<SyncObject>` went
+    /// while foreign ops were still counted open: the op end that closes the last
+    /// of them frees the core. No slot reader takes an orphaned core.
+    orphaned: AtomicBool,
     pub(crate) state: ObjLock<SyncState>,
     /// The memory this object stands for, if sluice owns it (kept alive by graphs).
     pub(crate) owner: OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
+    /// The `Arc` that owns the core, for a counted reference from an access
+    /// ([`ObjRef::to_arc`]); it cannot be upgraded once the core is orphaned.
+    arc: std::sync::Weak<SyncObject>,
 }
 
-impl Drop for SyncObject {
+impl Drop for SyncCore {
     fn drop(&mut self) {
         let p = *self.slots.get_mut();
         if !p.is_null() {
             // SAFETY: allocated by `Box::into_raw` in `lock_exclusive`, freed once.
             drop(unsafe { Box::from_raw(p) });
         }
+        #[cfg(debug_assertions)]
+        LIVE_CORES.fetch_sub(1, Ordering::Relaxed);
     }
+}
+
+impl std::ops::Deref for SyncObject {
+    type Target = SyncCore;
+    #[inline(always)]
+    fn deref(&self) -> &SyncCore {
+        // SAFETY: the core lives at least as long as this `Arc`'s value (it is
+        // freed by this value's drop, or later).
+        unsafe { self.core.as_ref() }
+    }
+}
+
+impl Drop for SyncObject {
+    /// The last `Arc` is gone: frees the core, unless foreign ops are still counted
+    /// open on it; then it is orphaned, and the last of those ops frees it.
+    fn drop(&mut self) {
+        let core = &**self;
+        core.lock_exclusive(None);
+        // SAFETY: held exclusively.
+        let open = unsafe { core.open_ops() };
+        if open != 0 {
+            core.orphaned.store(true, Ordering::Relaxed);
+        }
+        // SAFETY: taken just above.
+        unsafe { core.unlock_exclusive() };
+        if open == 0 {
+            // SAFETY: no `Arc` is left and no op is open on the core: nothing can
+            // reach it any more (every other reference is borrowed from an `Arc`
+            // or counted open).
+            unsafe { SyncCore::free(self.core) };
+        }
+    }
+}
+
+/// Sync object cores allocated and not freed (debug builds only; for tests).
+#[cfg(debug_assertions)]
+static LIVE_CORES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The number of sync object states allocated and not yet freed, in debug builds
+/// (None in release builds). For leak tests.
+#[doc(hidden)]
+pub fn live_sync_cores() -> Option<usize> {
+    #[cfg(debug_assertions)]
+    return Some(LIVE_CORES.load(Ordering::Relaxed));
+    #[cfg(not(debug_assertions))]
+    None
 }
 
 /// Stream slot numbers in use, and those given back (the smallest is reused first).
@@ -134,7 +209,7 @@ pub(crate) fn give_slot_number(n: u32) {
 
 /// The object held exclusively (see [`SyncObject`]); released on drop.
 pub(crate) struct Exclusive<'a> {
-    obj: &'a SyncObject,
+    obj: &'a SyncCore,
 }
 
 impl Exclusive<'_> {
@@ -161,9 +236,15 @@ impl Drop for Exclusive<'_> {
     }
 }
 
-impl std::fmt::Debug for SyncObject {
+impl std::fmt::Debug for SyncCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "sync object #{}", self.id)
+    }
+}
+
+impl std::fmt::Debug for SyncObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
     }
 }
 
@@ -173,12 +254,22 @@ impl SyncObject {
     }
 
     fn with_state(state: SyncState) -> Arc<SyncObject> {
-        Arc::new(SyncObject {
-            id: next_id(),
-            state: ObjLock::new(state),
-            used: AtomicU32::new(0),
-            slots: AtomicPtr::new(std::ptr::null_mut()),
-            owner: OnceLock::new(),
+        Arc::new_cyclic(|arc| {
+            #[cfg(debug_assertions)]
+            LIVE_CORES.fetch_add(1, Ordering::Relaxed);
+            let core = Box::new(SyncCore {
+                id: next_id(),
+                state: ObjLock::new(state),
+                used: AtomicU32::new(0),
+                orphaned: AtomicBool::new(false),
+                slots: AtomicPtr::new(std::ptr::null_mut()),
+                owner: OnceLock::new(),
+                arc: arc.clone(),
+            });
+            SyncObject {
+                // SAFETY: from a box, so not null.
+                core: unsafe { NonNull::new_unchecked(Box::into_raw(core)) },
+            }
         })
     }
 
@@ -188,6 +279,45 @@ impl SyncObject {
             alloc_on: Some(stream.clone()),
             ..SyncState::default()
         })
+    }
+}
+
+impl SyncCore {
+    /// Frees the core.
+    ///
+    /// # Safety
+    /// Nothing can reach the core any more: its `Arc` is gone and no foreign op
+    /// is counted open on it. Called once.
+    pub(crate) unsafe fn free(core: NonNull<SyncCore>) {
+        // SAFETY: allocated by `Box::into_raw` in `SyncObject::with_state`; the
+        // caller's contract.
+        drop(unsafe { Box::from_raw(core.as_ptr()) });
+    }
+
+    /// Foreign ops counted open on the object: reads in the state and the slots,
+    /// writes in the state.
+    ///
+    /// # Safety
+    /// The caller holds the object exclusively.
+    pub(crate) unsafe fn open_ops(&self) -> u32 {
+        // SAFETY: held exclusively.
+        let st = unsafe { self.state.get_shared() };
+        let mut n = st.open_reads.saturating_add(st.open_writes);
+        // SAFETY: held exclusively.
+        unsafe { self.for_each_slot(|s| n = n.saturating_add(s.open_reads)) };
+        n
+    }
+
+    /// True when the core is orphaned and no op is counted open on it any more:
+    /// the caller, which closed the last open count, frees it once it has let go
+    /// of it.
+    ///
+    /// # Safety
+    /// The caller holds the object exclusively.
+    #[inline(always)]
+    pub(crate) unsafe fn last_op_closed(&self) -> bool {
+        // SAFETY: the caller's contract.
+        self.orphaned.load(Ordering::Relaxed) && unsafe { self.open_ops() } == 0
     }
 
     /// Holds the object exclusively: the state's lock, then every slot in use.
@@ -258,7 +388,9 @@ impl SyncObject {
 
     /// Takes reader slot `i` for a read by stream `me`, when the read can go through
     /// the slot alone: `me` owns the slot, no exclusive holder is there or waiting,
-    /// the object is no fresh allocation and nothing needs pruning. Never waits.
+    /// the object is no fresh allocation, nothing needs pruning and it is not
+    /// orphaned (an op closing its count there must see whether it was the last).
+    /// Never waits.
     #[inline(always)]
     pub(crate) fn try_read_slot(&self, i: usize, me: u64) -> bool {
         // Acquire: pairs with the fetch_or in `lock_exclusive`.
@@ -271,7 +403,7 @@ impl SyncObject {
         }
         // SAFETY: the slot is held, so no exclusive holder writes the state (it
         // must take this slot first); the slot's own state is ours.
-        let ok = !self.state.is_locked() && {
+        let ok = !self.state.is_locked() && !self.orphaned.load(Ordering::Relaxed) && {
             let st = unsafe { self.state.get_shared() };
             st.alloc_on.is_none()
                 && st.pruned_at == crate::event::completions()
@@ -373,18 +505,20 @@ impl SyncObject {
 }
 
 /// A sync object borrowed for one call, without touching its reference count:
-/// from a caller's `&Arc` or from a handle-table slot read while pinned.
+/// from a caller's `&Arc` or from a handle-table slot read while pinned (or, in an
+/// open foreign op, kept alive by the op's open counts; see [`OwnedAccessSet`]).
+/// Points to the object's core.
 #[derive(Clone, Copy)]
 pub struct ObjRef<'a> {
-    ptr: NonNull<SyncObject>,
-    _life: PhantomData<&'a SyncObject>,
+    ptr: NonNull<SyncCore>,
+    _life: PhantomData<&'a SyncCore>,
 }
 
 impl<'a> ObjRef<'a> {
     #[inline(always)]
     pub fn new(obj: &'a Arc<SyncObject>) -> Self {
         ObjRef {
-            ptr: NonNull::from(&**obj),
+            ptr: obj.core,
             _life: PhantomData,
         }
     }
@@ -394,25 +528,23 @@ impl<'a> ObjRef<'a> {
     #[inline(always)]
     pub(crate) unsafe fn in_arc(obj: &'a SyncObject) -> Self {
         ObjRef {
-            ptr: NonNull::from(obj),
+            ptr: obj.core,
             _life: PhantomData,
         }
     }
 
-    /// A counted reference, for keeping the object beyond the call.
-    pub fn to_arc(self) -> Arc<SyncObject> {
-        // SAFETY: every ObjRef points into a live Arc (see the constructors).
-        unsafe {
-            Arc::increment_strong_count(self.ptr.as_ptr());
-            Arc::from_raw(self.ptr.as_ptr())
-        }
+    /// A counted reference, for keeping the object beyond the call. None when the
+    /// object's last `Arc` is gone (only an open op's access can see that: its
+    /// open count keeps the core, orphaned, until the op ends).
+    pub fn to_arc(self) -> Option<Arc<SyncObject>> {
+        self.arc.upgrade()
     }
 }
 
 impl std::ops::Deref for ObjRef<'_> {
-    type Target = SyncObject;
+    type Target = SyncCore;
     #[inline(always)]
-    fn deref(&self) -> &SyncObject {
+    fn deref(&self) -> &SyncCore {
         // SAFETY: alive for 'a (see the constructors).
         unsafe { self.ptr.as_ref() }
     }
@@ -425,10 +557,10 @@ impl std::ops::Deref for ObjRef<'_> {
 pub struct Access<'a> {
     // The write flag's bit is free because objects are aligned.
     bits: usize,
-    _life: PhantomData<&'a SyncObject>,
+    _life: PhantomData<&'a SyncCore>,
 }
 
-const _: () = assert!(std::mem::align_of::<SyncObject>() >= 2);
+const _: () = assert!(std::mem::align_of::<SyncCore>() >= 2);
 
 impl<'a> Access<'a> {
     #[inline(always)]
@@ -443,7 +575,7 @@ impl<'a> Access<'a> {
     pub fn obj(self) -> ObjRef<'a> {
         ObjRef {
             // SAFETY: made from a non-null, aligned pointer in `new`.
-            ptr: unsafe { NonNull::new_unchecked((self.bits & !1) as *mut SyncObject) },
+            ptr: unsafe { NonNull::new_unchecked((self.bits & !1) as *mut SyncCore) },
             _life: PhantomData,
         }
     }
@@ -523,45 +655,70 @@ impl<'a, const N: usize> std::ops::Deref for AccessSet<'a, N> {
 /// objects allocates nothing for them.
 pub(crate) const OWNED_INLINE: usize = 16;
 
-/// A normalised access set that holds one counted reference to each of its
-/// objects, for an op that outlives the call that named them (an open foreign op).
-pub struct OwnedAccessSet(AccessSet<'static, OWNED_INLINE>);
+/// A normalised access set for an op that outlives the call that named its
+/// objects (an open foreign op). Its objects stay alive in one of two ways:
+/// - the op is counted open on every object (its reads in the reader slots, its
+///   writes in the state, see [`crate::engine::op_begin`]): an object whose last
+///   `Arc` goes meanwhile is orphaned, not freed, and the op's end frees it; the
+///   set holds no reference, so a pair writes no line the object's other users
+///   write;
+/// - otherwise (an op begun in a capture) [`OwnedAccessSet::keep`] took one counted
+///   reference to each object, dropped with the set.
+pub struct OwnedAccessSet {
+    set: AccessSet<'static, OWNED_INLINE>,
+    kept: bool,
+}
 
 impl OwnedAccessSet {
-    /// Takes a counted reference to each object of `set` (normalised by the caller).
+    /// The set, holding nothing yet.
+    ///
+    /// # Safety
+    /// Every object of `set` (normalised by the caller) stays alive until the op
+    /// is counted open on it, or [`OwnedAccessSet::keep`] ran, or the set is
+    /// dropped unused.
     #[inline(always)]
-    pub fn new(set: AccessSet<'_, OWNED_INLINE>) -> Self {
-        for a in set.iter() {
-            // SAFETY: every access points into a live Arc (see ObjRef's constructors).
-            unsafe { Arc::increment_strong_count(a.obj().ptr.as_ptr()) };
+    pub(crate) unsafe fn borrowed(set: AccessSet<'_, OWNED_INLINE>) -> Self {
+        OwnedAccessSet {
+            // SAFETY: the caller's contract; `get` lends the accesses for no longer
+            // than the set.
+            set: unsafe {
+                std::mem::transmute::<AccessSet<'_, OWNED_INLINE>, AccessSet<'static, OWNED_INLINE>>(
+                    set,
+                )
+            },
+            kept: false,
         }
-        // SAFETY: each object now lives while its counted reference, dropped with
-        // the set, does; `get` lends the accesses for no longer than the set.
-        OwnedAccessSet(unsafe {
-            std::mem::transmute::<AccessSet<'_, OWNED_INLINE>, AccessSet<'static, OWNED_INLINE>>(
-                set,
-            )
-        })
     }
 
-    /// The set of `reads` and `writes` (an object in both counts as written).
-    pub fn of(reads: &[Arc<SyncObject>], writes: &[Arc<SyncObject>]) -> Self {
-        Self::new(access_set_n(reads, writes))
+    /// Takes a counted reference to each object, for an op not counted open on
+    /// them. Once, while the objects are alive (under the caller's borrow).
+    pub(crate) fn keep(&mut self) {
+        debug_assert!(!self.kept);
+        for a in self.set.iter() {
+            // SAFETY: the object is alive (the contract of `borrowed`), so its
+            // `Arc` has a strong count above 0.
+            unsafe { Arc::increment_strong_count(a.obj().arc.as_ptr()) };
+        }
+        self.kept = true;
     }
 
-    /// The accesses, valid while the set is.
+    /// The accesses, valid while the set is (and, for a set that is not kept,
+    /// while the op is counted open on them).
     #[inline(always)]
     pub fn get(&self) -> &[Access<'_>] {
-        &self.0
+        &self.set
     }
 }
 
 impl Drop for OwnedAccessSet {
     #[inline(always)]
     fn drop(&mut self) {
-        for a in self.0.iter() {
-            // SAFETY: the reference taken in `new`, dropped once.
-            unsafe { Arc::decrement_strong_count(a.obj().ptr.as_ptr()) };
+        if self.kept {
+            for a in self.set.iter() {
+                // SAFETY: the reference taken in `keep`, dropped once; the core
+                // lives while its `Arc` does.
+                unsafe { Arc::decrement_strong_count(a.obj().arc.as_ptr()) };
+            }
         }
     }
 }
@@ -576,7 +733,7 @@ pub fn access_set<'a>(
 }
 
 #[inline(always)]
-fn access_set_n<'a, const N: usize>(
+pub(crate) fn access_set_n<'a, const N: usize>(
     reads: &'a [Arc<SyncObject>],
     writes: &'a [Arc<SyncObject>],
 ) -> AccessSet<'a, N> {
@@ -597,7 +754,7 @@ mod layout {
     #[test]
     fn the_slot_paths_fields_share_the_first_line() {
         let o = SyncObject::new();
-        let base = Arc::as_ptr(&o) as usize;
+        let base = &**o as *const SyncCore as usize;
         // SAFETY: only addresses are taken.
         let st = unsafe { o.state.get_shared() };
         for (name, at) in [

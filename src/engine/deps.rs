@@ -5,7 +5,8 @@ use crate::error::Result;
 use crate::event::{Publish, RecRef, Recording};
 use crate::inline::Small;
 use crate::stream::Stream;
-use crate::sync::{Access, SlotState, SyncObject, SyncState};
+use crate::sync::{Access, SlotState, SyncCore, SyncState};
+use smallvec::SmallVec;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
@@ -76,7 +77,7 @@ impl Waits {
 
 /// The objects of a set, held in the set's (id) order: a read through the
 /// stream's reader slot when it can (bit `i` of `fast`), otherwise exclusively
-/// (see [`SyncObject`]); released on drop.
+/// (see [`crate::sync::SyncObject`]); released on drop.
 pub(super) struct Locked<'s, 'a> {
     pub(super) set: &'s [Access<'a>],
     /// The stream's reader slot.
@@ -93,7 +94,7 @@ pub(super) enum Held<'a> {
         slot: &'a mut SlotState,
     },
     Exclusive {
-        obj: &'a SyncObject,
+        obj: &'a SyncCore,
         st: &'a mut SyncState,
     },
 }
@@ -117,7 +118,7 @@ impl<'s, 'a> Locked<'s, 'a> {
     }
 
     /// The set held through the stream's reader slot alone, when every access is a
-    /// read that [`SyncObject::try_read_slot`] can take; otherwise None, with
+    /// read that [`SyncCore::try_read_slot`] can take; otherwise None, with
     /// nothing held. Never waits, so it may be called with the push lock held.
     #[inline(always)]
     pub(super) fn try_slots(set: &'s [Access<'a>], stream: &Stream) -> Option<Self> {
@@ -146,10 +147,10 @@ impl<'s, 'a> Locked<'s, 'a> {
     /// Access `i` as held. Each index is taken once at a time.
     #[inline(always)]
     pub(super) fn held(&self, i: usize) -> Held<'a> {
-        let obj: &'a SyncObject = {
+        let obj: &'a SyncCore = {
             let r = self.set[i].obj();
             // SAFETY: the object lives for 'a (ObjRef's contract).
-            unsafe { &*(&*r as *const SyncObject) }
+            unsafe { &*(&*r as *const SyncCore) }
         };
         if i < 64 && self.fast & (1 << i) != 0 {
             // SAFETY: the slot is held; exclusive holders (the only writers of the
@@ -186,17 +187,31 @@ impl<'s, 'a> Locked<'s, 'a> {
 }
 
 impl Drop for Locked<'_, '_> {
+    /// Lets go of the objects. An orphaned object (its last `Arc` gone) on which
+    /// the holder closed the last open foreign op is freed once let go of (only
+    /// an exclusive hold can see one: no slot reader takes an orphaned object).
     #[inline(always)]
     fn drop(&mut self) {
+        let mut orphans: SmallVec<[NonNull<SyncCore>; 2]> = SmallVec::new();
         for (i, a) in self.set.iter().enumerate() {
+            let obj = a.obj();
             // SAFETY: held since `new`, in the way `fast` says.
             unsafe {
                 if i < 64 && self.fast & (1 << i) != 0 {
-                    a.obj().unlock_slot(self.slot);
+                    obj.unlock_slot(self.slot);
                 } else {
-                    a.obj().unlock_exclusive();
+                    if obj.last_op_closed() {
+                        orphans.push(NonNull::from(&*obj));
+                    }
+                    obj.unlock_exclusive();
                 }
             }
+        }
+        for core in orphans {
+            // SAFETY: orphaned (no `Arc` left) with no op counted open any more, and
+            // let go of: nothing else can reach it, and only one holder can see its
+            // last open count closed.
+            unsafe { SyncCore::free(core) };
         }
     }
 }
@@ -224,7 +239,7 @@ pub(super) fn publish_slot(slot: &mut SlotState, rec: RecRef, publish: &mut Publ
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
 unsafe fn publish_exclusive(
-    obj: &SyncObject,
+    obj: &SyncCore,
     st: &mut SyncState,
     slot: usize,
     me: u64,
@@ -265,7 +280,7 @@ unsafe fn publish_exclusive(
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
 pub(super) unsafe fn waits_for_exclusive(
-    obj: &SyncObject,
+    obj: &SyncCore,
     st: &SyncState,
     me: u64,
     write: bool,
@@ -381,7 +396,7 @@ pub(crate) fn publish_into(
 /// # Safety
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
-unsafe fn prune(obj: &SyncObject, st: &mut SyncState) {
+unsafe fn prune(obj: &SyncCore, st: &mut SyncState) {
     let completions = crate::event::completions();
     if st.pruned_at != completions {
         st.pruned_at = completions;

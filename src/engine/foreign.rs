@@ -5,7 +5,9 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::event::Publish;
 use crate::inline::Small;
 use crate::stream::Stream;
-use crate::sync::{Access, OwnedAccessSet, SyncObject, SyncState, OWNED_INLINE};
+use crate::sync::{
+    Access, AccessSet, ObjRef, OwnedAccessSet, SyncCore, SyncObject, SyncState, OWNED_INLINE,
+};
 use crate::trace::{self, OpKind, Waited};
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +38,7 @@ pub(crate) type Seen = Small<SeenState, OWNED_INLINE>;
 /// # Safety
 /// `obj` is held exclusively and `st` is its state.
 #[inline(always)]
-unsafe fn version_exclusive(obj: &SyncObject, st: &SyncState) -> u64 {
+unsafe fn version_exclusive(obj: &SyncCore, st: &SyncState) -> u64 {
     let mut v = st.version;
     // SAFETY: held exclusively.
     unsafe { obj.for_each_slot(|s| v = v.wrapping_add(s.publications)) };
@@ -212,9 +214,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     }
     if stream.is_capturing() {
         if let Some(cap) = stream.current_capture() {
-            close_open_locked(stream, set, seen);
-            cap.op_end(stream, set)?;
-            return after_op(stream);
+            return op_end_captured(stream, &cap, set, seen);
         }
     }
     let me = stream.id;
@@ -310,12 +310,40 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     after_op(stream)
 }
 
+/// [`op_end`] on a capturing stream. The op may have been begun outside the
+/// capture and counted open on its objects, which then keeps them alive; closing
+/// it may free an orphaned one, so the capture records the objects that still have
+/// an `Arc`, through references of its own (the others are destroyed: nothing can
+/// name them any more).
+#[cold]
+fn op_end_captured(
+    stream: &Stream,
+    cap: &crate::capture::Capture,
+    set: &[Access<'_>],
+    seen: &[SeenState],
+) -> Result<()> {
+    let kept: Vec<(Arc<SyncObject>, bool)> = set
+        .iter()
+        .filter_map(|a| a.obj().to_arc().map(|o| (o, a.write())))
+        .collect();
+    close_open_locked(stream, set, seen);
+    let mut live: AccessSet<'_> = AccessSet::with_capacity(kept.len());
+    for (o, write) in &kept {
+        live.push(ObjRef::new(o), *write);
+    }
+    live.normalize();
+    cap.op_end(stream, &live)?;
+    after_op(stream)
+}
+
 /// An open foreign op: work the caller enqueues on the stream itself, between
 /// [`ForeignOp::begin`] and [`ForeignOp::end`], ordered like a library op. Dropping
 /// it without `end` ends it.
 pub struct ForeignOp {
     stream: Arc<Stream>,
-    /// Its accesses, normalised once at begin; the op holds the objects.
+    /// Its accesses, normalised once at begin. While the op is open its objects
+    /// live by its open counts, or by references the set keeps (see
+    /// [`OwnedAccessSet`]).
     set: OwnedAccessSet,
     /// What the op saw at begin, in the order of `set`.
     seen: Seen,
@@ -334,14 +362,18 @@ impl ForeignOp {
         reads: Vec<Arc<SyncObject>>,
         writes: Vec<Arc<SyncObject>>,
     ) -> Result<ForeignOp> {
-        let mut op = ForeignOp::unopened(stream.clone(), OwnedAccessSet::of(&reads, &writes));
+        // SAFETY: `reads` and `writes` keep the objects alive until `open` has
+        // counted the op open on them or kept them.
+        let set = unsafe { OwnedAccessSet::borrowed(crate::sync::access_set_n(&reads, &writes)) };
+        let mut op = ForeignOp::unopened(stream.clone(), set);
         op.open()?;
         Ok(op)
     }
 
-    /// [`ForeignOp::begin`] on a set already owned, in `mem` (a C handle owns the
-    /// box): the memory of the thread's last ended op when there is one, so that a
-    /// begin/end pair allocates nothing. On failure the memory comes back.
+    /// [`ForeignOp::begin`] on a set made by [`OwnedAccessSet::borrowed`] (whose
+    /// objects the caller keeps alive during this call), in `mem` (a C handle owns
+    /// the box): the memory of the thread's last ended op when there is one, so
+    /// that a begin/end pair allocates nothing. On failure the memory comes back.
     pub(crate) fn begin_in(
         mut mem: OpMemory,
         stream: Arc<Stream>,
@@ -378,10 +410,16 @@ impl ForeignOp {
         }
     }
 
-    /// Issues the op's waits; from here on it is open.
+    /// Issues the op's waits; from here on it is open. Its objects are alive
+    /// (the caller's borrow) until it is counted open on them; an op that is not
+    /// (begun in a capture) keeps a reference to each.
     fn open(&mut self) -> Result<()> {
         let kind = OpKind::ForeignBegin(&"op begin");
         op_begin(&self.stream, self.set.get(), kind, true, &mut self.seen)?;
+        let counted = self.seen.len() == self.set.get().len() && self.seen.iter().all(|s| s.open);
+        if !counted {
+            self.set.keep();
+        }
         *self.ended.get_mut() = false;
         Ok(())
     }

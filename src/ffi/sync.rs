@@ -5,10 +5,8 @@ use crate::engine::{self, EngineMode, ForeignOp, OpMemory};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
 use crate::handle::{Reserved, Stale};
-use crate::stream::Stream;
 use crate::sync::{Access, AccessSet, ObjRef, OwnedAccessSet, SyncObject};
 use std::cell::Cell;
-use std::sync::Arc;
 
 /// A sync object: the dependency record of one buffer or of foreign memory. It
 /// holds at most one writer event and one reader event per stream.
@@ -76,23 +74,6 @@ fn access_set<'g, const N: usize>(
     }
     set.normalize();
     Ok(set)
-}
-
-/// The stream and the access set of an op that keeps them, with references of
-/// its own, taken under one pin, so that the thread is not pinned while the op's
-/// waits are issued (a destroy on another thread never waits for them).
-#[inline(always)]
-fn op_operands(
-    stream: sluice_stream_t,
-    reads: *const sluice_sync_t,
-    num_reads: usize,
-    writes: *const sluice_sync_t,
-    num_writes: usize,
-) -> Result<(Arc<Stream>, OwnedAccessSet)> {
-    let pin = crate::epoch::pin();
-    let s = get_pinned(&pin, stream)?;
-    let set = access_set(&pin, reads, num_reads, writes, num_writes)?;
-    Ok((s, OwnedAccessSet::new(set)))
 }
 
 #[cold]
@@ -202,7 +183,13 @@ pub extern "C" fn sluice_op_begin(
 ) -> *mut sluice_error_t {
     boundary("sluice_op_begin", || {
         let out = out_ptr(op_out, "op_out")?;
-        let (s, set) = op_operands(stream, reads, num_reads, writes, num_writes)?;
+        // The objects are borrowed under the pin until the op is counted open on
+        // them (or keeps them), as a library op's are for its whole call.
+        let pin = crate::epoch::pin();
+        let s = get_pinned(&pin, stream)?;
+        let set = access_set(&pin, reads, num_reads, writes, num_writes)?;
+        // SAFETY: `pin` keeps the objects alive until `begin_in` returns.
+        let set = unsafe { OwnedAccessSet::borrowed(set) };
         let (mem, index) = match SPARE.try_with(Cell::take).ok().flatten() {
             Some(spare) => spare.into_parts(),
             None => (Box::new_uninit(), None),

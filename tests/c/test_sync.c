@@ -634,3 +634,99 @@ TEST(conflicting_open_foreign_ops_are_refused) {
     CHECK_OK(sluice_stream_destroy(s2));
     CHECK_OK(sluice_device_close(d));
 }
+
+/* Issue 17: an open foreign read keeps its object alive through its stream's reader
+ * slot, not through a reference. Two threads open reads of a buffer's object and a
+ * standalone one; the main thread frees the buffer and destroys every sync handle and
+ * the first op's stream, then ends the first op (begun on the other thread); the
+ * second op ends on its own thread. Under ASan/LSan: no use after free, no leak. */
+typedef struct {
+    sluice_stream_t s;
+    sluice_sync_t objs[2];
+    pthread_barrier_t *opened, *destroyed;
+    sluice_op_t op;
+    bool end_here;
+    atomic_int errors;
+} open_read_t;
+
+static void *open_read_thread(void *p) {
+    open_read_t *r = p;
+    sluice_error_t *e = sluice_op_begin(r->s, r->objs, 2, NULL, 0, &r->op);
+    if (e) {
+        atomic_fetch_add(&r->errors, 1);
+        sluice_error_free(e);
+    }
+    pthread_barrier_wait(r->opened);
+    pthread_barrier_wait(r->destroyed);
+    if (r->end_here && !e) {
+        e = sluice_op_end(r->op);
+        if (e) {
+            atomic_fetch_add(&r->errors, 1);
+            sluice_error_free(e);
+        }
+    }
+    return NULL;
+}
+
+TEST(objects_destroyed_while_foreign_reads_are_open) {
+    sluice_device_t d;
+    sluice_stream_t s1, s2;
+    REQUIRE(open_dev(&d));
+    REQUIRE(new_stream(d, &s1));
+    REQUIRE(new_stream(d, &s2));
+    for (int round = 0; round < 3; round++) {
+        sluice_buffer_t b;
+        REQUIRE_OK(sluice_buffer_alloc(s1, 256, &b));
+        sluice_sync_t objs[2];
+        REQUIRE_OK(sluice_buffer_sync(b, &objs[0]));
+        REQUIRE_OK(sluice_sync_create(&objs[1]));
+        /* After the first read of each stream, reads take the streams' slots. */
+        for (int k = 0; k < 2 + round; k++) {
+            sluice_op_t op;
+            CHECK_OK(sluice_op_begin(s1, objs, 2, NULL, 0, &op));
+            CHECK_OK(sluice_op_end(op));
+            CHECK_OK(sluice_op_begin(s2, objs, 2, NULL, 0, &op));
+            CHECK_OK(sluice_op_end(op));
+        }
+        pthread_barrier_t opened, destroyed;
+        pthread_barrier_init(&opened, NULL, 3);
+        pthread_barrier_init(&destroyed, NULL, 3);
+        static open_read_t r[2];
+        sluice_stream_t own = s1;
+        if (round == 2) REQUIRE(new_stream(d, &own)); /* a stream destroyed with the op open */
+        for (int i = 0; i < 2; i++) {
+            r[i] = (open_read_t){.s = i ? s2 : own, .objs = {objs[0], objs[1]},
+                                 .opened = &opened, .destroyed = &destroyed, .end_here = i == 1};
+            atomic_store(&r[i].errors, 0);
+        }
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) REQUIRE(pthread_create(&t[i], NULL, open_read_thread, &r[i]) == 0);
+        pthread_barrier_wait(&opened);
+        CHECK_OK(sluice_buffer_free(b));
+        CHECK_OK(sluice_sync_destroy(objs[0]));
+        CHECK_OK(sluice_sync_destroy(objs[1]));
+        if (round == 2) CHECK_OK(sluice_stream_destroy(own));
+        if (round == 1) CHECK_OK(sluice_op_end(r[0].op)); /* ended first, on another thread */
+        pthread_barrier_wait(&destroyed);
+        for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+        if (round != 1) CHECK_OK(sluice_op_end(r[0].op)); /* ended last, on another thread */
+        CHECK_EQ(atomic_load(&r[0].errors), 0);
+        CHECK_EQ(atomic_load(&r[1].errors), 0);
+        pthread_barrier_destroy(&opened);
+        pthread_barrier_destroy(&destroyed);
+    }
+    /* Later ops work. */
+    sluice_sync_t x;
+    REQUIRE_OK(sluice_sync_create(&x));
+    static log_t later;
+    log_reset(&later);
+    log_item_t items[2] = {{&later, 1}, {&later, 2}};
+    CHECK(foreign_op(s1, NULL, 0, &x, 1, &items[0]));
+    CHECK(foreign_op(s2, &x, 1, NULL, 0, &items[1]));
+    CHECK_OK(sluice_device_wait_all(d));
+    CHECK(log_pos(&later, 1) == 0 && log_pos(&later, 2) == 1);
+    CHECK_OK(sluice_sync_destroy(x));
+    CHECK_OK(sluice_stream_destroy(s1));
+    CHECK_OK(sluice_stream_destroy(s2));
+    CHECK_OK(sluice_device_close(d));
+}
