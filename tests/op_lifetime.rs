@@ -101,10 +101,10 @@ fn objects_destroyed_while_reads_are_open_live_until_the_last_end() {
     // handle and the buffer; the first op is ended here (not on its thread), the
     // second on its own thread.
     let (tx, rx) = std::sync::mpsc::channel::<u64>();
+    let (tx2, rx2) = std::sync::mpsc::channel::<()>();
     let go = Arc::new(Barrier::new(2));
     let g2 = go.clone();
     let t1 = {
-        let tx = tx.clone();
         let (o1, o2) = (objs[0].bits, objs[1].bits);
         std::thread::spawn(move || {
             let op = begin(
@@ -123,7 +123,7 @@ fn objects_destroyed_while_reads_are_open_live_until_the_last_end() {
                 &[sluice_sync_t { bits: o1 }, sluice_sync_t { bits: o2 }],
                 &[],
             );
-            tx.send(0).unwrap();
+            tx2.send(()).unwrap();
             g2.wait(); // the main thread destroyed the objects and ended op 1
             ok(sluice_op_end(op));
         })
@@ -131,7 +131,7 @@ fn objects_destroyed_while_reads_are_open_live_until_the_last_end() {
     let op1 = sluice_op_t {
         bits: rx.recv().unwrap(),
     };
-    rx.recv().unwrap();
+    rx2.recv().unwrap();
     t1.join().unwrap();
     ok(sluice_sync_destroy(hb));
     ok(sluice_buffer_free(buf));
