@@ -385,6 +385,11 @@ pub(crate) struct Publish<'a> {
     inner: Option<ObjGuard<'a, PoolInner>>,
     /// Inline for a few nodes: publishing allocates nothing.
     others: smallvec::SmallVec<[Box<RecNode>; 4]>,
+    /// The last reference released, held back with `held_extra` more to the same
+    /// node: an op's objects usually all drop the same earlier recording, and one
+    /// `fetch_sub` then counts them all.
+    held: Option<RecRef>,
+    held_extra: u32,
 }
 
 impl<'a> Publish<'a> {
@@ -394,6 +399,8 @@ impl<'a> Publish<'a> {
             pool: Arc::as_ptr(&stream.pool),
             inner: Some(inner),
             others: smallvec::SmallVec::new(),
+            held: None,
+            held_extra: 0,
         }
     }
 
@@ -404,12 +411,40 @@ impl<'a> Publish<'a> {
             pool: std::ptr::null(),
             inner: None,
             others: smallvec::SmallVec::new(),
+            held: None,
+            held_extra: 0,
         }
     }
 
-    /// Drops a replaced reference.
+    /// Drops a replaced reference (counted with the ones before it to the same
+    /// node, dropped at the latest when the publication ends).
     #[inline(always)]
     pub(crate) fn release(&mut self, r: RecRef) {
+        if let Some(h) = &self.held {
+            if h.0 == r.0 {
+                std::mem::forget(r);
+                self.held_extra += 1;
+                return;
+            }
+        }
+        self.flush_held();
+        self.held = Some(r);
+    }
+
+    /// Drops the references held back by [`Publish::release`].
+    #[inline(always)]
+    fn flush_held(&mut self) {
+        let Some(r) = self.held.take() else { return };
+        let extra = std::mem::replace(&mut self.held_extra, 0);
+        if extra != 0 {
+            // Leaves at least the one `r` holds.
+            r.node().refs.fetch_sub(extra as usize, Ordering::Release);
+        }
+        self.release_now(r);
+    }
+
+    #[inline(always)]
+    fn release_now(&mut self, r: RecRef) {
         let Some(node) = r.unref() else { return };
         match &mut self.inner {
             Some(inner) if std::ptr::eq(Arc::as_ptr(&node.rec.pool), self.pool) => {
@@ -432,6 +467,7 @@ impl Publish<'_> {
 impl Drop for Publish<'_> {
     #[inline(always)]
     fn drop(&mut self) {
+        self.flush_held();
         drop(self.inner.take());
         if !self.others.is_empty() {
             self.recycle_others();

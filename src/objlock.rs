@@ -76,6 +76,35 @@ impl<T> ObjLock<T> {
         }
     }
 
+    /// Takes the lock, spinning and then yielding while it is held; never parks.
+    /// For locks whose every taker uses this or [`ObjLock::try_lock`], so that
+    /// [`ObjLock::unlock_unparked`] may release them with a plain store.
+    #[inline(always)]
+    pub(crate) fn lock_spin(&self) {
+        let mut spins = 0u32;
+        while !self.try_lock() {
+            while self.word.load(Ordering::Relaxed) != UNLOCKED {
+                spins += 1;
+                if spins < 128 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    /// Releases a lock that no thread parks on (see [`ObjLock::lock_spin`]): a
+    /// release store, no read-modify-write.
+    ///
+    /// # Safety
+    /// The caller holds it, and every taker of this lock uses `lock_spin` or
+    /// `try_lock`.
+    #[inline(always)]
+    pub(crate) unsafe fn unlock_unparked(&self) {
+        self.word.store(UNLOCKED, Ordering::Release);
+    }
+
     /// Releases the lock.
     ///
     /// # Safety

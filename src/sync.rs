@@ -20,6 +20,19 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// numbers, so up to this many live streams never share a slot.
 pub(crate) const READER_SLOTS: usize = 16;
 
+/// How long a read waits for an exclusive holder to let go before it queues for
+/// the object exclusively itself (see [`SyncCore::wait_unlocked`]).
+const SLOT_RETRY_SPINS: u32 = 256;
+
+/// Why a read did not take its stream's reader slot.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum SlotMiss {
+    /// Held exclusively (or being taken): the slot may be free again soon.
+    Busy,
+    /// The read needs the object exclusively.
+    Exclusive,
+}
+
 const _: () = assert!(READER_SLOTS <= 32);
 
 // The fields a slot reader reads come first: with the object's id, `used`,
@@ -66,6 +79,8 @@ pub(crate) struct SlotState {
     pub(crate) publications: u64,
 }
 
+/// Its lock is taken only by `try_lock` (readers) and `lock_spin` (exclusive
+/// holders), never parked on, so it is released with a plain store.
 #[repr(C, align(64))]
 pub(crate) struct ReaderSlot {
     pub(crate) lock: ObjLock<SlotState>,
@@ -334,7 +349,7 @@ impl SyncCore {
         }
         let mut m = self.used.load(Ordering::Relaxed);
         while m != 0 {
-            self.slot_lock(m.trailing_zeros() as usize).lock_raw();
+            self.slot_lock(m.trailing_zeros() as usize).lock_spin();
             m &= m - 1;
         }
     }
@@ -373,7 +388,10 @@ impl SyncCore {
         let mut m = self.used.load(Ordering::Relaxed);
         while m != 0 {
             // SAFETY: locked by `lock_exclusive`.
-            unsafe { self.slot_lock(m.trailing_zeros() as usize).unlock() };
+            unsafe {
+                self.slot_lock(m.trailing_zeros() as usize)
+                    .unlock_unparked()
+            };
             m &= m - 1;
         }
         // SAFETY: locked by `lock_exclusive`.
@@ -388,32 +406,58 @@ impl SyncCore {
 
     /// Takes reader slot `i` for a read by stream `me`, when the read can go through
     /// the slot alone: `me` owns the slot, no exclusive holder is there or waiting,
-    /// the object is no fresh allocation, nothing needs pruning and it is not
-    /// orphaned (an op closing its count there must see whether it was the last).
-    /// Never waits.
+    /// the object is no fresh allocation and it is not orphaned (an op closing its
+    /// count there must see whether it was the last). Never waits.
+    ///
+    /// Completed recordings are pruned only by exclusive holders: a slot reader
+    /// skips a writer known complete instead (`waits_for_slot`). Requiring a prune
+    /// here sent every reader of a shared object to the exclusive path after each
+    /// host wait anywhere, where they queued behind each other (issue 17).
     #[inline(always)]
-    pub(crate) fn try_read_slot(&self, i: usize, me: u64) -> bool {
+    pub(crate) fn try_read_slot(&self, i: usize, me: u64) -> Result<(), SlotMiss> {
         // Acquire: pairs with the fetch_or in `lock_exclusive`.
         if self.used.load(Ordering::Acquire) & (1u32 << i) == 0 {
-            return false;
+            return Err(SlotMiss::Exclusive);
         }
         let slot = self.slot_lock(i);
         if !slot.try_lock() {
-            return false;
+            return Err(SlotMiss::Busy);
         }
-        // SAFETY: the slot is held, so no exclusive holder writes the state (it
-        // must take this slot first); the slot's own state is ours.
-        let ok = !self.state.is_locked() && !self.orphaned.load(Ordering::Relaxed) && {
-            let st = unsafe { self.state.get_shared() };
-            st.alloc_on.is_none()
-                && st.pruned_at == crate::event::completions()
-                && unsafe { slot.get() }.owner == me
+        let miss = if self.state.is_locked() {
+            Some(SlotMiss::Busy)
+        } else {
+            // SAFETY: the slot is held, so no exclusive holder writes the state (it
+            // must take this slot first); the slot's own state is ours.
+            let ok = !self.orphaned.load(Ordering::Relaxed)
+                && unsafe { self.state.get_shared() }.alloc_on.is_none()
+                && unsafe { slot.get() }.owner == me;
+            (!ok).then_some(SlotMiss::Exclusive)
         };
-        if !ok {
-            // SAFETY: taken just above.
-            unsafe { slot.unlock() };
+        match miss {
+            None => Ok(()),
+            Some(m) => {
+                // SAFETY: taken just above.
+                unsafe { slot.unlock_unparked() };
+                Err(m)
+            }
         }
-        ok
+    }
+
+    /// Waits, briefly, while the object is held exclusively (or a holder is taking
+    /// it). True when it was let go of in time.
+    #[inline(never)]
+    pub(crate) fn wait_unlocked(&self) -> bool {
+        for spin in 0..SLOT_RETRY_SPINS {
+            if !self.state.is_locked() {
+                return true;
+            }
+            if spin < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        false
     }
 
     /// Releases reader slot `i`.
@@ -423,7 +467,7 @@ impl SyncCore {
     #[inline(always)]
     pub(crate) unsafe fn unlock_slot(&self, i: usize) {
         // SAFETY: the caller's contract.
-        unsafe { self.slot_lock(i).unlock() }
+        unsafe { self.slot_lock(i).unlock_unparked() }
     }
 
     /// The state of reader slot `i`.

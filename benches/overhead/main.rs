@@ -164,7 +164,11 @@ fn main() {
 
     // Each section prints as soon as it is measured: a fatal error later keeps the
     // results above it.
-    self_test::run(&b);
+    // SLUICE_BENCH_STANDIN=1: against tools/mockcuda, whose kernels never run, for
+    // host profiles of sluice's own share (scripts/profile-host.sh).
+    if std::env::var_os("SLUICE_BENCH_STANDIN").is_none() {
+        self_test::run(&b);
+    }
     probes::run(&b);
     for Table(name, run) in TABLES {
         // SLUICE_BENCH_ONLY=ping-pong runs that table alone (for repeated A/B runs).

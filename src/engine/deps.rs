@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::event::{Publish, RecRef, Recording};
 use crate::inline::Small;
 use crate::stream::Stream;
-use crate::sync::{Access, SlotState, SyncCore, SyncState};
+use crate::sync::{Access, SlotMiss, SlotState, SyncCore, SyncState};
 use smallvec::SmallVec;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -107,7 +107,7 @@ impl<'s, 'a> Locked<'s, 'a> {
         let mut fast = 0u64;
         for (i, a) in set.iter().enumerate() {
             let obj = a.obj();
-            if !a.write() && i < 64 && obj.try_read_slot(slot, me) {
+            if !a.write() && i < 64 && read_slot_or_wait(&obj, slot, me) {
                 fast |= 1 << i;
             } else {
                 // A read marks the stream's slot in use: it publishes there.
@@ -128,7 +128,7 @@ impl<'s, 'a> Locked<'s, 'a> {
         let slot = stream.reader_slot();
         let me = stream.id;
         for (i, a) in set.iter().enumerate() {
-            if a.write() || !a.obj().try_read_slot(slot, me) {
+            if a.write() || a.obj().try_read_slot(slot, me).is_err() {
                 for taken in &set[..i] {
                     // SAFETY: taken by `try_read_slot` above.
                     unsafe { taken.obj().unlock_slot(slot) };
@@ -215,6 +215,32 @@ impl Drop for Locked<'_, '_> {
         }
     }
 }
+
+/// Takes reader slot `slot` of `obj` for a read by stream `me` (see
+/// [`SyncCore::try_read_slot`]). When an exclusive holder is there, waits briefly
+/// for it to let go and tries again, rather than queueing for the object
+/// exclusively: readers that queue keep each other on the exclusive path long
+/// after the holder has gone. Waiting here keeps the lock order (the set's order),
+/// and it is bounded: then the read queues like any exclusive holder.
+#[inline(always)]
+fn read_slot_or_wait(obj: &SyncCore, slot: usize, me: u64) -> bool {
+    for _ in 0..SLOT_TRIES {
+        match obj.try_read_slot(slot, me) {
+            Ok(()) => return true,
+            Err(SlotMiss::Exclusive) => return false,
+            Err(SlotMiss::Busy) => {
+                if !obj.wait_unlocked() {
+                    return false;
+                }
+                std::hint::spin_loop();
+            }
+        }
+    }
+    false
+}
+
+/// Attempts at a busy reader slot before the read takes the object exclusively.
+const SLOT_TRIES: u32 = 64;
 
 /// Publishes a read recording into the slot of its stream: it replaces the stream's
 /// entry unless that entry is newer (a foreign op's end records before it takes the
@@ -321,10 +347,14 @@ pub(super) unsafe fn waits_for_exclusive(
 }
 
 /// [`waits_for`] for a read held through the stream's own slot: the writer, unless
-/// it is on `me` or `me` has a reader entry (in its slot, which it owns).
+/// it is on `me`, `me` has a reader entry (in its slot, which it owns), or it is
+/// known complete (the slot path does not prune; see [`SyncCore::try_read_slot`]).
 #[inline(always)]
 pub(super) fn waits_for_slot(st: &SyncState, slot: &SlotState, me: u64, need: &mut Waits) {
     if let Some(w) = st.writer.as_ref() {
+        if w.known_complete() {
+            return;
+        }
         if w.stream_id() != me && slot.reader.is_none() {
             need.add(w);
         } else {
@@ -429,7 +459,7 @@ pub(super) fn collect_waits(
     for (i, a) in locked.set.iter().enumerate() {
         let (obj, st) = match locked.held(i) {
             Held::Slot { st, slot } => {
-                // No fresh allocation and nothing to prune (`try_read_slot`).
+                // No fresh allocation (`try_read_slot`).
                 waits_for_slot(st, slot, me, need);
                 continue;
             }

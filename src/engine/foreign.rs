@@ -46,8 +46,10 @@ unsafe fn version_exclusive(obj: &SyncCore, st: &SyncState) -> u64 {
 }
 
 impl SeenState {
-    /// What a foreign op sees of access `i` of `locked` at begin.
-    fn of(held: &Held<'_>) -> SeenState {
+    /// What a foreign op sees of a held object at begin; `open`: it counts as open
+    /// there.
+    #[inline(always)]
+    fn of(held: &Held<'_>, open: bool) -> SeenState {
         let (version, writes) = match held {
             // Reads compare `writes` only.
             Held::Slot { st, .. } => (0, st.writes),
@@ -57,7 +59,7 @@ impl SeenState {
         SeenState {
             version,
             writes,
-            open: false,
+            open,
         }
     }
 
@@ -151,12 +153,11 @@ pub(crate) fn op_begin(
     }
     for (i, a) in locked.set.iter().enumerate() {
         let mut held = locked.held(i);
-        let mut s = SeenState::of(&held);
+        // Built in place: a copy of a value patched on the stack stalls the store.
+        seen.push(SeenState::of(&held, track_open));
         if track_open {
-            s.open = true;
             *open_count(&mut held, locked.slot, a.write()) += 1;
         }
-        seen.push(s);
     }
     Ok(())
 }
