@@ -1,6 +1,7 @@
 package sluice
 
 import (
+	"bytes"
 	"math"
 	"syscall"
 	"testing"
@@ -173,4 +174,42 @@ func TestTypedCopies(t *testing.T) {
 	if len(AsBytes(f64)) != 24 || AsBytes([]int16(nil)) != nil || len(SliceOf[uint32](make([]byte, 7))) != 1 {
 		t.Fatal("AsBytes/SliceOf lengths")
 	}
+}
+
+// The argument checks of Copy and Memset, whose fast path tests them all at
+// once and builds the errors out of line: each error names the first check
+// that fails, in the order stream, nil buffer, dst, src, range.
+func TestCopyMemsetArgumentErrors(t *testing.T) {
+	d := openDev(t)
+	s := testStream(t, d)
+	a, b := alloc(t, s, 64), alloc(t, s, 64)
+	closed := alloc(t, s, 64)
+	must(t, closed.Close())
+	wantMsg := func(err error, want string) {
+		t.Helper()
+		se, ok := err.(*Error)
+		if !ok || se.Message != want {
+			t.Fatalf("got %v, want the message %q", err, want)
+		}
+	}
+	wantMsg(Copy(s, a, -1, b, 0, 1), "sluice: Copy: negative offset or length (dst -1, src 0, len 1)")
+	wantMsg(Copy(s, a, 0, b, -2, 1), "sluice: Copy: negative offset or length (dst 0, src -2, len 1)")
+	wantMsg(Copy(s, a, 0, b, 0, -3), "sluice: Copy: negative offset or length (dst 0, src 0, len -3)")
+	wantMsg(Copy(s, a, 0, nil, 0, 1), "sluice: Copy: nil buffer")
+	wantMsg(Copy(s, closed, -1, b, 0, 1), "sluice: Copy(dst): handle is closed")
+	wantMsg(Copy(s, a, 0, closed, -1, 1), "sluice: Copy(src): handle is closed")
+	wantClosed(t, Copy(s, closed, 0, closed, 0, 1))
+	wantMsg(Memset(s, a, -1, 0, 1), "sluice: Memset: negative offset or length (-1, 1)")
+	wantMsg(Memset(s, nil, -1, 0, 1), "sluice: Memset: nil buffer")
+	wantMsg(Memset(s, closed, -1, 0, 1), "sluice: Memset: handle is closed")
+	wantClosed(t, Memset(s, closed, 0, 0, 1))
+
+	s2 := testStream(t, d)
+	must(t, s2.Close())
+	wantMsg(Copy(s2, nil, -1, nil, 0, 1), "sluice: Copy: handle is closed")
+	wantMsg(Memset(s2, nil, -1, 0, 1), "sluice: Memset: handle is closed")
+	// The copies that pass every check still work.
+	must(t, Memset(s, a, 0, 7, 64))
+	must(t, Copy(s, b, 0, a, 0, 64))
+	wantBytes(t, "copy", readBack(t, s, b, 64), bytes.Repeat([]byte{7}, 64))
 }

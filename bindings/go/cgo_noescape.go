@@ -31,6 +31,11 @@ package sluice
 //
 // cgo honours the pair only together. The copy functions that take host
 // memory and sluice_buffer_register_host are left out on purpose.
+//
+// Functions that take no Go pointer (sluice_stream_copy,
+// sluice_stream_memset, sluice_op_end, ...) gain nothing from the pair:
+// noescape has no pointer to keep on the stack, and nocallback makes each
+// call two runtime.cgoNoCallback calls dearer. They stay unlisted.
 
 /*
 #cgo noescape sluice_device_count

@@ -13,24 +13,37 @@ import (
 // All offsets and lengths of this file are in bytes.
 
 // streamAndBuffer checks and resolves the stream and the one buffer of a
-// single-buffer copy or memset; off and n must not be negative.
+// single-buffer copy or memset; off and n must not be negative. The checks
+// that pass are a few loads and tests; the errors are built by
+// streamAndBufferError, out of line.
 func streamAndBuffer(op string, s *Stream, buf Memory, off, n int) (C.sluice_stream_t, *memory, C.sluice_buffer_t, error) {
-	var bh C.sluice_buffer_t
-	sh, err := s.raw(op)
-	if err != nil {
-		return sh, nil, bh, err
-	}
-	if buf == nil {
-		return sh, nil, bh, argError(CodeNullArgument, op, "nil buffer")
+	sb := s.hs().load()
+	if sb == 0 || buf == nil {
+		return C.sluice_stream_t{}, nil, C.sluice_buffer_t{}, streamAndBufferError(op, s, buf, off, n)
 	}
 	m := buf.mem()
-	if bh, err = m.h.raw(op); err != nil {
-		return sh, nil, bh, err
+	bb := m.h.load()
+	if bb == 0 || off|n < 0 {
+		return C.sluice_stream_t{}, nil, C.sluice_buffer_t{}, streamAndBufferError(op, s, buf, off, n)
 	}
-	if off < 0 || n < 0 {
-		return sh, nil, bh, argError(CodeOutOfRange, op, "negative offset or length (%d, %d)", off, n)
+	return C.sluice_stream_t{bits: C.uint64_t(sb)}, m, C.sluice_buffer_t{bits: C.uint64_t(bb)}, nil
+}
+
+// streamAndBufferError is the error of a streamAndBuffer whose checks
+// failed, found by checking again in order (a closed handle stays closed).
+//
+//go:noinline
+func streamAndBufferError(op string, s *Stream, buf Memory, off, n int) error {
+	if _, err := s.raw(op); err != nil {
+		return err
 	}
-	return sh, m, bh, nil
+	if buf == nil {
+		return argError(CodeNullArgument, op, "nil buffer")
+	}
+	if _, err := buf.mem().h.raw(op); err != nil {
+		return err
+	}
+	return argError(CodeOutOfRange, op, "negative offset or length (%d, %d)", off, n)
 }
 
 // Copy copies n bytes from src at srcOff to dst at dstOff on the stream: any
@@ -39,37 +52,51 @@ func streamAndBuffer(op string, s *Stream, buf Memory, off, n int) (C.sluice_str
 // other streams. An out-of-range copy fails with ErrOutOfRange and changes
 // nothing.
 func Copy(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) error {
+	// The fast path: every check passes (copyError builds the errors).
+	r := s.root()
+	sb := r.h.load()
+	if sb == 0 || dst == nil || src == nil {
+		return copyError(s, dst, dstOff, src, srcOff, n)
+	}
+	dm, sm := dst.mem(), src.mem()
+	db, srb := dm.h.load(), sm.h.load()
+	if db == 0 || srb == 0 || dstOff|srcOff|n < 0 {
+		return copyError(s, dst, dstOff, src, srcOff, n)
+	}
+	e := C.sluice_stream_copy(C.sluice_stream_t{bits: C.uint64_t(sb)},
+		C.sluice_buffer_t{bits: C.uint64_t(db)}, C.size_t(dstOff),
+		C.sluice_buffer_t{bits: C.uint64_t(srb)}, C.size_t(srcOff), C.size_t(n))
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(dm)
+	runtime.KeepAlive(sm)
+	if e != nil {
+		return checkFailed(e, []anyHandle{&r.h, &dm.h, &sm.h})
+	}
+	if r.capture.Load() != nil {
+		s.captureKeep([]Syncable{dm, sm})
+	}
+	return nil
+}
+
+// copyError is the error of a Copy whose checks failed, found by checking
+// again in order (a closed handle stays closed).
+//
+//go:noinline
+func copyError(s *Stream, dst Memory, dstOff int, src Memory, srcOff int, n int) error {
 	const op = "Copy"
-	sh, err := s.raw(op)
-	if err != nil {
+	if _, err := s.raw(op); err != nil {
 		return err
 	}
 	if dst == nil || src == nil {
 		return argError(CodeNullArgument, op, "nil buffer")
 	}
-	dm, sm := dst.mem(), src.mem()
-	dh, err := dm.h.raw(op + "(dst)")
-	if err != nil {
+	if _, err := dst.mem().h.raw(op + "(dst)"); err != nil {
 		return err
 	}
-	srh, err := sm.h.raw(op + "(src)")
-	if err != nil {
+	if _, err := src.mem().h.raw(op + "(src)"); err != nil {
 		return err
 	}
-	if dstOff < 0 || srcOff < 0 || n < 0 {
-		return argError(CodeOutOfRange, op, "negative offset or length (dst %d, src %d, len %d)", dstOff, srcOff, n)
-	}
-	e := C.sluice_stream_copy(sh, dh, C.size_t(dstOff), srh, C.size_t(srcOff), C.size_t(n))
-	runtime.KeepAlive(s)
-	runtime.KeepAlive(dm)
-	runtime.KeepAlive(sm)
-	if err := check(e, s.hs(), &dm.h, &sm.h); err != nil {
-		return err
-	}
-	if s.capturing() {
-		s.captureKeep([]Syncable{dm, sm})
-	}
-	return nil
+	return argError(CodeOutOfRange, op, "negative offset or length (dst %d, src %d, len %d)", dstOff, srcOff, n)
 }
 
 // CopyFromHost copies src (pageable Go memory) into dst at off. It returns
@@ -110,8 +137,8 @@ func Memset(s *Stream, dst Memory, off int, value byte, n int) error {
 	e := C.sluice_stream_memset(sh, dh, C.size_t(off), C.uint8_t(value), C.size_t(n))
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(dm)
-	if err := check(e, s.hs(), &dm.h); err != nil {
-		return err
+	if e != nil {
+		return checkFailed(e, []anyHandle{s.hs(), &dm.h})
 	}
 	if s.capturing() {
 		s.captureKeep([]Syncable{dm})

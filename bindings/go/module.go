@@ -199,7 +199,8 @@ func one(v uint32) C.uint32_t {
 // one beyond 16), and the read and write sets are handled as by BeginOpInto.
 func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable, args ...any) error {
 	const op = "Function.Launch"
-	sh, err := s.raw(op)
+	root := s.root()
+	sh, err := root.h.raw(op)
 	if err != nil {
 		return err
 	}
@@ -212,16 +213,19 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
 		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
 	}
+	// No defers: the scratch buffers are released by hand on every path (a
+	// pooled buffer that a panic left borrowed is only garbage).
 	var sc syncScratch
-	defer sc.release()
 	r, w, err := sc.sets(op, reads, writes)
 	if err != nil {
+		sc.release()
 		return err
 	}
 	var av argVals
-	defer av.release()
 	vals, err := av.fill(op, args)
 	if err != nil {
+		sc.release()
+		av.release()
 		return err
 	}
 	e := C.sluice_go_launch(sh, fh, &dims, valsPtr(vals), C.size_t(len(vals)),
@@ -231,21 +235,37 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 	runtime.KeepAlive(reads)
 	runtime.KeepAlive(writes)
 	runtime.KeepAlive(args)
-	if err := checkSets(e, op, s, reads, writes); err != nil {
-		if se, ok := err.(*Error); ok && f.h.isClosed() && se.Code == CodeInvalidHandle {
-			se.closed = true
-		}
-		return err
+	if sc.rx != nil || sc.wx != nil {
+		sc.release()
 	}
-	if s.capturing() {
-		s.captureKeep(reads, writes)
-		for _, a := range args {
-			if b, ok := a.(*Buffer); ok {
-				s.captureKeep([]Syncable{heapBuffer(b)})
-			}
-		}
+	av.release()
+	if e != nil {
+		return launchFailed(e, op, s, f, reads, writes)
+	}
+	if root.capture.Load() != nil {
+		launchCaptureKeep(s, reads, writes, args)
 	}
 	return nil
+}
+
+// launchFailed is the error of a launch that the C call refused.
+func launchFailed(e *C.sluice_error_t, op string, s *Stream, f *Function, reads, writes []Syncable) error {
+	err := checkSetsFailed(e, op, s, [][]Syncable{reads, writes})
+	if se, ok := err.(*Error); ok && f.h.isClosed() && se.Code == CodeInvalidHandle {
+		se.closed = true
+	}
+	return err
+}
+
+// launchCaptureKeep notes what a launch on the capturing stream s uses: its
+// sets and the buffers among its arguments.
+func launchCaptureKeep(s *Stream, reads, writes []Syncable, args []any) {
+	s.captureKeep(reads, writes)
+	for _, a := range args {
+		if b, ok := a.(*Buffer); ok {
+			s.captureKeep([]Syncable{heapBuffer(b)})
+		}
+	}
 }
 
 // heapBuffer returns b, hiding from escape analysis that it flows from args

@@ -129,6 +129,17 @@ var syncBufs = sync.Pool{New: func() any { return new([]C.sluice_sync_t) }}
 
 // sets returns the handles of an op's read and write sets.
 func (sc *syncScratch) sets(op string, reads, writes []Syncable) (r, w []C.sluice_sync_t, err error) {
+	if len(reads) <= maxStackSyncs && len(writes) <= maxStackSyncs {
+		// The common case, with no pooled buffer: both sets fit the frame.
+		r, w = sc.r[:len(reads)], sc.w[:len(writes)]
+		if err = fillSyncs(op, reads, r); err != nil {
+			return nil, nil, err
+		}
+		if err = fillSyncs(op, writes, w); err != nil {
+			return nil, nil, err
+		}
+		return r, w, nil
+	}
 	if r, err = syncArray(op, reads, sc.r[:0], &sc.rx); err != nil {
 		return nil, nil, err
 	}
@@ -136,6 +147,26 @@ func (sc *syncScratch) sets(op string, reads, writes []Syncable) (r, w []C.sluic
 		return nil, nil, err
 	}
 	return r, w, nil
+}
+
+// fillSyncs writes the handles of list into dst, of the same length.
+func fillSyncs(op string, list []Syncable, dst []C.sluice_sync_t) error {
+	dst = dst[:len(list)]
+	for i, s := range list {
+		if s == nil {
+			return argError(CodeNullArgument, op, "sync set entry %d is nil", i)
+		}
+		o, err := s.syncObject(op)
+		if err != nil {
+			return err
+		}
+		b := o.h.load()
+		if b == 0 {
+			return closedError(op)
+		}
+		dst[i] = C.sluice_sync_t{bits: C.uint64_t(b)}
+	}
+	return nil
 }
 
 // release returns the pooled buffers sets borrowed.
@@ -291,24 +322,30 @@ func (s *Stream) beginOpInto(name string, op *Op, reads, writes []Syncable) erro
 // handle arrays live in its frame (syncScratch), so no op allocates.
 func (s *Stream) beginOp(op string, reads, writes []Syncable) (C.sluice_op_t, error) {
 	var o C.sluice_op_t
-	h, err := s.raw(op)
+	root := s.root()
+	h, err := root.h.raw(op)
 	if err != nil {
 		return o, err
 	}
+	// No defer: sets and release cannot fail halfway, and a pooled buffer
+	// that a panic left borrowed is only garbage.
 	var sc syncScratch
-	defer sc.release()
 	r, w, err := sc.sets(op, reads, writes)
 	if err != nil {
+		sc.release()
 		return o, err
 	}
 	e := C.sluice_op_begin(h, syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), &o)
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(reads)
 	runtime.KeepAlive(writes)
-	if err := checkSets(e, op, s, reads, writes); err != nil {
-		return o, err
+	if sc.rx != nil || sc.wx != nil {
+		sc.release()
 	}
-	if s.capturing() {
+	if e != nil {
+		return o, checkSetsFailed(e, op, s, [][]Syncable{reads, writes})
+	}
+	if root.capture.Load() != nil {
 		s.captureKeep(reads, writes)
 	}
 	return o, nil
@@ -337,18 +374,24 @@ func (o *Op) Close() error { return o.h.close() }
 // fn(raw) with the stream's raw CUstream to enqueue foreign work on, then
 // End, also when fn fails or panics. It is the allocation-free form of
 // BeginOp/End for hot loops: no Op wrapper is made.
-func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) error) (err error) {
+func (s *Stream) RunOp(reads, writes []Syncable, fn func(raw unsafe.Pointer) error) error {
 	o, err := s.beginOp("Stream.RunOp", reads, writes)
 	if err != nil {
 		return err
 	}
+	if fn == nil {
+		return takeError(C.sluice_op_end(o))
+	}
+	return runOpBody(o, s.native, fn)
+}
+
+// runOpBody runs fn inside the op o (begun), then ends o, also when fn
+// panics. The error of fn wins over that of the end.
+func runOpBody(o C.sluice_op_t, raw unsafe.Pointer, fn func(raw unsafe.Pointer) error) (err error) {
 	defer func() {
 		if endErr := takeError(C.sluice_op_end(o)); err == nil {
 			err = endErr
 		}
 	}()
-	if fn != nil {
-		return fn(s.native)
-	}
-	return nil
+	return fn(raw)
 }
