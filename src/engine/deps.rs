@@ -352,13 +352,12 @@ pub(super) unsafe fn waits_for_exclusive(
 #[inline(always)]
 pub(super) fn waits_for_slot(st: &SyncState, slot: &SlotState, me: u64, need: &mut Waits) {
     if let Some(w) = st.writer.as_ref() {
-        if w.known_complete() {
-            return;
-        }
-        if w.stream_id() != me && slot.reader.is_none() {
-            need.add(w);
-        } else {
+        // The slot (a line the stream owns) first: the writer's recording and its
+        // pool are read only when the stream has no reader entry.
+        if slot.reader.is_some() || w.stream_id() == me {
             need.same += 1;
+        } else if !w.known_complete() {
+            need.add(w);
         }
     }
 }
