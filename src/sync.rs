@@ -91,15 +91,15 @@ pub(crate) struct ReaderSlot {
 /// Locking (issue 17): `state` holds the writer, the counters and the readers of
 /// streams without a slot; each reader slot holds one stream's reader entry. An
 /// op *reads* the object through its stream's slot alone when the stream owns it
-/// and nothing else needs changing (no fresh allocation, nothing to prune): it
+/// and nothing else needs changing (no fresh allocation): it
 /// locks the slot (a line no other thread writes), reads `state` without locking
 /// it, and publishes into the slot. Everything else holds the object
 /// *exclusively*: the `state` lock, then every slot in `used`, in slot order.
 /// Bits of `used` are set only under the `state` lock and never cleared, so an
 /// exclusive holder locks every slot that any reader can be using, and `state` is
 /// written only while no slot reader is inside. A slot reader that finds the
-/// `state` lock taken steps back and goes the exclusive way (writers do not
-/// starve).
+/// `state` lock taken lets its slot go and waits for the holder to finish
+/// (writers do not starve; see `read_slot_or_wait` in `engine/deps.rs`).
 //
 // Lifetime (issue 17): the state lives in a [`SyncCore`], an allocation of its own
 // that the `Arc<SyncObject>` points to. An open foreign op counted open on the
