@@ -10,7 +10,8 @@
 # plus "opcost" (sluice's own cost per call on the real
 # driver). Build and run with the same parts: SLUICE_GPU_PARTS=bench carries only the
 # benchmark (2 MB). SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone
-# after the benchmark, each followed by the base commit's when there is one.
+# after the benchmark, each followed by the base commit's when there is one;
+# SLUICE_GPU_OPS_REPEAT=N does the same for the op bookkeeping table.
 # SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit and runs it right
 # after the current one (A/B in the same run).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
@@ -321,6 +322,16 @@ run() {
         which=$([ "$b" = .gpu/overhead ] && echo current || echo base)
         SLUICE_BENCH_ONLY=ping-pong timeout 120 "$b" > "$out/ping-pong-$which-$i.md" 2>&1
         note "ping-pong $which $i: $(grep -E '^\| \((a|c)\)' "$out/ping-pong-$which-$i.md" | awk -F'|' '{printf "%s%s ", $5, $7}')"
+      done
+    done
+    # SLUICE_GPU_OPS_REPEAT=N: N more runs of the op bookkeeping table alone, current
+    # and base alternating (the base's shared rows before run 81 take over a minute).
+    for i in $(seq 1 "${SLUICE_GPU_OPS_REPEAT:-0}"); do
+      for b in .gpu/overhead .gpu/base/overhead; do
+        [ -x "$b" ] || continue
+        which=$([ "$b" = .gpu/overhead ] && echo current || echo base)
+        SLUICE_BENCH_ONLY=ops timeout 150 "$b" > "$out/ops-$which-$i.md" 2>&1
+        note "ops $which $i (1 thread 1/4/16 objects ns; 8 threads 1 object shared/disjoint/raw M/s): $(awk -F'|' '$3 ~ / 1 $/ && $2 ~ /^ (1|4|16) $/ {printf "%s ", $5+0} $3 ~ / 8 $/ && $2 ~ /^ (0|1) $/ {printf "%s:%s ", $4, $7+0}' "$out/ops-$which-$i.md")"
       done
     done
   fi
