@@ -200,6 +200,22 @@ pub fn live_sync_cores() -> Option<usize> {
     None
 }
 
+// Exclusive holds taken by each thread (debug builds only; for tests).
+#[cfg(debug_assertions)]
+thread_local! {
+    static EXCLUSIVE_HOLDS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many times this thread has held a sync object exclusively, in debug builds
+/// (None in release builds). For tests of the slot path.
+#[doc(hidden)]
+pub fn exclusive_holds_on_this_thread() -> Option<u64> {
+    #[cfg(debug_assertions)]
+    return Some(EXCLUSIVE_HOLDS.with(|c| c.get()));
+    #[cfg(not(debug_assertions))]
+    None
+}
+
 /// Stream slot numbers in use, and those given back (the smallest is reused first).
 static SLOT_NUMBERS: Mutex<(u32, Vec<u32>)> = Mutex::new((0, Vec::new()));
 
@@ -339,6 +355,8 @@ impl SyncCore {
     /// `slot`: a reader slot to mark in use first (the caller will read through it).
     #[inline(always)]
     pub(crate) fn lock_exclusive(&self, slot: Option<usize>) {
+        #[cfg(debug_assertions)]
+        let _ = EXCLUSIVE_HOLDS.try_with(|c| c.set(c.get() + 1));
         self.state.lock_raw();
         if let Some(i) = slot {
             let bit = 1u32 << i;
