@@ -5,6 +5,10 @@
 //! host backend, whose stand-in driver allocates per record; that is measured
 //! with the backend alone and subtracted.
 
+#[path = "support/cabi.rs"]
+mod cabi;
+
+use cabi::{host_device, ok, stream, sync_object};
 use sluice::backend::{host, EventApi, StreamApi};
 use sluice::ffi::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -47,12 +51,6 @@ fn allocs() -> u64 {
     ALLOCS.with(Cell::get)
 }
 
-fn ok(e: *mut sluice_error_t) {
-    assert!(e.is_null(), "{}", unsafe {
-        std::ffi::CStr::from_ptr(sluice_error_message(e)).to_string_lossy()
-    });
-}
-
 /// Allocations per event record of the host backend alone (the raw driver call).
 fn raw_record_allocs() -> f64 {
     let dev = host::open(0).unwrap();
@@ -80,23 +78,10 @@ fn raw_record_allocs() -> f64 {
 #[test]
 fn a_foreign_op_pair_allocates_nothing_in_steady_state() {
     let raw = raw_record_allocs();
-    let mut d = sluice_device_t { bits: 0 };
-    ok(sluice_device_open(SLUICE_BACKEND_HOST, 0, &mut d));
-    let mut s = sluice_stream_t { bits: 0 };
-    ok(sluice_stream_create(
-        d,
-        SLUICE_STREAM_NON_BLOCKING,
-        0,
-        &mut s,
-    ));
+    let d = host_device();
+    let s = stream(d);
     for k in [1usize, 4, 16] {
-        let objs: Vec<sluice_sync_t> = (0..k)
-            .map(|_| {
-                let mut o = sluice_sync_t { bits: 0 };
-                ok(sluice_sync_create(&mut o));
-                o
-            })
-            .collect();
+        let objs: Vec<sluice_sync_t> = (0..k).map(|_| sync_object()).collect();
         let pair = || {
             let mut op = sluice_op_t { bits: 0 };
             ok(sluice_op_begin(

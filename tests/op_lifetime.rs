@@ -5,6 +5,10 @@
 //! stream, ops begun in a capture: no crash, every state freed once (counted in
 //! debug builds by `sluice::sync::live_sync_cores`), and later ops work.
 
+#[path = "support/cabi.rs"]
+mod cabi;
+
+use cabi::{begin, failed, host_device as device, ok, pair, stream, sync_object as sync};
 use sluice::ffi::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
@@ -12,62 +16,8 @@ use std::sync::{Arc, Barrier, Mutex};
 /// The tests count live states process-wide: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn ok(e: *mut sluice_error_t) {
-    assert!(e.is_null(), "{}", unsafe {
-        std::ffi::CStr::from_ptr(sluice_error_message(e)).to_string_lossy()
-    });
-}
-
-fn failed(e: *mut sluice_error_t) -> bool {
-    if e.is_null() {
-        return false;
-    }
-    sluice_error_free(e);
-    true
-}
-
 fn cores() -> Option<usize> {
     sluice::sync::live_sync_cores()
-}
-
-fn device() -> sluice_device_t {
-    let mut d = sluice_device_t { bits: 0 };
-    ok(sluice_device_open(SLUICE_BACKEND_HOST, 0, &mut d));
-    d
-}
-
-fn stream(d: sluice_device_t) -> sluice_stream_t {
-    let mut s = sluice_stream_t { bits: 0 };
-    ok(sluice_stream_create(
-        d,
-        SLUICE_STREAM_NON_BLOCKING,
-        0,
-        &mut s,
-    ));
-    s
-}
-
-fn sync() -> sluice_sync_t {
-    let mut o = sluice_sync_t { bits: 0 };
-    ok(sluice_sync_create(&mut o));
-    o
-}
-
-fn begin(s: sluice_stream_t, reads: &[sluice_sync_t], writes: &[sluice_sync_t]) -> sluice_op_t {
-    let mut op = sluice_op_t { bits: 0 };
-    ok(sluice_op_begin(
-        s,
-        reads.as_ptr(),
-        reads.len(),
-        writes.as_ptr(),
-        writes.len(),
-        &mut op,
-    ));
-    op
-}
-
-fn pair(s: sluice_stream_t, reads: &[sluice_sync_t], writes: &[sluice_sync_t]) {
-    ok(sluice_op_end(begin(s, reads, writes)));
 }
 
 /// Asserts that `n` states were freed since `before` (debug builds).

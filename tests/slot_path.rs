@@ -4,24 +4,11 @@
 //! (`docs/decisions.md`, "Shared reads no longer fall into the exclusive path").
 //! Debug builds count exclusive holds per thread; release builds skip.
 
+#[path = "support/cabi.rs"]
+mod cabi;
+
+use cabi::{host_device, ok, pair, stream, sync_object};
 use sluice::ffi::*;
-
-fn ok(e: *mut sluice_error_t) {
-    assert!(e.is_null(), "sluice call failed");
-}
-
-fn pair(s: sluice_stream_t, reads: &[sluice_sync_t]) {
-    let mut op = sluice_op_t { bits: 0 };
-    ok(sluice_op_begin(
-        s,
-        reads.as_ptr(),
-        reads.len(),
-        std::ptr::null(),
-        0,
-        &mut op,
-    ));
-    ok(sluice_op_end(op));
-}
 
 fn holds() -> Option<u64> {
     sluice::sync::exclusive_holds_on_this_thread()
@@ -32,23 +19,13 @@ fn reads_after_a_host_wait_stay_on_the_slot_path() {
     if holds().is_none() {
         return; // release build: no counter
     }
-    let mut d = sluice_device_t { bits: 0 };
-    ok(sluice_device_open(SLUICE_BACKEND_HOST, 0, &mut d));
-    let mut s = sluice_stream_t { bits: 0 };
-    ok(sluice_stream_create(
-        d,
-        SLUICE_STREAM_NON_BLOCKING,
-        0,
-        &mut s,
-    ));
-    let mut objs = [sluice_sync_t { bits: 0 }; 3];
-    for o in &mut objs {
-        ok(sluice_sync_create(o));
-    }
+    let d = host_device();
+    let s = stream(d);
+    let objs = [sync_object(), sync_object(), sync_object()];
     // The stream's first read of each object takes its slot over (exclusively).
-    pair(s, &objs);
+    pair(s, &objs, &[]);
     let before = holds().unwrap();
-    pair(s, &objs);
+    pair(s, &objs, &[]);
     assert_eq!(
         holds().unwrap(),
         before,
@@ -58,7 +35,7 @@ fn reads_after_a_host_wait_stay_on_the_slot_path() {
         // A host wait marks completed recordings prunable.
         ok(sluice_stream_synchronize(s));
         for _ in 0..10 {
-            pair(s, &objs);
+            pair(s, &objs, &[]);
         }
         assert_eq!(
             holds().unwrap(),
@@ -83,9 +60,9 @@ fn reads_after_a_host_wait_stay_on_the_slot_path() {
         after_write > before,
         "a write did not hold its object exclusively"
     );
-    pair(s, &objs);
+    pair(s, &objs, &[]);
     let settled = holds().unwrap();
-    pair(s, &objs);
+    pair(s, &objs, &[]);
     assert_eq!(holds().unwrap(), settled);
     ok(sluice_stream_synchronize(s));
     for o in objs {
