@@ -7,8 +7,10 @@
 //! several: per-call, ops, graphs, ping-pong, trace-cost); `SLUICE_BENCH_STRICT=1`
 //! exits 1 when a goal fails. Without a CUDA device it prints
 //! "no CUDA device: skipping" and, when `SLUICE_BENCH_ONLY` names trace-cost, runs
-//! that table on the host backend (sluice's own cost on this CPU); it exits 0. How
-//! every row is measured is in docs/benchmarks-method.md.
+//! that table on the host backend (sluice's own cost on this CPU); it exits 0.
+//! Against `tools/mockcuda` (a stand-in libcuda), `SLUICE_BENCH_STANDIN=1` skips the
+//! kernel self-test, whose kernels never run there. How every row is measured is in
+//! docs/benchmarks-method.md.
 //!
 //! Every sluice and driver call is checked; any failure, and any wrong result of a
 //! verified copy or kernel, aborts the run with a message (exit 1), so a table is
