@@ -359,10 +359,7 @@ impl<P: Shared> HandleTable<P> {
     /// reference is dropped once no lookup can still be using it.
     pub fn remove(&self, bits: u64) -> Result<P, Stale> {
         let (p, index) = self.remove_reserving(bits)?;
-        let i = index.into_index();
-        if let Some(slot) = self.slot(i) {
-            self.push_free(i, slot);
-        }
+        self.give_back(index);
         Ok(p)
     }
 

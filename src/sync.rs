@@ -20,20 +20,20 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// numbers, so up to this many live streams never share a slot.
 pub(crate) const READER_SLOTS: usize = 16;
 
+const _: () = assert!(READER_SLOTS <= 32);
+
 /// How long a read waits for an exclusive holder to let go before it queues for
-/// the object exclusively itself (see [`SyncCore::wait_unlocked`]).
-const SLOT_RETRY_SPINS: u32 = 256;
+/// the object exclusively itself (see [`SyncCore::read_slot_or_wait`]): spins,
+/// then yields.
+const SLOT_WAIT_SPINS: u32 = 4096;
 
 /// Why a read did not take its stream's reader slot.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum SlotMiss {
+enum SlotMiss {
     /// Held exclusively (or being taken): the slot may be free again soon.
     Busy,
     /// The read needs the object exclusively.
     Exclusive,
 }
-
-const _: () = assert!(READER_SLOTS <= 32);
 
 // The fields a slot reader reads come first: with the object's id, `used`,
 // `slots` and the lock word they fill the object's first cache line.
@@ -99,7 +99,7 @@ pub(crate) struct ReaderSlot {
 /// exclusive holder locks every slot that any reader can be using, and `state` is
 /// written only while no slot reader is inside. A slot reader that finds the
 /// `state` lock taken lets its slot go and waits for the holder to finish
-/// (writers do not starve; see `read_slot_or_wait` in `engine/deps.rs`).
+/// (writers do not starve; see [`SyncCore::read_slot_or_wait`]).
 //
 // Lifetime (issue 17): the state lives in a [`SyncCore`], an allocation of its own
 // that the `Arc<SyncObject>` points to. An open foreign op counted open on the
@@ -432,7 +432,48 @@ impl SyncCore {
     /// here sent every reader of a shared object to the exclusive path after each
     /// host wait anywhere, where they queued behind each other (issue 17).
     #[inline(always)]
-    pub(crate) fn try_read_slot(&self, i: usize, me: u64) -> Result<(), SlotMiss> {
+    pub(crate) fn try_read_slot(&self, i: usize, me: u64) -> bool {
+        self.take_slot(i, me).is_ok()
+    }
+
+    /// [`SyncCore::try_read_slot`]; when an exclusive holder is there, waits
+    /// (bounded) for it to let go and tries again, rather than queueing for the
+    /// object exclusively: readers that queue keep each other on the exclusive path
+    /// long after the holder has gone. A caller that holds earlier objects of its
+    /// set keeps the lock order (any holder of this object took those first).
+    /// False: the read takes the object exclusively.
+    #[inline(always)]
+    pub(crate) fn read_slot_or_wait(&self, i: usize, me: u64) -> bool {
+        match self.take_slot(i, me) {
+            Ok(()) => true,
+            Err(SlotMiss::Exclusive) => false,
+            Err(SlotMiss::Busy) => self.read_slot_after_waiting(i, me),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn read_slot_after_waiting(&self, i: usize, me: u64) -> bool {
+        for spin in 0..SLOT_WAIT_SPINS {
+            if spin < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            if self.state.is_locked() {
+                continue;
+            }
+            match self.take_slot(i, me) {
+                Ok(()) => return true,
+                Err(SlotMiss::Exclusive) => return false,
+                Err(SlotMiss::Busy) => {}
+            }
+        }
+        false
+    }
+
+    #[inline(always)]
+    fn take_slot(&self, i: usize, me: u64) -> Result<(), SlotMiss> {
         // Acquire: pairs with the fetch_or in `lock_exclusive`.
         if self.used.load(Ordering::Acquire) & (1u32 << i) == 0 {
             return Err(SlotMiss::Exclusive);
@@ -459,23 +500,6 @@ impl SyncCore {
                 Err(m)
             }
         }
-    }
-
-    /// Waits, briefly, while the object is held exclusively (or a holder is taking
-    /// it). True when it was let go of in time.
-    #[inline(never)]
-    pub(crate) fn wait_unlocked(&self) -> bool {
-        for spin in 0..SLOT_RETRY_SPINS {
-            if !self.state.is_locked() {
-                return true;
-            }
-            if spin < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        false
     }
 
     /// Releases reader slot `i`.

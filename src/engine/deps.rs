@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::event::{Publish, RecRef, Recording};
 use crate::inline::Small;
 use crate::stream::Stream;
-use crate::sync::{Access, SlotMiss, SlotState, SyncCore, SyncState};
+use crate::sync::{Access, SlotState, SyncCore, SyncState};
 use smallvec::SmallVec;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -107,7 +107,7 @@ impl<'s, 'a> Locked<'s, 'a> {
         let mut fast = 0u64;
         for (i, a) in set.iter().enumerate() {
             let obj = a.obj();
-            if !a.write() && i < 64 && read_slot_or_wait(&obj, slot, me) {
+            if !a.write() && i < 64 && obj.read_slot_or_wait(slot, me) {
                 fast |= 1 << i;
             } else {
                 // A read marks the stream's slot in use: it publishes there.
@@ -128,7 +128,7 @@ impl<'s, 'a> Locked<'s, 'a> {
         let slot = stream.reader_slot();
         let me = stream.id;
         for (i, a) in set.iter().enumerate() {
-            if a.write() || a.obj().try_read_slot(slot, me).is_err() {
+            if a.write() || !a.obj().try_read_slot(slot, me) {
                 for taken in &set[..i] {
                     // SAFETY: taken by `try_read_slot` above.
                     unsafe { taken.obj().unlock_slot(slot) };
@@ -215,32 +215,6 @@ impl Drop for Locked<'_, '_> {
         }
     }
 }
-
-/// Takes reader slot `slot` of `obj` for a read by stream `me` (see
-/// [`SyncCore::try_read_slot`]). When an exclusive holder is there, waits briefly
-/// for it to let go and tries again, rather than queueing for the object
-/// exclusively: readers that queue keep each other on the exclusive path long
-/// after the holder has gone. Waiting here keeps the lock order (the set's order),
-/// and it is bounded: then the read queues like any exclusive holder.
-#[inline(always)]
-fn read_slot_or_wait(obj: &SyncCore, slot: usize, me: u64) -> bool {
-    for _ in 0..SLOT_TRIES {
-        match obj.try_read_slot(slot, me) {
-            Ok(()) => return true,
-            Err(SlotMiss::Exclusive) => return false,
-            Err(SlotMiss::Busy) => {
-                if !obj.wait_unlocked() {
-                    return false;
-                }
-                std::hint::spin_loop();
-            }
-        }
-    }
-    false
-}
-
-/// Attempts at a busy reader slot before the read takes the object exclusively.
-const SLOT_TRIES: u32 = 64;
 
 /// Publishes a read recording into the slot of its stream: it replaces the stream's
 /// entry unless that entry is newer (a foreign op's end records before it takes the
