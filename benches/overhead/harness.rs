@@ -415,23 +415,53 @@ pub fn stats(s: sluice_stream_t) -> sluice_stream_stats_t {
     st
 }
 
-/// Op `k` of the ping-pong chain (`sluice_add` on 4096 words): even on `sa`
-/// (reads y, writes x, with `args_a`), odd on `sb` (reads x, writes y, `args_b`).
-#[allow(clippy::too_many_arguments)]
-pub fn s_ping_pong_op(
-    k: usize,
-    (sa, sb): (sluice_stream_t, sluice_stream_t),
+/// The ping-pong chain's sluice op (`sluice_add` on `n` words): op `k` even on the
+/// first stream (x += y: reads y, writes x), odd on the second (y += x).
+pub struct SPingPong {
+    streams: (sluice_stream_t, sluice_stream_t),
     f: sluice_function_t,
-    dims: &sluice_launch_dims_t,
-    args_a: &mut [*mut c_void],
-    args_b: &mut [*mut c_void],
-    (x, y): (sluice_sync_t, sluice_sync_t),
-    what: &str,
-) {
-    if k % 2 == 0 {
-        s_launch(sa, f, dims, args_a, &[y], &[x], what);
-    } else {
-        s_launch(sb, f, dims, args_b, &[x], &[y], what);
+    dims: sluice_launch_dims_t,
+    syncs: (sluice_sync_t, sluice_sync_t),
+    /// Each side's argument values (dst, src, n), boxed: `args` points into them.
+    _vals: Box<[[u64; 3]; 2]>,
+    args: [[*mut c_void; 3]; 2],
+}
+
+impl SPingPong {
+    pub fn new(
+        streams: (sluice_stream_t, sluice_stream_t),
+        f: sluice_function_t,
+        dims: sluice_launch_dims_t,
+        (x, y): (&SBuf, &SBuf),
+        n: usize,
+    ) -> Self {
+        let mut vals = Box::new([[x.dptr, y.dptr, n as u64], [y.dptr, x.dptr, n as u64]]);
+        let mut args = [[std::ptr::null_mut(); 3]; 2];
+        for (side, v) in args.iter_mut().zip(vals.iter_mut()) {
+            for (a, v) in side.iter_mut().zip(v.iter_mut()) {
+                *a = arg(v);
+            }
+        }
+        SPingPong {
+            streams,
+            f,
+            dims,
+            syncs: (x.sync, y.sync),
+            _vals: vals,
+            args,
+        }
+    }
+
+    /// Launches op `k` of the chain.
+    pub fn op(&mut self, k: usize, what: &str) {
+        let (x, y) = self.syncs;
+        if k % 2 == 0 {
+            let s = self.streams.0;
+            s_launch(s, self.f, &self.dims, &mut self.args[0], &[y], &[x], what);
+        } else {
+            let s = self.streams.1;
+            s_launch(s, self.f, &self.dims, &mut self.args[1], &[x], &[y], what);
+        }
     }
 }
 

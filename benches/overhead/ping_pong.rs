@@ -71,22 +71,10 @@ impl Bench {
         };
         // One sluice chain: the engine inserts every cross-stream wait.
         let s_chain = || {
-            let (mut xa, mut ya, mut na) = (x.dptr, y.dptr, n as u64);
-            let (mut yb, mut xb, mut nb) = (y.dptr, x.dptr, n as u64);
-            let mut args_a = [arg(&mut xa), arg(&mut ya), arg(&mut na)];
-            let mut args_b = [arg(&mut yb), arg(&mut xb), arg(&mut nb)];
+            let mut chain = SPingPong::new((sa, sb), sf, dm, (&x, &y), n);
             let t0 = Instant::now();
             for k in 0..ops {
-                s_ping_pong_op(
-                    k,
-                    (sa, sb),
-                    sf,
-                    &dm,
-                    &mut args_a,
-                    &mut args_b,
-                    (x.sync, y.sync),
-                    "ping-pong launch",
-                );
+                chain.op(k, "ping-pong launch");
             }
             s_sync(sa);
             s_sync(sb);

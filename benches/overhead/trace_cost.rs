@@ -140,22 +140,8 @@ pub fn run(b: &mut Bench) {
     let (sf, rf) = (b.s_add, b.r_add);
     let mut goals = std::mem::take(&mut b.goals);
     // One op of each chain: k even on A (reads y, writes x), odd on B.
-    let (mut xa, mut ya, mut na) = (x.dptr, y.dptr, n as u64);
-    let (mut yb, mut xb, mut nb) = (y.dptr, x.dptr, n as u64);
-    let mut args_a = [arg(&mut xa), arg(&mut ya), arg(&mut na)];
-    let mut args_b = [arg(&mut yb), arg(&mut xb), arg(&mut nb)];
-    let mut s_op = |k: usize| {
-        s_ping_pong_op(
-            k,
-            (sa, sb),
-            sf,
-            &dm,
-            &mut args_a,
-            &mut args_b,
-            (x.sync, y.sync),
-            "trace cost",
-        )
-    };
+    let mut chain = SPingPong::new((sa, sb), sf, dm, (&x, &y), n);
+    let mut s_op = |k: usize| chain.op(k, "trace cost");
     let s_settle = || {
         s_sync(sa);
         s_sync(sb);
