@@ -316,3 +316,77 @@ SLUICE_RNG_SPLIT(normal, KIND_NORMAL, float)
 SLUICE_RNG_QUAD(u32, KIND_U32, u32)
 SLUICE_RNG_QUAD(uniform, KIND_UNIFORM, float)
 SLUICE_RNG_QUAD(normal, KIND_NORMAL, float)
+
+// ---------------------------------------------------------------------------------
+// CRC32C of a checkpoint's states on the device (serialize's checksum, so that the
+// host only waits for one bulk copy). The raw CRC (zero initial value, no final
+// XOR; Castagnoli, reflected) is linear: raw(A || B) = raw(A) * x^(8|B|) ^ raw(B)
+// (mod P). Thread t of the grid takes bytes [t * seg, t * seg + seg) of `len`,
+// shifts its raw CRC past every byte after them, and the shifted CRCs are XORed
+// into *out (zeroed before the launch): XOR is order-free, so the result never
+// depends on timing. x8[k] = x^(8 * 2^k) mod P (reflected), from the host.
+
+#define SLUICE_CRC32C_POLY 0x82F63B78u
+
+struct sluice_crc_powers {
+  u32 x8[48];
+};
+
+// a * b mod P, both reflected (bit 31 is x^0): 32 branch-free steps.
+__device__ __forceinline__ u32 crc_mulmod(u32 a, u32 b) {
+  u32 p = 0;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    p ^= b & (0u - ((a >> (31 - i)) & 1u));
+    b = (b >> 1) ^ (SLUICE_CRC32C_POLY & (0u - (b & 1u)));
+  }
+  return p;
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+    sluice_crc32c_raw(const unsigned char* data, u64 len, u64 seg, u32* out,
+                      sluice_crc_powers powers) {
+  __shared__ u32 table[4][256];
+  __shared__ u32 block_crc;
+  {
+    const u32 v = threadIdx.x;  // blockDim.x == 256
+    u32 c = v;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (SLUICE_CRC32C_POLY & (0u - (c & 1u)));
+    table[0][v] = c;
+    if (threadIdx.x == 0) block_crc = 0;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int s = 1; s < 4; ++s) {
+    const u32 prev = table[s - 1][threadIdx.x];
+    table[s][threadIdx.x] = (prev >> 8) ^ table[0][prev & 0xff];
+    __syncthreads();
+  }
+  const u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+  const u64 start = t * seg < len ? t * seg : len;
+  const u64 end = start + seg < len ? start + seg : len;
+  u32 crc = 0;
+  u64 i = start;
+  // seg is a multiple of 16 and data 16-byte aligned: whole uint4 loads.
+  for (; i + 16 <= end; i += 16) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(data + i));
+    const u32 words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      crc ^= words[k];
+      crc = table[3][crc & 0xff] ^ table[2][(crc >> 8) & 0xff] ^ table[1][(crc >> 16) & 0xff] ^
+            table[0][crc >> 24];
+    }
+  }
+  for (; i < end; ++i) crc = table[0][(crc ^ data[i]) & 0xff] ^ (crc >> 8);
+  // Shift past the len - end bytes after this segment.
+  u64 after = len - end;
+  for (int k = 0; after != 0 && k < 48; ++k, after >>= 1)
+    if (after & 1) crc = crc_mulmod(powers.x8[k], crc);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) crc ^= __shfl_xor_sync(0xffffffffu, crc, o);
+  if ((threadIdx.x & 31) == 0 && crc != 0) atomicXor(&block_crc, crc);
+  __syncthreads();
+  if (threadIdx.x == 0 && block_crc != 0) atomicXor(out, block_crc);
+}

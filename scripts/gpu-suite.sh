@@ -309,8 +309,9 @@ run() {
   if has bench && [ -x .gpu/overhead ]; then
     timeout 300 .gpu/overhead > "$out/bench.md" 2>&1
     note "bench: rc=$? $(grep -cE '\| PASS' "$out/bench.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench.md") FAIL rows"
-    if [ -x .gpu/base/overhead ]; then
-      # A/B: the base commit's benchmark right after the current one.
+    if [ -x .gpu/base/overhead ] && [ "${SLUICE_GPU_BASE_FULL:-1}" = 1 ]; then
+      # A/B: the base commit's benchmark right after the current one
+      # (SLUICE_GPU_BASE_FULL=0: only the repeated tables below run the base).
       timeout 300 .gpu/base/overhead > "$out/bench-base.md" 2>&1
       note "bench base $(cut -c1-7 .gpu/base/commit): rc=$? $(grep -cE '\| PASS' "$out/bench-base.md") PASS rows, $(grep -cE '\| FAIL' "$out/bench-base.md") FAIL rows"
     fi

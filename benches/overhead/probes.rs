@@ -1,6 +1,7 @@
-//! Two driver probes printed under the header, before the tables: the cost of the
-//! context check, and what stream-taking calls return on a thread with no current
-//! context.
+//! Driver probes printed under the header, before the tables: the cost of the
+//! context check, what stream-taking calls return on a thread with no current
+//! context, and what a record costs when it cycles through a ring of events (an
+//! op's recording cannot reuse the event its predecessor was published with).
 
 use crate::harness::*;
 use cudarc::driver::sys::{CUcontext, CUevent, CUfunction, CUstream};
@@ -56,5 +57,30 @@ pub fn run(b: &Bench) {
             codes
         );
         b.r_event_destroy(ev);
+    }
+    {
+        // Informational: cuEventRecord on one stream, cycling through `ring` events.
+        let mut line =
+            String::from("- cuEventRecord cycling through a ring of events (ns per record):");
+        for ring in [1usize, 2, 3, 8, 64] {
+            let evs: Vec<CUevent> = (0..ring).map(|_| b.r_event()).collect();
+            let mut i = 0;
+            let mut rec = || {
+                // SAFETY: live events and stream.
+                let res = unsafe { (d.cuEventRecord)(evs[i % ring], b.ra) };
+                cu(d, res, "cuEventRecord");
+                i += 1;
+            };
+            let mut samples = Vec::new();
+            for _ in 0..6 {
+                samples.push(per_call(b.cfg.n(10), &mut rec, || raw_sync(d, b.ra)));
+            }
+            samples.remove(0); // warm-up
+            line += &format!(" {ring}: {:.0}", median(samples) * 1e9);
+            for e in evs {
+                b.r_event_destroy(e);
+            }
+        }
+        println!("{line}\n");
     }
 }

@@ -55,20 +55,31 @@ const POLL_SPIN: Duration = Duration::from_millis(1);
 
 /// Copies `src` into `body` (device to host) on `io`, ordered after the last write
 /// of `src` and nothing else, and returns the CRC32C continued from `crc` over it.
+/// Where `body` and `word` (4 bytes) are page-locked and the device runs the CRC
+/// kernel, `body` comes in one bulk copy and the checksum from the device, through
+/// `word` (which then holds scratch bytes).
 pub(crate) fn download_with_crc(
     src: &Buffer,
     io: &Stream,
     body: &mut [u8],
     crc: u32,
+    word: &mut [u8],
 ) -> Result<u32> {
     let len = body.len();
     debug_assert!(len <= src.size);
     if len == 0 {
         return Ok(crc);
     }
+    let direct = io.device.backend.host_ptr_is_pinned(body.as_ptr(), len);
+    if direct && word.len() == 4 && io.device.backend.host_ptr_is_pinned(word.as_ptr(), 4) {
+        if let Some(crc_stream) = super::device::crc_stream(&io.device)? {
+            let dst = body.as_mut_ptr() as u64;
+            let raw = direct_device_crc(src, io, &crc_stream, dst, len, word)?;
+            return Ok(append_raw(crc, raw, len));
+        }
+    }
     let chunks = len.div_ceil(CHUNK);
     let crcs: Vec<AtomicU32> = (0..chunks).map(|_| AtomicU32::new(0)).collect();
-    let direct = io.device.backend.host_ptr_is_pinned(body.as_ptr(), len);
     let dst = body.as_mut_ptr() as usize;
     if direct {
         direct_into(src, io, dst, len, &crcs)?;
@@ -76,6 +87,74 @@ pub(crate) fn download_with_crc(
         staged_into(src, io, dst, len, &crcs)?;
     }
     Ok(fold(crc, &crcs, len))
+}
+
+/// The CRC32C continued from `crc` over `len` bytes whose raw CRC (zero initial
+/// value, no final XOR) is `raw`: the register `!crc` carried past `len` bytes,
+/// plus `raw`.
+fn append_raw(crc: u32, raw: u32, len: usize) -> u32 {
+    !(super::device::crc_shift(!crc, len) ^ raw)
+}
+
+/// The direct path with the checksum on the device: one bulk copy into the
+/// caller's page-locked `dst` on `io`; beside it, on `crc_stream`, the CRC kernel
+/// over the same bytes into a zeroed device word, copied into `word`. Both wait
+/// for the last write of `src` and nothing else. Returns the raw CRC.
+fn direct_device_crc(
+    src: &Buffer,
+    io: &Stream,
+    crc_stream: &Arc<Stream>,
+    dst: u64,
+    len: usize,
+    word: &mut [u8],
+) -> Result<u32> {
+    let data = src.range(0, len, "checkpoint")?;
+    let copied = copy_piece(src, io, 0, dst, len, None)?;
+    let scratch = match Buffer::alloc(crc_stream, 4) {
+        Ok(b) => b,
+        Err(e) => {
+            drain_after_failure(io);
+            return Err(e);
+        }
+    };
+    let summed = (|| {
+        crate::ops::memset(crc_stream, &scratch, 0, 0, 4)?;
+        let (r, w) = ([src.sync.clone()], [scratch.sync.clone()]);
+        if !super::device::crc32c_raw(crc_stream, data, len, scratch.addr, &access_set(&r, &w))? {
+            return Err(Error::new(
+                ErrorCode::Unsupported,
+                "the RNG kernels have no CRC kernel",
+            ));
+        }
+        let r = [scratch.sync.clone()];
+        let set = access_set(&r, &[]);
+        let to = word.as_mut_ptr() as u64;
+        crate::engine::run_op_recorded(crc_stream, OpKind::Copy(CopyDir::D2H, 4), &set, || {
+            let backend = &crc_stream.device.backend;
+            backend.memcpy_async(to, scratch.addr, 4, crc_stream.raw())
+        })
+    })();
+    let recs = match summed {
+        Ok(rec) => [copied, rec],
+        Err(e) => {
+            drain_after_failure(io);
+            drain_after_failure(crc_stream);
+            return Err(e);
+        }
+    };
+    let landed = Landed::new(&recs);
+    let fail = Failure::default();
+    for k in 0..recs.len() {
+        if let Err(e) = landed.wait(k, &fail) {
+            drain_after_failure(io);
+            drain_after_failure(crc_stream);
+            return Err(e);
+        }
+    }
+    if recs[1].is_none() {
+        crc_stream.synchronize()?;
+    }
+    Ok(u32::from_le_bytes([word[0], word[1], word[2], word[3]]))
 }
 
 /// Continues `crc` over the chunks' CRCs, in order. Full groups of [`GROUP`]
@@ -95,7 +174,7 @@ fn fold(mut crc: u32, crcs: &[AtomicU32], len: usize) -> u32 {
         crc = if n == CHUNK {
             one.apply(crc) ^ c
         } else {
-            crc32c::crc32c_combine(crc, c, n)
+            super::device::crc_shift(crc, n) ^ c
         };
     }
     crc
@@ -724,6 +803,66 @@ fn broadcast(f: &(dyn Fn() + Sync)) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crc_shift_is_crc32c_combine_with_nothing_appended() {
+        for (a, len) in [
+            (0u32, 1usize),
+            (0xFFFF_FFFF, 64),
+            (0x1234_5678, 4 << 20),
+            (7, 12345),
+        ] {
+            assert_eq!(
+                super::super::device::crc_shift(a, len),
+                crc32c::crc32c_combine(a, 0, len),
+                "{a:#x} past {len}"
+            );
+        }
+    }
+
+    /// The device CRC kernel's arithmetic, on the CPU: each segment's raw CRC,
+    /// shifted past the bytes after it with the powers the kernel gets, XORed
+    /// together, then continued from a header's CRC as serialize does.
+    #[test]
+    fn the_device_crc_scheme_gives_crc32c() {
+        use super::super::device::{crc_mulmod, crc_powers, crc_segment};
+        let raw = |bytes: &[u8]| {
+            bytes.iter().fold(0u32, |mut c, &b| {
+                c ^= b as u32;
+                for _ in 0..8 {
+                    c = (c >> 1) ^ if c & 1 == 1 { 0x82F6_3B78 } else { 0 };
+                }
+                c
+            })
+        };
+        let powers = crc_powers();
+        let head = crc32c::crc32c(b"sluice checkpoint header");
+        for len in [1usize, 15, 64, 1000, 4096, 64 * 1000 + 48, 1 << 20] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 131 % 251) as u8 ^ 0x5a).collect();
+            let seg = crc_segment(len);
+            assert_eq!(seg % 16, 0);
+            let mut total = 0u32;
+            for start in (0..len).step_by(seg) {
+                let end = (start + seg).min(len);
+                let mut c = raw(&data[start..end]);
+                let mut after = len - end;
+                let mut k = 0;
+                while after != 0 {
+                    if after & 1 == 1 {
+                        c = crc_mulmod(powers.x8[k], c);
+                    }
+                    after >>= 1;
+                    k += 1;
+                }
+                total ^= c;
+            }
+            assert_eq!(
+                append_raw(head, total, len),
+                crc32c::crc32c_append(head, &data),
+                "{len} bytes"
+            );
+        }
+    }
 
     #[test]
     fn the_shifts_are_crc32c_combine() {

@@ -199,9 +199,14 @@ impl Rng {
 /// The device's own stream for checkpoint uploads and downloads, so that a
 /// serialize waits for its save and nothing else.
 fn io_stream(device: &Arc<Device>) -> Result<Arc<Stream>> {
-    type PerDevice = std::sync::Mutex<Vec<((u32, u32), Arc<Stream>)>>;
+    internal_stream(device, "sluice rng io")
+}
+
+/// The library's own stream named `label` on `device`, made on first use.
+pub(super) fn internal_stream(device: &Arc<Device>, label: &'static str) -> Result<Arc<Stream>> {
+    type PerDevice = std::sync::Mutex<Vec<((u32, u32, &'static str), Arc<Stream>)>>;
     static STREAMS: OnceLock<PerDevice> = OnceLock::new();
-    let key = (device.kind() as u32, device.ordinal());
+    let key = (device.kind() as u32, device.ordinal(), label);
     let mut v = STREAMS
         .get_or_init(Default::default)
         .lock()
@@ -210,7 +215,7 @@ fn io_stream(device: &Arc<Device>) -> Result<Arc<Stream>> {
         return Ok(s.clone());
     }
     let s = Stream::create(device, 1, 0)?;
-    s.set_label(Some("sluice rng io"));
+    s.set_label(Some(label));
     v.push((key, s.clone()));
     Ok(s)
 }
@@ -265,7 +270,7 @@ impl RngCheckpoint {
         let (head, rest) = out.split_at_mut(checkpoint::PAYLOAD_OFFSET);
         head.copy_from_slice(&checkpoint::header(self.n, self.seed()));
         let (body, tail) = rest.split_at_mut(self.n * STATE_BYTES);
-        let crc = download::download_with_crc(&self.states, &io, body, crc32c::crc32c(head))?;
+        let crc = download::download_with_crc(&self.states, &io, body, crc32c::crc32c(head), tail)?;
         tail.copy_from_slice(&crc.to_le_bytes());
         Ok(())
     }
