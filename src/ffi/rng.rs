@@ -226,18 +226,17 @@ pub extern "C" fn sluice_rng_restore(
 /// size it needs; with `out` NULL that is all it does. Otherwise `capacity` must
 /// be at least that size (else `SLUICE_ERROR_OUT_OF_RANGE`, nothing written).
 /// The bytes: magic `SLRNGCK\0`, format version, algorithm, n_states, seed, the
-/// states, and a CRC32C (`src/rng/checkpoint.rs`). The states are copied device to
-/// host in pieces on a stream of the library's own, which wait for the last save
-/// into this checkpoint, not for later work on the save's stream; host threads
-/// checksum each piece while the next ones are copied. Blocks until the bytes are
-/// written.
+/// states, and a CRC32C (`src/rng/checkpoint.rs`). The copies run on streams of the
+/// library's own and wait for the last save into this checkpoint, not for later
+/// work on the save's stream. Blocks until the bytes are written.
 ///
 /// Pass page-locked memory for a direct copy: where `out` is pinned
 /// (`cudaMallocHost`, `cuMemHostAlloc`, `sluice_buffer_alloc_pinned`) or registered
-/// (`cudaHostRegister`, `sluice_buffer_register_host`), the pieces are copied straight
-/// into it (meant to run close to one raw pinned copy). Pageable memory works too,
-/// but each piece goes through a pinned slot of the library's (cached per device,
-/// 16 MiB at most) and one more host copy.
+/// (`cudaHostRegister`, `sluice_buffer_register_host`), the states are copied straight
+/// into it: on CUDA in one bulk copy, with the CRC32C computed by a kernel beside it
+/// (within a few percent of one raw pinned copy). Pageable memory works too, but the
+/// states come in pieces through pinned slots of the library's (cached per device,
+/// 16 MiB at most), with one more host copy, checksummed on host threads.
 ///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`len_out` NULL); `SLUICE_ERROR_INVALID_HANDLE`
 /// (a stale `checkpoint`); `SLUICE_ERROR_OUT_OF_RANGE` (`capacity` below the serialized

@@ -251,12 +251,12 @@ impl RngCheckpoint {
     }
 
     /// Writes the checkpoint as a versioned byte string into `out` (exactly
-    /// `serialized_len` bytes): the states copied device to host in pieces on the
-    /// device's io stream, which wait for the last save into this checkpoint and
-    /// nothing later, checksummed on host threads while later pieces are on the
-    /// wire. Where `out` is page-locked (pinned or registered), the pieces go
-    /// straight into it; otherwise through pinned slots cached per device
-    /// (`download.rs`).
+    /// `serialized_len` bytes). The copies wait for the last save into this
+    /// checkpoint and nothing later. Where `out` is page-locked (pinned or
+    /// registered) and the device is CUDA, the states come in one bulk copy and
+    /// the CRC32C from a kernel beside it; otherwise in pieces (through pinned
+    /// slots cached per device where `out` is pageable), checksummed on host
+    /// threads while later pieces are on the wire (`download.rs`).
     pub fn serialize_into(&self, out: &mut [u8]) -> Result<()> {
         let len = self.serialized_len();
         if out.len() != len {
