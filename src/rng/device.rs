@@ -97,12 +97,12 @@ fn kernels(device: &Arc<Device>) -> Result<Arc<Kernels>> {
 /// `x^(8 * 2^k) mod P` for k < 48, reflected (bit 31 is `x^0`): appending
 /// `2^k` bytes to a message multiplies its raw CRC32C by `x8[k]`.
 #[repr(C)]
-pub(super) struct CrcPowers {
-    pub(super) x8: [u32; 48],
+struct CrcPowers {
+    x8: [u32; 48],
 }
 
 /// `a * b mod P` (CRC32C's polynomial), both reflected.
-pub(super) fn crc_mulmod(a: u32, mut b: u32) -> u32 {
+fn crc_mulmod(a: u32, mut b: u32) -> u32 {
     let mut p = 0;
     for i in 0..32 {
         if a >> (31 - i) & 1 == 1 {
@@ -132,7 +132,7 @@ pub(super) fn crc_shift(mut a: u32, len: usize) -> u32 {
     a
 }
 
-pub(super) fn crc_powers() -> CrcPowers {
+fn crc_powers() -> CrcPowers {
     // x^1, squared three times: x^8.
     let mut x = 1u32 << 30;
     for _ in 0..3 {
