@@ -181,6 +181,48 @@ fn the_host_philox_draws_what_the_backend_draws() {
     }
 }
 
+/// The state counts around each kernel choice on cuda (quad below 64K states,
+/// one thread per state from 64K up), with counts that leave partial Philox
+/// blocks: every choice draws what the host Philox draws, and leaves the states
+/// where it leaves them (a second call continues the sequence).
+#[test]
+fn every_kernel_choice_draws_what_the_host_philox_draws() {
+    let k = kit();
+    let s = k.stream();
+    for (n, count) in [
+        (8 << 10, 37),
+        ((64 << 10) - 4, 9),
+        (64 << 10, 9),
+        ((64 << 10) + 4, 6),
+    ] {
+        let rng = Rng::create(&s, 5, n).unwrap();
+        let out = k.buffer(&s, n * count);
+        let mut host: Vec<PhiloxState> = (0..n as u64).map(|i| PhiloxState::new(5, i, 0)).collect();
+        for dist in DISTS.into_iter().chain(DISTS) {
+            rng.generate(&s, dist, &out, 0, count, Layout::SampleMajor)
+                .unwrap();
+            let got = read_words(&k, &s, &out);
+            let mut want = vec![0u32; n * count];
+            for (i, st) in host.iter_mut().enumerate() {
+                for j in 0..count {
+                    want[j * n + i] = match dist {
+                        Distribution::U32 => st.next_u32(),
+                        Distribution::Uniform => st.next_uniform().to_bits(),
+                        Distribution::Normal => st.next_normal().to_bits(),
+                    };
+                }
+            }
+            check_draws(
+                &format!("{n} states, {count} draws"),
+                false,
+                &got,
+                &want,
+                dist,
+            );
+        }
+    }
+}
+
 fn draw(k: &common::Kit, s: &Arc<Stream>, rng: &Rng, out: &Buffer, steps: usize) -> Vec<u32> {
     let count = out.size / 4 / rng.n_states() / 3;
     let mut all = Vec::new();

@@ -34,8 +34,15 @@ struct Kernels {
     crc32c: Option<Arc<Function>>,
 }
 
-/// Threads a draw aims for: a few waves of a large GPU.
+/// Threads a split draw aims for: a few waves of a large GPU.
 const TARGET_THREADS: usize = 512 << 10;
+/// Threads the quad kernel aims for. On the H200 (run 94) 64K to 128K threads drew
+/// fastest at 8K to 64K states (3.4 to 3.5 TB/s); 512K threads gave 3.2 at 64K.
+const QUAD_TARGET_THREADS: usize = 96 << 10;
+/// From this many states up, sample-major draws take one thread per state, which
+/// also advances it: 3.66 TB/s at 64K states on the H200 (run 94), against 3.42 for
+/// the best quad split and 3.61 for `curandGenerateUniform`.
+const PER_STATE_MIN: usize = 64 << 10;
 /// The fewest draws a split thread makes (each starts with one skipahead).
 const MIN_DRAWS_PER_THREAD: usize = 16;
 
@@ -267,7 +274,7 @@ fn generate_quad(
     set: &[Access<'_>],
 ) -> Result<()> {
     let groups = n / 4;
-    let want = TARGET_THREADS
+    let want = QUAD_TARGET_THREADS
         .div_ceil(groups)
         .min(count / MIN_DRAWS_PER_THREAD)
         .max(1);
@@ -341,14 +348,10 @@ pub(super) fn generate(
             let k = kernels(&stream.device)?;
             let d = dist as usize - 1;
             // Four states per thread pays where one thread per state is too few
-            // threads (the H200, run 72: 64K states 3.1 TB/s against 2.0 split;
-            // at 1M and 4M states the per-state kernel was faster, 2.8 and 2.2 TB/s
-            // against 2.5 and 1.4).
+            // threads: below 64K states (run 94: 32K states 3.48 TB/s quad, 3.13 per
+            // state; 16K 3.45 against 1.58).
             if let Some(quad) = &k.quad {
-                if layout == Layout::SampleMajor
-                    && n % 4 == 0
-                    && out % 16 == 0
-                    && n < TARGET_THREADS
+                if layout == Layout::SampleMajor && n % 4 == 0 && out % 16 == 0 && n < PER_STATE_MIN
                 {
                     return generate_quad(
                         stream,
@@ -362,10 +365,14 @@ pub(super) fn generate(
                     );
                 }
             }
-            let parts = TARGET_THREADS
-                .div_ceil(n)
-                .min(count / MIN_DRAWS_PER_THREAD)
-                .max(1);
+            let parts = if layout == Layout::SampleMajor && n >= PER_STATE_MIN {
+                1
+            } else {
+                TARGET_THREADS
+                    .div_ceil(n)
+                    .min(count / MIN_DRAWS_PER_THREAD)
+                    .max(1)
+            };
             let (mut p, mut n64, mut o, mut c, mut l) =
                 (states, n as u64, out, count as u64, layout_arg);
             let (mut parts64, mut per) = (parts as u64, count.div_ceil(parts) as u64);
