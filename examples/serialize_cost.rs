@@ -11,7 +11,10 @@
 //! ```
 //!
 //! The host work (CRC32C on the pool's threads) is real; pick the copy rate so that
-//! wire speed over this machine's CRC speed matches the GPU host's. `GAP_US` idles
+//! wire speed over this machine's CRC speed matches the GPU host's. Into pinned
+//! memory the library checksums on the device (one bulk copy and a CRC kernel), and
+//! the stand-in's kernels do nothing: there only the copy's timing means anything,
+//! and the bytes' CRC is not checked. `GAP_US` idles
 //! that long before each timed call (helpers that went to sleep).
 
 use sluice::rng::{Rng, RngCheckpoint};
