@@ -155,6 +155,22 @@ fn draws_equal_curand_built_in_this_run() {
     );
 }
 
+/// `count` draws of `dist` from each of the host Philox states, sample-major.
+fn host_draws(host: &mut [PhiloxState], dist: Distribution, count: usize) -> Vec<u32> {
+    let n = host.len();
+    let mut want = vec![0u32; n * count];
+    for (i, st) in host.iter_mut().enumerate() {
+        for j in 0..count {
+            want[j * n + i] = match dist {
+                Distribution::U32 => st.next_u32(),
+                Distribution::Uniform => st.next_uniform().to_bits(),
+                Distribution::Normal => st.next_normal().to_bits(),
+            };
+        }
+    }
+    want
+}
+
 #[test]
 fn the_host_philox_draws_what_the_backend_draws() {
     let k = kit();
@@ -167,16 +183,7 @@ fn the_host_philox_draws_what_the_backend_draws() {
         rng.generate(&s, dist, &out, 0, count, Layout::SampleMajor)
             .unwrap();
         let got = read_words(&k, &s, &out);
-        let mut want = vec![0u32; n * count];
-        for (i, st) in host.iter_mut().enumerate() {
-            for j in 0..count {
-                want[j * n + i] = match dist {
-                    Distribution::U32 => st.next_u32(),
-                    Distribution::Uniform => st.next_uniform().to_bits(),
-                    Distribution::Normal => st.next_normal().to_bits(),
-                };
-            }
-        }
+        let want = host_draws(&mut host, dist, count);
         check_draws("host vs backend", false, &got, &want, dist);
     }
 }
@@ -202,16 +209,7 @@ fn every_kernel_choice_draws_what_the_host_philox_draws() {
             rng.generate(&s, dist, &out, 0, count, Layout::SampleMajor)
                 .unwrap();
             let got = read_words(&k, &s, &out);
-            let mut want = vec![0u32; n * count];
-            for (i, st) in host.iter_mut().enumerate() {
-                for j in 0..count {
-                    want[j * n + i] = match dist {
-                        Distribution::U32 => st.next_u32(),
-                        Distribution::Uniform => st.next_uniform().to_bits(),
-                        Distribution::Normal => st.next_normal().to_bits(),
-                    };
-                }
-            }
+            let want = host_draws(&mut host, dist, count);
             check_draws(
                 &format!("{n} states, {count} draws"),
                 false,

@@ -14,7 +14,9 @@
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("CUDA %s at %d\n", cudaGetErrorString(e), __LINE__); exit(1);} } while (0)
 
 // One Philox block per iteration: thread t takes state t % n and blocks
-// b = t / n, t / n + stride, ... (stride = threads / n); 4 coalesced row stores.
+// b = t / n, t / n + stride, ... (stride = threads / n); 4 coalesced row stores,
+// streaming (__stcs) or plain.
+template <bool STREAMING>
 __global__ void __launch_bounds__(256) v_block(const sluice_rng_state* states, u64 n, u32* out, u64 count, u64 per_state) {
   const u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
   if (t >= n * per_state) return;
@@ -30,27 +32,11 @@ __global__ void __launch_bounds__(256) v_block(const sluice_rng_state* states, u
     counter_add(c, per_state);
     u32* o = out + 4 * b * n + i;
 #pragma unroll
-    for (int d = 0; d < 4; ++d) __stcs(o + d * n, __float_as_uint(sluice_rng_u32_to_uniform(r[d])));
-  }
-}
-
-// The same with plain stores.
-__global__ void __launch_bounds__(256) v_block_plain(const sluice_rng_state* states, u64 n, u32* out, u64 count, u64 per_state) {
-  const u64 t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
-  if (t >= n * per_state) return;
-  const u64 i = t % n, b0 = t / n;
-  const sluice_rng_state* p = states + i;
-  unsigned c[4] = {p->ctr[0], p->ctr[1], p->ctr[2], p->ctr[3]};
-  const unsigned key[2] = {p->key[0], p->key[1]};
-  const u64 blocks = count / 4;
-  counter_add(c, b0);
-  for (u64 b = b0; b < blocks; b += per_state) {
-    unsigned r[4];
-    sluice_philox4x32_10(c, key, r);
-    counter_add(c, per_state);
-    u32* o = out + 4 * b * n + i;
-#pragma unroll
-    for (int d = 0; d < 4; ++d) o[d * n] = __float_as_uint(sluice_rng_u32_to_uniform(r[d]));
+    for (int d = 0; d < 4; ++d) {
+      const u32 v = __float_as_uint(sluice_rng_u32_to_uniform(r[d]));
+      if (STREAMING) __stcs(o + d * n, v);
+      else o[d * n] = v;
+    }
   }
 }
 
@@ -134,10 +120,10 @@ int main() {
     for (u64 per_state : {1ull, 4ull, 16ull}) {
       if (n * per_state > (64ull << 20) || per_state > count / 4) continue;
       CK(cudaMemsetAsync(out, 0, total * 4, s));
-      v_block<<<(n * per_state + 255) / 256, 256, 0, s>>>(st, n, out, count, per_state);
+      v_block<true><<<(n * per_state + 255) / 256, 256, 0, s>>>(st, n, out, count, per_state);
       char w[64]; snprintf(w, 64, "block %llu", per_state); check(w);
-      double ms = time_ms(s, [&] { v_block<<<(n * per_state + 255) / 256, 256, 0, s>>>(st, n, out, count, per_state); });
-      double ms2 = time_ms(s, [&] { v_block_plain<<<(n * per_state + 255) / 256, 256, 0, s>>>(st, n, out, count, per_state); });
+      double ms = time_ms(s, [&] { v_block<true><<<(n * per_state + 255) / 256, 256, 0, s>>>(st, n, out, count, per_state); });
+      double ms2 = time_ms(s, [&] { v_block<false><<<(n * per_state + 255) / 256, 256, 0, s>>>(st, n, out, count, per_state); });
       double adv = time_ms(s, [&] { sluice_rng_kernel_uniform_advance<<<(n + 255) / 256, 256, 0, s>>>(st2, n, count); });
       printf("  block per_state %3llu (%8llu threads): streaming %.0f GB/s (%.3f), plain %.0f GB/s (%.3f); advance alone %.1f us\n",
              per_state, n * per_state, gbs(ms), gbs(ms) / host, gbs(ms2), gbs(ms2) / host, adv * 1e3);
