@@ -101,58 +101,6 @@ fn kernels(device: &Arc<Device>) -> Result<Arc<Kernels>> {
     Ok(k)
 }
 
-/// `x^(8 * 2^k) mod P` for k < 48, reflected (bit 31 is `x^0`): appending
-/// `2^k` bytes to a message multiplies its raw CRC32C by `x8[k]`.
-#[repr(C)]
-struct CrcPowers {
-    x8: [u32; 48],
-}
-
-/// `a * b mod P` (CRC32C's polynomial), both reflected.
-fn crc_mulmod(a: u32, mut b: u32) -> u32 {
-    let mut p = 0;
-    for i in 0..32 {
-        if a >> (31 - i) & 1 == 1 {
-            p ^= b;
-        }
-        b = (b >> 1) ^ if b & 1 == 1 { CRC32C_POLY } else { 0 };
-    }
-    p
-}
-
-const CRC32C_POLY: u32 = 0x82F6_3B78;
-
-/// `a` carried past `len` zero bytes of raw CRC32C (`a * x^(8 len) mod P`):
-/// what `crc32c::crc32c_combine(a, 0, len)` gives, in a microsecond rather than
-/// tens (that one squares a bit matrix per length bit).
-pub(super) fn crc_shift(mut a: u32, len: usize) -> u32 {
-    static POWERS: std::sync::LazyLock<CrcPowers> = std::sync::LazyLock::new(crc_powers);
-    let mut rest = len as u64;
-    let mut k = 0;
-    while rest != 0 {
-        if rest & 1 == 1 {
-            a = crc_mulmod(POWERS.x8[k], a);
-        }
-        rest >>= 1;
-        k += 1;
-    }
-    a
-}
-
-fn crc_powers() -> CrcPowers {
-    // x^1, squared three times: x^8.
-    let mut x = 1u32 << 30;
-    for _ in 0..3 {
-        x = crc_mulmod(x, x);
-    }
-    let mut x8 = [0u32; 48];
-    for e in x8.iter_mut() {
-        *e = x;
-        x = crc_mulmod(x, x);
-    }
-    CrcPowers { x8 }
-}
-
 /// Bytes per thread of the CRC kernel: a multiple of 16, at least 64, so that
 /// the grid stays within a few waves.
 pub(super) fn crc_segment(len: usize) -> usize {
@@ -162,54 +110,53 @@ pub(super) fn crc_segment(len: usize) -> usize {
 /// Threads the CRC kernel aims for.
 const CRC_THREADS: usize = 64 << 10;
 
-/// The stream the device CRC runs on, beside the io stream's bulk copy; None on
-/// the host backend, or when the embedded PTX predates the CRC kernel.
-pub(super) fn crc_stream(device: &Arc<Device>) -> Result<Option<Arc<Stream>>> {
-    if device.kind() != BackendKind::Cuda || kernels(device)?.crc32c.is_none() {
-        return Ok(None);
-    }
-    super::internal_stream(device, "sluice rng crc").map(Some)
+/// The CRC kernel and the stream it runs on, beside the io stream's bulk copy.
+pub(super) struct DeviceCrc {
+    pub(super) stream: Arc<Stream>,
+    kernel: Arc<Function>,
 }
 
-/// Launches the device CRC of `len` bytes at `data` (16-byte aligned): XORs their
-/// raw CRC32C (zero initial value, no final XOR) into the word at `out`, which
-/// must be zero. Returns false, launching nothing, when the embedded PTX predates
-/// the kernel.
-pub(super) fn crc32c_raw(
-    stream: &Stream,
-    data: u64,
-    len: usize,
-    out: u64,
-    set: &[Access<'_>],
-) -> Result<bool> {
-    let k = kernels(&stream.device)?;
-    let Some(func) = &k.crc32c else {
-        return Ok(false);
-    };
-    let seg = crc_segment(len);
-    let (mut d, mut l, mut s, mut o) = (data, len as u64, seg as u64, out);
-    let mut powers = crc_powers();
-    let mut args = [
-        &mut d as *mut u64 as *mut c_void,
-        &mut l as *mut u64 as *mut c_void,
-        &mut s as *mut u64 as *mut c_void,
-        &mut o as *mut u64 as *mut c_void,
-        &mut powers as *mut CrcPowers as *mut c_void,
-    ];
-    // SAFETY: the kernel's five parameters (8-byte pointers and counts, then the
-    // 192-byte table by value); `data` holds `len` bytes and `out` one word, both
-    // in `set`.
-    unsafe {
-        ops::launch_set(
-            stream,
-            func,
-            dims(len.div_ceil(seg)),
-            args.as_mut_ptr(),
-            args.len(),
-            set,
-        )
-    }?;
-    Ok(true)
+impl DeviceCrc {
+    /// None on the host backend, or when the embedded PTX predates the kernel.
+    pub(super) fn of(device: &Arc<Device>) -> Result<Option<DeviceCrc>> {
+        if device.kind() != BackendKind::Cuda {
+            return Ok(None);
+        }
+        let Some(kernel) = kernels(device)?.crc32c.clone() else {
+            return Ok(None);
+        };
+        let stream = super::internal_stream(device, "sluice rng crc")?;
+        Ok(Some(DeviceCrc { stream, kernel }))
+    }
+
+    /// Launches the CRC of `len` bytes at `data` (16-byte aligned) on the CRC
+    /// stream, as one op over `set`: XORs their raw CRC32C (zero initial value, no
+    /// final XOR) into the word at `out`, which must be zero.
+    pub(super) fn launch(&self, data: u64, len: usize, out: u64, set: &[Access<'_>]) -> Result<()> {
+        let seg = crc_segment(len);
+        let (mut d, mut l, mut s, mut o) = (data, len as u64, seg as u64, out);
+        let mut powers = *super::crc::powers();
+        let mut args = [
+            &mut d as *mut u64 as *mut c_void,
+            &mut l as *mut u64 as *mut c_void,
+            &mut s as *mut u64 as *mut c_void,
+            &mut o as *mut u64 as *mut c_void,
+            &mut powers as *mut super::crc::Powers as *mut c_void,
+        ];
+        // SAFETY: the kernel's five parameters (8-byte pointers and counts, then the
+        // 192-byte table by value); `data` holds `len` bytes and `out` one word,
+        // both in `set`.
+        unsafe {
+            ops::launch_set(
+                &self.stream,
+                &self.kernel,
+                dims(len.div_ceil(seg)),
+                args.as_mut_ptr(),
+                args.len(),
+                set,
+            )
+        }
+    }
 }
 
 fn dims(n: usize) -> LaunchDims {

@@ -1,10 +1,12 @@
 //! The checkpointable on-device RNG (issue 13): per-sample Philox4x32-10 states in
 //! device memory, exactly cuRAND's `curandStatePhilox4_32_10_t`; generation as a
 //! tracked op on an explicit stream; saves and restores as stream-ordered copies;
-//! checkpoints serialized into a versioned, checksummed byte string (`download.rs`:
-//! piecewise copies overlapped with the checksum).
+//! checkpoints serialized into a versioned, checksummed byte string (`download/`:
+//! one bulk copy with the device's checksum, or piecewise copies overlapped with
+//! the host's).
 
 pub mod checkpoint;
+mod crc;
 mod device;
 mod download;
 pub mod philox;
@@ -256,7 +258,7 @@ impl RngCheckpoint {
     /// registered) and the device is CUDA, the states come in one bulk copy and
     /// the CRC32C from a kernel beside it; otherwise in pieces (through pinned
     /// slots cached per device where `out` is pageable), checksummed on host
-    /// threads while later pieces are on the wire (`download.rs`).
+    /// threads while later pieces are on the wire (`download/`).
     pub fn serialize_into(&self, out: &mut [u8]) -> Result<()> {
         let len = self.serialized_len();
         if out.len() != len {
