@@ -8,7 +8,7 @@
 #[path = "support/cabi.rs"]
 mod cabi;
 
-use cabi::{host_device, ok, stream, sync_object};
+use cabi::{close, default_device, host_device, ok, stream, sync_object};
 use sluice::backend::{host, EventApi, StreamApi};
 use sluice::ffi::*;
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -116,8 +116,7 @@ fn a_foreign_op_pair_allocates_nothing_in_steady_state() {
             ok(sluice_sync_destroy(o));
         }
     }
-    ok(sluice_stream_destroy(s));
-    ok(sluice_device_close(d));
+    close(d, &[s]);
 }
 
 /// Op handles are stale after their end, also when the thread's next op reuses
@@ -125,22 +124,10 @@ fn a_foreign_op_pair_allocates_nothing_in_steady_state() {
 /// is still ended once.
 #[test]
 fn op_handles_stay_single_use_when_their_slots_are_reused() {
-    let mut d = sluice_device_t { bits: 0 };
-    ok(sluice_device_open_default(&mut d));
-    let mut s = sluice_stream_t { bits: 0 };
-    ok(sluice_stream_create(
-        d,
-        SLUICE_STREAM_NON_BLOCKING,
-        0,
-        &mut s,
-    ));
-    let mut o = sluice_sync_t { bits: 0 };
-    ok(sluice_sync_create(&mut o));
-    let begin = || {
-        let mut op = sluice_op_t { bits: 0 };
-        ok(sluice_op_begin(s, &o, 1, std::ptr::null(), 0, &mut op));
-        op
-    };
+    let d = default_device();
+    let s = stream(d);
+    let o = sync_object();
+    let begin = || cabi::begin(s, &[o], &[]);
     let stale = |op: sluice_op_t| {
         let e = sluice_op_end(op);
         assert!(!e.is_null(), "a stale op handle was accepted");
@@ -173,5 +160,5 @@ fn op_handles_stay_single_use_when_their_slots_are_reused() {
     stale(fourth);
     ok(sluice_stream_synchronize(s));
     ok(sluice_sync_destroy(o));
-    ok(sluice_stream_destroy(s));
+    close(d, &[s]);
 }

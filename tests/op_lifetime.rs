@@ -8,13 +8,17 @@
 #[path = "support/cabi.rs"]
 mod cabi;
 
-use cabi::{begin, failed, host_device as device, ok, pair, stream, sync_object as sync};
+use cabi::{begin, close, failed, host_device as device, ok, pair, stream, sync_object as sync};
 use sluice::ffi::*;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 
 /// The tests count live states process-wide: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 fn cores() -> Option<usize> {
     sluice::sync::live_sync_cores()
@@ -29,7 +33,7 @@ fn assert_cores(before: Option<usize>, now: isize, what: &str) {
 
 #[test]
 fn objects_destroyed_while_reads_are_open_live_until_the_last_end() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let d = device();
     let (s1, s2) = (stream(d), stream(d));
     let live0 = sluice_live_handles();
@@ -105,14 +109,12 @@ fn objects_destroyed_while_reads_are_open_live_until_the_last_end() {
     ok(sluice_sync_destroy(x));
     ok(sluice_sync_destroy(y));
     assert_cores(before, 0, "fresh objects freed");
-    ok(sluice_stream_destroy(s1));
-    ok(sluice_stream_destroy(s2));
-    ok(sluice_device_close(d));
+    close(d, &[s1, s2]);
 }
 
 #[test]
 fn a_stream_and_its_objects_destroyed_with_ops_open() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let d = device();
     let s = stream(d);
     let before = cores();
@@ -142,7 +144,7 @@ fn a_stream_and_its_objects_destroyed_with_ops_open() {
 
 #[test]
 fn a_conflicting_begin_on_an_object_with_an_open_read_changes_nothing() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let d = device();
     let (s1, s2) = (stream(d), stream(d));
     let before = cores();
@@ -162,14 +164,12 @@ fn a_conflicting_begin_on_an_object_with_an_open_read_changes_nothing() {
     assert_cores(before, 1, "kept by the open read");
     ok(sluice_op_end(rd));
     assert_cores(before, 0, "freed");
-    ok(sluice_stream_destroy(s1));
-    ok(sluice_stream_destroy(s2));
-    ok(sluice_device_close(d));
+    close(d, &[s1, s2]);
 }
 
 #[test]
 fn ops_across_a_capture_keep_their_objects() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let d = device();
     let s = stream(d);
     let before = cores();
@@ -184,8 +184,7 @@ fn ops_across_a_capture_keep_their_objects() {
         for o in [a, b, c] {
             ok(sluice_sync_destroy(o));
         }
-        ok(sluice_stream_destroy(s));
-        ok(sluice_device_close(d));
+        close(d, &[s]);
         return;
     }
     ok(sluice_sync_destroy(a));
@@ -202,8 +201,7 @@ fn ops_across_a_capture_keep_their_objects() {
     ok(sluice_graph_destroy(g));
     assert_cores(before, 0, "freed with the graph");
     ok(sluice_stream_synchronize(s));
-    ok(sluice_stream_destroy(s));
-    ok(sluice_device_close(d));
+    close(d, &[s]);
 }
 
 /// Many threads open and end reads of a shared object while another thread
@@ -211,7 +209,7 @@ fn ops_across_a_capture_keep_their_objects() {
 /// stale handle or succeeds, every end succeeds, and every state is freed.
 #[test]
 fn objects_replaced_under_concurrent_reads_are_all_freed() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let _g = serial();
     let d = device();
     let before = cores();
     let current = Arc::new(AtomicU64::new(sync().bits));

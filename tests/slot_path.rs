@@ -7,7 +7,7 @@
 #[path = "support/cabi.rs"]
 mod cabi;
 
-use cabi::{host_device, ok, pair, stream, sync_object};
+use cabi::{close, host_device, ok, pair, stream, sync_object};
 use sluice::ffi::*;
 
 fn holds() -> Option<u64> {
@@ -68,6 +68,5 @@ fn reads_after_a_host_wait_stay_on_the_slot_path() {
     for o in objs {
         ok(sluice_sync_destroy(o));
     }
-    ok(sluice_stream_destroy(s));
-    ok(sluice_device_close(d));
+    close(d, &[s]);
 }

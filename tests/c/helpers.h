@@ -26,6 +26,17 @@
 
 extern char **environ;
 
+/* ---- errors on other threads ----------------------------------------------------- */
+
+/* CHECK is for the test thread: another thread counts an error in `errors` (which
+ * the test then CHECKs) and frees it. True when `e` was an error. */
+static inline bool count_error(atomic_int *errors, sluice_error_t *e) {
+    if (!e) return false;
+    atomic_fetch_add(errors, 1);
+    sluice_error_free(e);
+    return true;
+}
+
 /* ---- time ---------------------------------------------------------------------- */
 
 static inline void sleep_ms(unsigned ms) {

@@ -506,10 +506,7 @@ static void *race_foreign_thread(void *p) {
         sluice_op_t op;
         sluice_error_t *e = sluice_op_begin(r->s, &r->x, 1, &r->z, 1, &op);
         if (!e) e = sluice_op_end(op);
-        if (e) {
-            atomic_fetch_add(&r->errors, 1);
-            sluice_error_free(e);
-        }
+        count_error(&r->errors, e);
         pthread_barrier_wait(&r->bar);
     }
     return NULL;
@@ -651,20 +648,10 @@ typedef struct {
 
 static void *open_read_thread(void *p) {
     open_read_t *r = p;
-    sluice_error_t *e = sluice_op_begin(r->s, r->objs, 2, NULL, 0, &r->op);
-    if (e) {
-        atomic_fetch_add(&r->errors, 1);
-        sluice_error_free(e);
-    }
+    bool begun = !count_error(&r->errors, sluice_op_begin(r->s, r->objs, 2, NULL, 0, &r->op));
     pthread_barrier_wait(r->opened);
     pthread_barrier_wait(r->destroyed);
-    if (r->end_here && !e) {
-        e = sluice_op_end(r->op);
-        if (e) {
-            atomic_fetch_add(&r->errors, 1);
-            sluice_error_free(e);
-        }
-    }
+    if (r->end_here && begun) count_error(&r->errors, sluice_op_end(r->op));
     return NULL;
 }
 

@@ -1,5 +1,5 @@
-//! Helpers for tests that drive the C ABI on the host backend: a checked call,
-//! a device, a stream, a standalone sync object and foreign op pairs.
+//! Helpers for tests that drive the C ABI (most on the host backend): a checked
+//! call, a device, a stream, a standalone sync object, foreign op pairs, teardown.
 #![allow(dead_code)] // each test binary uses its own part
 
 use sluice::ffi::*;
@@ -18,6 +18,21 @@ pub fn failed(e: *mut sluice_error_t) -> bool {
     }
     sluice_error_free(e);
     true
+}
+
+/// The default device (`SLUICE_BACKEND` picks its backend).
+pub fn default_device() -> sluice_device_t {
+    let mut d = sluice_device_t { bits: 0 };
+    ok(sluice_device_open_default(&mut d));
+    d
+}
+
+/// Destroys the streams, then closes the device.
+pub fn close(d: sluice_device_t, streams: &[sluice_stream_t]) {
+    for &s in streams {
+        ok(sluice_stream_destroy(s));
+    }
+    ok(sluice_device_close(d));
 }
 
 pub fn host_device() -> sluice_device_t {
