@@ -7,10 +7,10 @@ import (
 	"testing"
 )
 
-// tf32 rounds x as cvt.rna.tf32.f32 does: to 10 mantissa bits, ties away
-// from zero.
+// tf32 is what the tensor cores read of an FP32 operand given as TF32: its
+// top 19 bits (10 mantissa bits, the rest dropped).
 func tf32(x float32) float32 {
-	return math.Float32frombits((math.Float32bits(x) + 0x1000) &^ 0x1fff)
+	return math.Float32frombits(math.Float32bits(x) &^ 0x1fff)
 }
 
 // mmaM16N8K8 is mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 over a
@@ -39,8 +39,8 @@ func mmaM16N8K8(d *[32][4]float32, a *[32][4]float32, b *[32][2]float32) {
 }
 
 // gemmSim runs gemm_tile of kernels.go (EPI_STORE) sequentially on the host,
-// block by block in the given order and thread by thread: its loads into
-// shared memory, the tensor-core fragments (mma) or the FP32 fallback, the
+// block by block in the given order and thread by thread: its ring of stages
+// in shared memory, the tensor-core fragments (mma) or the FP32 fallback, the
 // split-K workspace and the tickets of the last block per tile. It checks the
 // kernel's index arithmetic where no GPU is.
 type gemmSim struct {
@@ -56,11 +56,20 @@ func (g *gemmSim) grid() (x, y, z int) {
 }
 
 func (g *gemmSim) block(bx, by, bz int) {
-	const asLD, bsLD = gemmBK + 4, gemmBN + 8
-	var As [2][gemmBM][asLD]float32
-	var Bs [2][gemmBK][bsLD]float32
-	var ra, rb [gemmThreads][2][4]float32
-	var acc [gemmThreads][2][4]float32
+	// Shared memory as the kernel lays it out: a ring of gemmStages stages.
+	const asNN, asTA, bsLD = gemmBK + 4, gemmBM + 8, gemmBN + 8
+	const aStage, bStage = max(gemmBM*asNN, gemmBK*asTA), gemmBK * bsLD
+	var As [gemmStages][aStage]float32
+	var Bs [gemmStages][bStage]float32
+	for st := range As {
+		for i := range As[st] {
+			As[st][i] = float32(math.NaN()) // a slot read before it is written shows
+		}
+		for i := range Bs[st] {
+			Bs[st][i] = float32(math.NaN())
+		}
+	}
+	var acc [gemmThreads][gemmMI][gemmNJ][4]float32
 	gx, gy, Z := g.grid()
 	_ = gy
 	M, N, K := g.M, g.N, g.K
@@ -71,127 +80,119 @@ func (g *gemmSim) block(bx, by, bz int) {
 	if g.ta {
 		lda = M
 	}
-	load := func(k0 int) {
+	const aVecs, bVecs = gemmBM * gemmBK / 4 / gemmThreads, gemmBK * gemmBN / 4 / gemmThreads
+	issue := func(st, k0 int) {
 		for tid := 0; tid < gemmThreads; tid++ {
-			for i := 0; i < 2; i++ {
+			for i := 0; i < aVecs; i++ {
 				e := tid + i*gemmThreads
-				r, q := e>>3, (e&7)*4
 				for j := 0; j < 4; j++ {
 					var v float32
 					if !g.ta {
+						r, q := e/(gemmBK/4), (e%(gemmBK/4))*4
 						gm, gk := m0+r, k0+q+j
 						if gm < M && gk < ke {
 							v = g.A[gm*lda+gk]
 						}
+						As[st][r*asNN+q+j] = v
 					} else {
+						r, q := e/(gemmBM/4), (e%(gemmBM/4))*4
 						gk, gm := k0+r, m0+q+j
 						if gk < ke && gm < M {
 							v = g.A[gk*lda+gm]
 						}
+						As[st][r*asTA+q+j] = v
 					}
-					ra[tid][i][j] = v
 				}
-				var w float32
+			}
+			for i := 0; i < bVecs; i++ {
+				e := tid + i*gemmThreads
+				r, q := e/(gemmBN/4), (e%(gemmBN/4))*4
 				for j := 0; j < 4; j++ {
-					gk, gn := k0+r, n0+q+j
-					w = 0
-					if gk < ke && gn < N {
+					var w float32
+					if gk, gn := k0+r, n0+q+j; gk < ke && gn < N {
 						w = g.B[gk*N+gn]
 					}
-					rb[tid][i][j] = w
+					Bs[st][r*bsLD+q+j] = w
 				}
 			}
 		}
 	}
-	store := func(buf int) {
-		for tid := 0; tid < gemmThreads; tid++ {
-			for i := 0; i < 2; i++ {
-				e := tid + i*gemmThreads
-				r, q := e>>3, (e&7)*4
-				for j := 0; j < 4; j++ {
-					a, b := ra[tid][i][j], rb[tid][i][j]
-					if g.mma {
-						a, b = tf32(a), tf32(b)
-					}
-					if !g.ta {
-						As[buf][r][q+j] = a
-					} else {
-						As[buf][q+j][r] = a
-					}
-					Bs[buf][r][q+j] = b
-				}
-			}
+	aAt := func(st, m, k int) float32 {
+		if g.ta {
+			return As[st][k*asTA+m]
 		}
+		return As[st][m*asNN+k]
 	}
+	bAt := func(st, k, n int) float32 { return Bs[st][k*bsLD+n] }
 	nk := (ke - kb + gemmBK - 1) / gemmBK
-	if nk > 0 {
-		load(kb)
-		store(0)
+	for st := 0; st < gemmStages-1; st++ {
+		if st < nk {
+			issue(st, kb+st*gemmBK)
+		}
 	}
 	for kt := 0; kt < nk; kt++ {
-		cur := kt & 1
-		if kt+1 < nk {
-			load(kb + (kt+1)*gemmBK)
+		// The kernel refills the previous iteration's buffer before its math.
+		if nx := kt + gemmStages - 1; nx < nk {
+			issue(nx%gemmStages, kb+nx*gemmBK)
 		}
+		cur := kt % gemmStages
 		for kk := 0; kk < gemmBK; kk += 8 {
 			for warp := 0; warp < 4; warp++ {
-				wm, wn := (warp>>1)*16, (warp&1)*16
-				if g.mma {
-					var a [32][4]float32
-					for lane := 0; lane < 32; lane++ {
-						gg, t := lane>>2, lane&3
-						a[lane] = [4]float32{As[cur][wm+gg][kk+t], As[cur][wm+gg+8][kk+t],
-							As[cur][wm+gg][kk+t+4], As[cur][wm+gg+8][kk+t+4]}
-					}
-					for j := 0; j < 2; j++ {
-						var b [32][2]float32
-						var d [32][4]float32
+				wm, wn := (warp>>1)*16*gemmMI, (warp&1)*8*gemmNJ
+				for i := 0; i < gemmMI; i++ {
+					for j := 0; j < gemmNJ; j++ {
+						if g.mma {
+							var a [32][4]float32
+							var b [32][2]float32
+							var d [32][4]float32
+							for lane := 0; lane < 32; lane++ {
+								gg, t := lane>>2, lane&3
+								m, n := wm+16*i+gg, wn+8*j+gg
+								a[lane] = [4]float32{tf32(aAt(cur, m, kk+t)), tf32(aAt(cur, m+8, kk+t)),
+									tf32(aAt(cur, m, kk+t+4)), tf32(aAt(cur, m+8, kk+t+4))}
+								b[lane] = [2]float32{tf32(bAt(cur, kk+t, n)), tf32(bAt(cur, kk+t+4, n))}
+								d[lane] = acc[warp*32+lane][i][j]
+							}
+							mmaM16N8K8(&d, &a, &b)
+							for lane := 0; lane < 32; lane++ {
+								acc[warp*32+lane][i][j] = d[lane]
+							}
+							continue
+						}
 						for lane := 0; lane < 32; lane++ {
 							gg, t := lane>>2, lane&3
-							n := wn + j*8 + gg
-							b[lane] = [2]float32{Bs[cur][kk+t][n], Bs[cur][kk+t+4][n]}
-							d[lane] = acc[warp*32+lane][j]
-						}
-						mmaM16N8K8(&d, &a, &b)
-						for lane := 0; lane < 32; lane++ {
-							acc[warp*32+lane][j] = d[lane]
-						}
-					}
-				} else {
-					for lane := 0; lane < 32; lane++ {
-						gg, t := lane>>2, lane&3
-						for j := 0; j < 2; j++ {
 							for c := 0; c < 4; c++ {
-								m, n := wm+gg+(c>>1)*8, wn+j*8+2*t+(c&1)
-								s := acc[warp*32+lane][j][c]
+								m, n := wm+16*i+gg+(c>>1)*8, wn+8*j+2*t+(c&1)
+								s := acc[warp*32+lane][i][j][c]
 								for k := 0; k < 8; k++ {
-									s += As[cur][m][kk+k] * Bs[cur][kk+k][n]
+									s += aAt(cur, m, kk+k) * bAt(cur, kk+k, n)
 								}
-								acc[warp*32+lane][j][c] = s
+								acc[warp*32+lane][i][j][c] = s
 							}
 						}
 					}
 				}
 			}
 		}
-		if kt+1 < nk {
-			store(cur ^ 1)
-		}
 	}
-	pos := func(tid, j, c int) (int, int) {
+	// The kernel's element u = (i*NJ + j)*4 + c of a thread's acc.
+	const perThread = gemmMI * gemmNJ * 4
+	pos := func(tid, u int) (int, int) {
+		i, j, c := u/(gemmNJ*4), (u/4)%gemmNJ, u%4
 		lane, warp := tid&31, tid>>5
 		gg, t := lane>>2, lane&3
-		wm, wn := (warp>>1)*16, (warp&1)*16
-		return m0 + wm + gg + (c>>1)*8, n0 + wn + j*8 + 2*t + (c & 1)
+		wm, wn := (warp>>1)*16*gemmMI, (warp&1)*8*gemmNJ
+		return m0 + wm + 16*i + gg + (c>>1)*8, n0 + wn + 8*j + 2*t + (c & 1)
+	}
+	at := func(tid, u int) *float32 {
+		return &acc[tid][u/(gemmNJ*4)][(u/4)%gemmNJ][u%4]
 	}
 	if Z > 1 {
 		part := g.ws[bz*M*N:]
 		for tid := 0; tid < gemmThreads; tid++ {
-			for j := 0; j < 2; j++ {
-				for c := 0; c < 4; c++ {
-					if gm, gn := pos(tid, j, c); gm < M && gn < N {
-						part[gm*N+gn] = acc[tid][j][c]
-					}
+			for u := 0; u < perThread; u++ {
+				if gm, gn := pos(tid, u); gm < M && gn < N {
+					part[gm*N+gn] = *at(tid, u)
 				}
 			}
 		}
@@ -203,26 +204,22 @@ func (g *gemmSim) block(bx, by, bz int) {
 		}
 		g.tickets[tile] = 0
 		for tid := 0; tid < gemmThreads; tid++ {
-			for j := 0; j < 2; j++ {
-				for c := 0; c < 4; c++ {
-					if gm, gn := pos(tid, j, c); gm < M && gn < N {
-						idx := gm*N + gn
-						s := g.ws[idx]
-						for z := 1; z < Z; z++ {
-							s += g.ws[z*M*N+idx]
-						}
-						acc[tid][j][c] = s
+			for u := 0; u < perThread; u++ {
+				if gm, gn := pos(tid, u); gm < M && gn < N {
+					idx := gm*N + gn
+					s := g.ws[idx]
+					for z := 1; z < Z; z++ {
+						s += g.ws[z*M*N+idx]
 					}
+					*at(tid, u) = s
 				}
 			}
 		}
 	}
 	for tid := 0; tid < gemmThreads; tid++ {
-		for j := 0; j < 2; j++ {
-			for c := 0; c < 4; c++ {
-				if gm, gn := pos(tid, j, c); gm < M && gn < N {
-					g.C[gm*N+gn] = acc[tid][j][c]
-				}
+		for u := 0; u < perThread; u++ {
+			if gm, gn := pos(tid, u); gm < M && gn < N {
+				g.C[gm*N+gn] = *at(tid, u)
 			}
 		}
 	}
@@ -249,12 +246,12 @@ func TestGemmKernelIndexing(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, c := range []struct {
 		ta         bool
-		M, N, K, z int // z: the chunk of K per block (gemmKChunk, or K: no split)
+		M, N, K, z int // z: the chunk of K per block (K: no split)
 	}{
-		{false, 70, 130, 37, 37}, {true, 90, 10, 33, 33}, {false, 65, 77, 300, gemmKChunk},
-		{false, 16, 64, inputs, inputs}, {false, 40, 48, inputs, gemmKChunk},
-		{true, inputs, 40, 20, gemmKChunk}, {true, inputs, 36, 256, gemmKChunk},
-		{false, 256, 64, inputs, gemmKChunk}, {true, 13, 7, 130, gemmKChunk},
+		{false, 70, 130, 37, 37}, {true, 90, 10, 33, 33}, {false, 65, 77, 300, 128},
+		{false, 16, 64, inputs, inputs}, {false, 40, 48, inputs, 128},
+		{true, inputs, 40, 20, 128}, {true, inputs, 36, 256, 128},
+		{false, 256, 64, inputs, 128}, {true, 13, 7, 130, 128},
 	} {
 		A, B := make([]float32, c.M*c.K), make([]float32, c.K*c.N)
 		for i := range A {
@@ -292,6 +289,49 @@ func TestGemmKernelIndexing(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestDropDrawMatchesTheEpilogue walks gemm_tile's epilogue threads (tile,
+// tid, j, c) as the kernel assigns elements and checks that dropDraw names
+// the same RNG state and draw for each element, once each.
+func TestDropDrawMatchesTheEpilogue(t *testing.T) {
+	for _, sz := range [][2]int{{256, 512}, {64, 96}, {40, 50}} {
+		rows, hid := sz[0], sz[1]
+		seen := make(map[[2]int]bool)
+		gx, gy := ceilDiv(hid, gemmBN), ceilDiv(rows, gemmBM)
+		for by := 0; by < gy; by++ {
+			for bx := 0; bx < gx; bx++ {
+				for tid := 0; tid < gemmThreads; tid++ {
+					lane, warp := tid%32, tid/32
+					g, tt := lane/4, lane%4
+					wm, wn := (warp/2)*16*gemmMI, (warp%2)*8*gemmNJ
+					for u := 0; u < dropDraws; u++ {
+						i, j, c := u/(gemmNJ*4), (u/4)%gemmNJ, u%4
+						gm := by*gemmBM + wm + 16*i + g + (c/2)*8
+						gn := bx*gemmBN + wn + 8*j + 2*tt + c%2
+						if gm >= rows || gn >= hid {
+							continue
+						}
+						st, k := dropDraw(gm, gn, hid)
+						want := [2]int{(by*gx+bx)*gemmThreads + tid, u}
+						if [2]int{st, k} != want {
+							t.Fatalf("%dx%d: element (%d,%d): dropDraw = (%d,%d), the kernel draws (%d,%d)", rows, hid, gm, gn, st, k, want[0], want[1])
+						}
+						if seen[want] {
+							t.Fatalf("%dx%d: draw %v used twice", rows, hid, want)
+						}
+						seen[want] = true
+					}
+				}
+			}
+		}
+		if len(seen) != rows*hid {
+			t.Fatalf("%dx%d: %d elements drawn, want %d", rows, hid, len(seen), rows*hid)
+		}
+		if st := dropStates(rows, hid); st != gx*gy*gemmThreads {
+			t.Fatalf("dropStates = %d", st)
 		}
 	}
 }

@@ -7,7 +7,8 @@
 #      and the kernels' start-up self-test             RESULT kernel self-test: ...
 #   2. epochs 1-2 with -save, then a fresh process
 #      with -resume for epochs 3-5, against run 1       RESULT resume_identical=1
-#   3. steps/s, 2 epochs each, of the second epoch:
+#   3. steps/s, the median of 3 processes per mode (each the median of its
+#      epochs 2 and 3; the eager step's host time varies between processes):
 #      graph replay against the eager step              RESULT steps_per_s graph=... eager=... ratio=...  (goal >= 2)
 #      prefetcher against a blocking copy               RESULT steps_per_s prefetch=... blocking=... ratio=...
 #
@@ -68,15 +69,25 @@ fi
 echo "RESULT resume_identical=$same"
 [ $same = 1 ] || rc=1
 
-echo "== 3. steps/s at batch 256 (second epoch of 2)"
-run graph_prefetch -epochs 2 -batch 256
-run eager_prefetch -epochs 2 -batch 256 -eager
-run graph_blocking -epochs 2 -batch 256 -blocking
-run eager_blocking -epochs 2 -batch 256 -eager -blocking
-gp=$(field graph_prefetch steps_per_s)
-ep=$(field eager_prefetch steps_per_s)
-gb=$(field graph_blocking steps_per_s)
-eb=$(field eager_blocking steps_per_s)
+echo "== 3. steps/s at batch 256: 3 processes per mode, alternating; each the median of its epochs 2-3"
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+declare -A rates
+for rep in 1 2 3; do
+	for mode in graph_prefetch eager_prefetch graph_blocking eager_blocking; do
+		args=(-epochs 3 -batch 256)
+		[[ $mode == eager_* ]] && args+=(-eager)
+		[[ $mode == *_blocking ]] && args+=(-blocking)
+		run "${mode}_$rep" "${args[@]}" >/dev/null
+		rates[$mode]+="$(field "${mode}_$rep" steps_per_s) "
+	done
+done
+for mode in graph_prefetch eager_prefetch graph_blocking eager_blocking; do
+	echo "$mode steps/s: ${rates[$mode]}"
+done
+gp=$(echo "${rates[graph_prefetch]}" | median)
+ep=$(echo "${rates[eager_prefetch]}" | median)
+gb=$(echo "${rates[graph_blocking]}" | median)
+eb=$(echo "${rates[eager_blocking]}" | median)
 echo "RESULT steps_per_s graph=$gp eager=$ep ratio=$(ratio "$gp" "$ep") (prefetcher)"
 echo "RESULT steps_per_s graph_blocking=$gb eager_blocking=$eb ratio=$(ratio "$gb" "$eb") (blocking copies)"
 echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (graph)"
@@ -93,5 +104,27 @@ if command -v python3 >/dev/null && [ -f "$summary" ]; then
 		./trainer -epochs 1 -batch 256 -limit 12800 -eager "${extra[@]}" >"$tmp/profile.out" 2>&1 \
 		&& python3 "$summary" "$tmp/trace.json" --device-summary 16 \
 		|| { echo "profile run failed:"; tail -5 "$tmp/profile.out"; }
+fi
+# 5. (SLUICE_TRAINER_NCU=1) each kernel's own duration under Nsight Compute, which
+# runs kernels one at a time: the step's device time without launch gaps.
+if [ "${SLUICE_TRAINER_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+	echo "== 5. kernel durations (ncu, eager, steps 20 to 29)"
+	ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+		--launch-skip 200 --launch-count 70 \
+		./trainer -epochs 1 -batch 256 -limit 12800 -eager "${extra[@]}" >"$tmp/ncu.csv" 2>"$tmp/ncu.err"
+	python3 - "$tmp/ncu.csv" <<'PY' || tail -5 "$tmp/ncu.err"
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]
+k, v = head.index("Kernel Name"), head.index("Metric Value")
+t = collections.defaultdict(list)
+for r in rows[1:]:
+    t[r[k].split("(")[0]].append(float(r[v].replace(",", "")) / 1000)
+total = 0.0
+for name, d in sorted(t.items(), key=lambda x: -sum(x[1])):
+    print(f"  {name:32s} {len(d):4d} launches  {sum(d)/len(d):8.2f} us mean")
+    total += sum(d)
+print(f"RESULT kernel_us_per_step={total / 10:.1f} (ncu, sum of the kernels' own durations)")
+PY
 fi
 exit $rc

@@ -89,23 +89,25 @@ func hostBiasReLU(z, bias []float32) {
 	}
 }
 
-// hostBiasReLUDropout is the epilogue of gemm_nn_bias_relu_drop, in place
-// on a (which holds x W1 on entry), where mask holds on entry the uniform
-// draw of each element's RNG state (RNG.Generate, one draw per state,
-// sample-major: the draw of state i at i, as the kernel's), and on return
-// the mask: 0 when the draw is below p, scale otherwise.
-func hostBiasReLUDropout(a, mask, bias []float32, p, scale float32) {
+// hostBiasReLUDropout is gemm_nn_bias_relu_drop's epilogue on a (rows x
+// len(bias), x W1 on entry): a = relu(a + bias) * mask, where the mask is 0
+// when the element's uniform draw is below p and scale otherwise. draws
+// holds dropDraws uniforms per RNG state, sample-major (draw k of state i at
+// k*states+i), and dropDraw names the element's.
+func hostBiasReLUDropout(a, draws, bias []float32, rows int, p, scale float32) {
 	cols := len(bias)
-	for i := range a {
-		v := a[i] + bias[i%cols]
+	states := len(draws) / dropDraws
+	for i := range a[:rows*cols] {
+		r, c := i/cols, i%cols
+		v := a[i] + bias[c]
 		m := float32(1)
 		if p > 0 {
+			st, k := dropDraw(r, c, cols)
 			m = scale
-			if mask[i] < p {
+			if draws[k*states+st] < p {
 				m = 0
 			}
 		}
-		mask[i] = m
 		a[i] = max(v, 0) * m
 	}
 }

@@ -18,35 +18,34 @@ package main
 //
 // The two large products (x W1: 256x512x784, and x^T da1: 784x512x256) run
 // on the tensor cores in TF32 (mma.sync m16n8k8) with FP32 accumulation, on
-// 32x32 tiles of 4 warps, K in chunks of 128 across blocks (split-K). The
-// partial tiles go to a workspace; the last block of a tile to finish (an
-// integer ticket) adds them in split order and applies the epilogue, so the
-// sum's order never depends on timing. gemm_tile_simt_* are the same kernels
-// in FP32 without tensor cores: the fallback the start-up self-test picks if
-// the TF32 kernels disagree with the host (model.selfTest).
+// 32x32 tiles of 4 warps (MI x NJ m16n8 tiles each), K staged through shared
+// memory by cp.async and split across blocks (split-K). The partial tiles go
+// to a workspace; the last block of a tile to finish (an integer ticket)
+// adds them in split order and applies the epilogue, so the sum's order
+// never depends on timing. gemm_*_simt are the same kernels in FP32 without
+// tensor cores: the fallback the start-up self-test picks if the TF32
+// kernels disagree with the host (model.selfTest).
 const kernelSource = `
 #include <sluice/rng.cuh>
 
-#define GBM 32          // tile rows (M)
-#define GBN 32          // tile columns (N)
+#define MI 1            // m16 tiles per warp
+#define NJ 2            // n8 tiles per warp
+#define GBM (32 * MI)   // tile rows (M): 2 warps of 16 * MI
+#define GBN (16 * NJ)   // tile columns (N): 2 warps of 8 * NJ
 #define GBK 32          // K per shared-memory stage
-#define AS_LD (GBK + 4) // As[m][k]: A fragment loads hit 32 banks (row stride 4 mod 32)
-#define BS_LD (GBN + 8) // Bs[k][n]: B fragment loads hit 32 banks (row stride 8 mod 32)
-#define GTHREADS 128    // 4 warps, 2 x 2, each a 16x16 warp tile (two m16n8 tiles)
+#define NSTAGE 2        // stages in shared memory: the next is in flight (cp.async) during the math
+#define AS_NN (GBK + 4) // A stage as [m][k] (NN): fragment loads hit 32 banks (row stride 4 mod 32)
+#define AS_TA (GBM + 8) // A stage as [k][m] (TA): fragment loads hit 32 banks (row stride 8 mod 32)
+#define A_STAGE (GBM * AS_NN > GBK * AS_TA ? GBM * AS_NN : GBK * AS_TA)
+#define BS_LD (GBN + 8) // B stage as [k][n]
+#define B_STAGE (GBK * BS_LD)
+#define GTHREADS 128    // 4 warps, 2 x 2, each a (16 MI) x (8 NJ) warp tile of m16n8 tiles
+#define A_VECS (GBM * GBK / 4 / GTHREADS)  // float4 of A per thread and stage
+#define B_VECS (GBK * GBN / 4 / GTHREADS)  // float4 of B per thread and stage
 
 #define EPI_STORE 0           // C = acc
 #define EPI_BIAS_RELU 1       // C = relu(acc + bias[n])
-#define EPI_BIAS_RELU_DROP 2  // C = relu(acc + bias[n]) * mask, mask from the element's RNG state
-
-__device__ __forceinline__ float to_tf32(float x) {
-#if __CUDA_ARCH__ >= 800
-  unsigned u;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
-  return __uint_as_float(u);
-#else
-  return x;
-#endif
-}
+#define EPI_BIAS_RELU_DROP 2  // C = relu(acc + bias[n]) * mask, mask from the thread's RNG state
 
 // d += A(16x8, row) * B(8x8, col), TF32 inputs, FP32 accumulators. Fragments
 // (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
@@ -65,9 +64,41 @@ __device__ __forceinline__ void mma_tf32(float d[4], float a0, float a1, float a
 #endif
 }
 
+// 16 bytes from global to shared memory without passing through registers
+// (sm_80+; a plain copy below).
+__device__ __forceinline__ void cp_async16(float* smem, const float* gmem) {
+#if __CUDA_ARCH__ >= 800
+  unsigned long long s;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((unsigned)s), "l"(gmem));
+#else
+  *reinterpret_cast<float4*>(smem) = *reinterpret_cast<const float4*>(gmem);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// A fence that makes this thread's release (or acquire) pattern with a
+// following (preceding) relaxed atomic, at GPU scope (PTX fence.acq_rel.gpu;
+// lighter than __threadfence's fence.sc.gpu).
+__device__ __forceinline__ void fence_acq_rel_gpu() {
+#if __CUDA_ARCH__ >= 700
+  asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's committed groups are pending.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
 // C[M,N] = op(A)[M,K] * B[K,N] (+ epilogue), row-major: op(A)[m,k] is
 // A[k*M+m] when TA, else A[m*K+k]; B[k,n] is B[k*N+n]. Block (x, y, z): the
-// tile of rows 32y.., columns 32x.., and the K range [z*kchunk, (z+1)*kchunk).
+// tile of rows GBM y.., columns GBN x.., and the K range [z*kchunk, (z+1)*kchunk).
 // With gridDim.z > 1 each block writes its partial tile to ws[z][M][N]; the
 // last to finish (counters[tile], reset by it to 0 for the next launch) sums
 // ws[0..Z-1] in that order and applies the epilogue. MMA: tensor cores (TF32),
@@ -78,189 +109,223 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                           float* __restrict__ C, const float* __restrict__ bias,
                                           sluice_rng_state* __restrict__ states, float p, float scale,
                                           float* __restrict__ ws, unsigned* __restrict__ counters) {
-  __shared__ __align__(16) float As[2][GBM][AS_LD];
-  __shared__ __align__(16) float Bs[2][GBK][BS_LD];
+  __shared__ __align__(16) float As[NSTAGE][A_STAGE];
+  __shared__ __align__(16) float Bs[NSTAGE][B_STAGE];
   __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int wm = (warp >> 1) * 16, wn = (warp & 1) * 16;
+  const int wm = (warp >> 1) * 16 * MI, wn = (warp & 1) * 8 * NJ;
   const int m0 = blockIdx.y * GBM, n0 = blockIdx.x * GBN;
   const int kb = blockIdx.z * kchunk, ke = min(K, kb + kchunk);
   const int lda = TA ? M : K;
   const bool avec = (lda % 4 == 0) && (((unsigned long long)A & 15) == 0);
   const bool bvec = (N % 4 == 0) && (((unsigned long long)B & 15) == 0);
 
-  float acc[2][4];
+  // acc[i][j]: the m16n8 tile (i, j) of the warp; element c of it is row
+  // wm + 16 i + g + 8 (c / 2), column wn + 8 j + 2 t + c % 2.
+  float acc[MI][NJ][4];
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
+  for (int i = 0; i < MI; ++i)
 #pragma unroll
-    for (int c = 0; c < 4; ++c) acc[j][c] = 0.0f;
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
 
-  // Each thread stages 2 float4 of A's tile and 2 of B's (256 + 256 of them).
-  float4 ra[2], rb[2];
-  auto load = [&](int k0) {
+  // Stage st gets K rows [k0, k0 + GBK): A_VECS float4 of A and B_VECS of B
+  // per thread, by cp.async where all 4 floats are in range and aligned, else
+  // element by element with zeros outside (K past ke included, so the math
+  // below may run over whole stages). Vector e of A: NN, row e / (GBK/4) of
+  // the tile, k 4 (e % (GBK/4)).. into [m][k]; TA, k row e / (GBM/4), m 4 (e %
+  // (GBM/4)).. into [k][m]. Of B: k row e / (GBN/4), n 4 (e % (GBN/4)).. into [k][n].
+  auto issue = [&](int st, int k0) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < A_VECS; ++i) {
       const int e = tid + i * GTHREADS;
-      // NN: row e/8 of the tile, k 4*(e%8)..+3. TA: k row e/8, m 4*(e%8)..+3.
-      const int r = e >> 3, q = (e & 7) * 4;
-      float v[4];
-      if (!TA) {
-        const int gm = m0 + r, gk = k0 + q;
-        const float* src = A + (unsigned long long)gm * lda + gk;
-        if (avec && gm < M && gk + 3 < ke) {
-          const float4 f = *reinterpret_cast<const float4*>(src);
-          v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
-        } else {
-#pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = (gm < M && gk + j < ke) ? src[j] : 0.0f;
-        }
+      const int per = TA ? GBM / 4 : GBK / 4;
+      const int r = e / per, q = (e % per) * 4;
+      float* da = &As[st][TA ? r * AS_TA + q : r * AS_NN + q];
+      const int am = TA ? m0 + q : m0 + r, ak = TA ? k0 + r : k0 + q;  // first element
+      const float* sa = A + (unsigned long long)(TA ? ak : am) * lda + (TA ? am : ak);
+      const bool afull = TA ? (ak < ke && am + 3 < M) : (am < M && ak + 3 < ke);
+      if (avec && afull) {
+        cp_async16(da, sa);
       } else {
-        const int gk = k0 + r, gm = m0 + q;
-        const float* src = A + (unsigned long long)gk * lda + gm;
-        if (avec && gk < ke && gm + 3 < M) {
-          const float4 f = *reinterpret_cast<const float4*>(src);
-          v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
-        } else {
 #pragma unroll
-          for (int j = 0; j < 4; ++j) v[j] = (gk < ke && gm + j < M) ? src[j] : 0.0f;
+        for (int j = 0; j < 4; ++j) {
+          const bool in = TA ? (ak < ke && am + j < M) : (am < M && ak + j < ke);
+          da[j] = in ? sa[j] : 0.0f;
         }
       }
-      ra[i] = make_float4(v[0], v[1], v[2], v[3]);
     }
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < B_VECS; ++i) {
       const int e = tid + i * GTHREADS;
-      const int r = e >> 3, q = (e & 7) * 4;  // k row r, n 4*(e%8)..+3
-      const int gk = k0 + r, gn = n0 + q;
-      const float* src = B + (unsigned long long)gk * N + gn;
-      float v[4];
-      if (bvec && gk < ke && gn + 3 < N) {
-        const float4 f = *reinterpret_cast<const float4*>(src);
-        v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+      const int r = e / (GBN / 4), q = (e % (GBN / 4)) * 4;
+      float* db = &Bs[st][r * BS_LD + q];
+      const int bk = k0 + r, bn = n0 + q;
+      const float* sb = B + (unsigned long long)bk * N + bn;
+      if (bvec && bk < ke && bn + 3 < N) {
+        cp_async16(db, sb);
       } else {
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = (gk < ke && gn + j < N) ? src[j] : 0.0f;
+        for (int j = 0; j < 4; ++j) db[j] = (bk < ke && bn + j < N) ? sb[j] : 0.0f;
       }
-      rb[i] = make_float4(v[0], v[1], v[2], v[3]);
     }
   };
-  auto store = [&](int buf) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int e = tid + i * GTHREADS;
-      const int r = e >> 3, q = (e & 7) * 4;
-      float4 f = ra[i];
-      if (MMA) { f.x = to_tf32(f.x); f.y = to_tf32(f.y); f.z = to_tf32(f.z); f.w = to_tf32(f.w); }
-      if (!TA) {
-        *reinterpret_cast<float4*>(&As[buf][r][q]) = f;
-      } else {
-        As[buf][q + 0][r] = f.x; As[buf][q + 1][r] = f.y;
-        As[buf][q + 2][r] = f.z; As[buf][q + 3][r] = f.w;
-      }
-      float4 h = rb[i];
-      if (MMA) { h.x = to_tf32(h.x); h.y = to_tf32(h.y); h.z = to_tf32(h.z); h.w = to_tf32(h.w); }
-      *reinterpret_cast<float4*>(&Bs[buf][r][q]) = h;
-    }
+  // op(A)[m][k] and B[k][n] of stage st, tile coordinates.
+  auto a_at = [&](int st, int m, int k) -> float {
+    return TA ? As[st][k * AS_TA + m] : As[st][m * AS_NN + k];
   };
+  auto b_at = [&](int st, int k, int n) -> float { return Bs[st][k * BS_LD + n]; };
 
+  // The ring of NSTAGE stages: NSTAGE - 1 issued ahead; each iteration waits
+  // for its own stage, then refills the buffer the previous iteration read.
+  // One commit per slot, empty or not, keeps the wait's count exact. The
+  // tensor cores take the operands as stored: they read an FP32's TF32 bits.
   const int nk = (ke - kb + GBK - 1) / GBK;
-  if (nk > 0) {
-    load(kb);
-    store(0);
+#pragma unroll
+  for (int st = 0; st < NSTAGE - 1; ++st) {
+    if (st < nk) issue(st, kb + st * GBK);
+    cp_async_commit();
   }
-  __syncthreads();
   for (int kt = 0; kt < nk; ++kt) {
-    const int cur = kt & 1;
-    if (kt + 1 < nk) load(kb + (kt + 1) * GBK);  // in flight during the math below
+    cp_async_wait<NSTAGE - 2>();
+    __syncthreads();  // stage kt is everyone's; stage kt - 1 is no longer read
+    const int nx = kt + NSTAGE - 1;
+    if (nx < nk) issue(nx % NSTAGE, kb + nx * GBK);
+    cp_async_commit();
+    const int cur = kt % NSTAGE;
 #pragma unroll
     for (int kk = 0; kk < GBK; kk += 8) {
       if (MMA) {
-        const float a0 = As[cur][wm + g][kk + t], a1 = As[cur][wm + g + 8][kk + t];
-        const float a2 = As[cur][wm + g][kk + t + 4], a3 = As[cur][wm + g + 8][kk + t + 4];
+        float a[MI][4], b[NJ][2];
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int n = wn + j * 8 + g;
-          mma_tf32(acc[j], a0, a1, a2, a3, Bs[cur][kk + t][n], Bs[cur][kk + t + 4][n]);
+        for (int i = 0; i < MI; ++i) {
+          const int m = wm + 16 * i + g;
+          a[i][0] = a_at(cur, m, kk + t);
+          a[i][1] = a_at(cur, m + 8, kk + t);
+          a[i][2] = a_at(cur, m, kk + t + 4);
+          a[i][3] = a_at(cur, m + 8, kk + t + 4);
         }
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          const int n = wn + 8 * j + g;
+          b[j][0] = b_at(cur, kk + t, n);
+          b[j][1] = b_at(cur, kk + t + 4, n);
+        }
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+            mma_tf32(acc[i][j], a[i][0], a[i][1], a[i][2], a[i][3], b[j][0], b[j][1]);
       } else {
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int i = 0; i < MI; ++i)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int m = wm + g + (c >> 1) * 8, n = wn + j * 8 + 2 * t + (c & 1);
-            float s = acc[j][c];
+          for (int j = 0; j < NJ; ++j)
 #pragma unroll
-            for (int k = 0; k < 8; ++k) s += As[cur][m][kk + k] * Bs[cur][kk + k][n];
-            acc[j][c] = s;
-          }
+            for (int c = 0; c < 4; ++c) {
+              const int m = wm + 16 * i + g + (c >> 1) * 8, n = wn + 8 * j + 2 * t + (c & 1);
+              float s = acc[i][j][c];
+#pragma unroll
+              for (int k = 0; k < 8; ++k) s += a_at(cur, m, kk + k) * b_at(cur, kk + k, n);
+              acc[i][j][c] = s;
+            }
       }
     }
-    if (kt + 1 < nk) store(cur ^ 1);
-    __syncthreads();
   }
+  cp_async_wait<0>();
+
+  // The loops below visit acc in the order u = (i * NJ + j) * 4 + c; element
+  // u's place in the tile is ACC_GM, ACC_GN.
+#define ACC_IJC const int i = u / (NJ * 4), j = (u / 4) % NJ, c = u % 4
+#define ACC_GM (m0 + wm + 16 * i + g + (c >> 1) * 8)
+#define ACC_GN (n0 + wn + 8 * j + 2 * t + (c & 1))
 
   const int Z = gridDim.z;
+  const bool drop = EPI == EPI_BIAS_RELU_DROP && p > 0.0f;
+
+  // Dropout, drawn by the tile's block z = 0 while the other K splits still
+  // run: its thread tid owns the RNG state tile * GTHREADS + tid and draws the
+  // uniforms of its MI * NJ * 4 elements from it, draw (i * NJ + j) * 4 + c for
+  // acc[i][j][c] (out-of-range elements too); the state goes back, so the
+  // draws are checkpointed. The mask (0 with probability p, else scale)
+  // reaches the tile's last block through C, which that block overwrites.
+  float drop_m[MI][NJ][4];
+  if (drop && blockIdx.z == 0) {
+    const unsigned long long si =
+        (unsigned long long)(blockIdx.y * gridDim.x + blockIdx.x) * GTHREADS + tid;
+    sluice_rng_state s = states[si];
+#pragma unroll
+    for (int u = 0; u < MI * NJ * 4; ++u) {
+      ACC_IJC;
+      drop_m[i][j][c] = sluice_rng_uniform(&s) < p ? 0.0f : scale;
+      const int gm = ACC_GM, gn = ACC_GN;
+      if (Z > 1 && gm < M && gn < N) C[(unsigned long long)gm * N + gn] = drop_m[i][j][c];
+    }
+    states[si] = s;
+  }
+
   if (Z > 1) {
+    // Split K: the partial tile to ws[z]; the last block of the tile to take
+    // a ticket adds them. Release and acquire as CUTLASS's GenericBarrier:
+    // the block's stores, a barrier, then one thread's acq_rel fence and
+    // relaxed atomic; after the last ticket that thread's fence, a barrier.
     float* part = ws + (unsigned long long)blockIdx.z * M * N;
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int gm = m0 + wm + g + (c >> 1) * 8, gn = n0 + wn + j * 8 + 2 * t + (c & 1);
-        if (gm < M && gn < N) part[(unsigned long long)gm * N + gn] = acc[j][c];
-      }
-    __threadfence();
+    for (int u = 0; u < MI * NJ * 4; ++u) {
+      ACC_IJC;
+      const int gm = ACC_GM, gn = ACC_GN;
+      if (gm < M && gn < N) part[(unsigned long long)gm * N + gn] = acc[i][j][c];
+    }
     __syncthreads();
     if (tid == 0) {
       const unsigned tile = blockIdx.y * gridDim.x + blockIdx.x;
+      fence_acq_rel_gpu();
       const unsigned ticket = atomicAdd(&counters[tile], 1u);
       s_last = ticket == (unsigned)(Z - 1);
-      if (s_last) counters[tile] = 0;  // every other block of the tile has taken its ticket
+      if (s_last) {
+        fence_acq_rel_gpu();
+        counters[tile] = 0;  // every other block of the tile has taken its ticket
+      }
     }
     __syncthreads();
     if (!s_last) return;
-    __threadfence();
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int gm = m0 + wm + g + (c >> 1) * 8, gn = n0 + wn + j * 8 + 2 * t + (c & 1);
-        if (gm < M && gn < N) {
-          const unsigned long long idx = (unsigned long long)gm * N + gn;
-          float s = __ldcg(ws + idx);
-          for (int z = 1; z < Z; ++z) s += __ldcg(ws + (unsigned long long)z * M * N + idx);
-          acc[j][c] = s;
-        }
+    for (int u = 0; u < MI * NJ * 4; ++u) {
+      ACC_IJC;
+      const int gm = ACC_GM, gn = ACC_GN;
+      if (gm < M && gn < N) {
+        const unsigned long long idx = (unsigned long long)gm * N + gn;
+        float s = __ldcg(ws + idx);
+        for (int z = 1; z < Z; ++z) s += __ldcg(ws + (unsigned long long)z * M * N + idx);
+        acc[i][j][c] = s;
+        if (drop && blockIdx.z != 0) drop_m[i][j][c] = __ldcg(C + idx);
       }
+    }
   }
 
 #pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int gm = m0 + wm + g + (c >> 1) * 8, gn = n0 + wn + j * 8 + 2 * t + (c & 1);
-      if (gm >= M || gn >= N) continue;
-      const unsigned long long idx = (unsigned long long)gm * N + gn;
-      float v = acc[j][c];
-      if (EPI == EPI_BIAS_RELU) {
-        v = fmaxf(v + bias[gn], 0.0f);
-      } else if (EPI == EPI_BIAS_RELU_DROP) {
-        // z = acc + bias; a = relu(z) * mask, where mask is 0 with probability
-        // p (a uniform draw of the element's own RNG state below p) and
-        // 1/(1-p) = scale otherwise. The states are written back, so the
-        // draws are checkpointed.
-        const float z = v + bias[gn];
-        float m = 1.0f;
-        if (p > 0.0f) {
-          sluice_rng_state s = states[idx];
-          m = sluice_rng_uniform(&s) < p ? 0.0f : scale;
-          states[idx] = s;
-        }
-        v = fmaxf(z, 0.0f) * m;
-      }
-      C[idx] = v;
+  for (int u = 0; u < MI * NJ * 4; ++u) {
+    ACC_IJC;
+    const int gm = ACC_GM, gn = ACC_GN;
+    if (gm >= M || gn >= N) continue;
+    const unsigned long long idx = (unsigned long long)gm * N + gn;
+    float v = acc[i][j][c];
+    if (EPI == EPI_BIAS_RELU) {
+      v = fmaxf(v + bias[gn], 0.0f);
+    } else if (EPI == EPI_BIAS_RELU_DROP) {
+      // z = acc + bias; a = relu(z) * mask, where mask is 0 with probability
+      // p (the element's uniform draw below p) and 1/(1-p) = scale otherwise.
+      const float z = v + bias[gn];
+      const float m = drop ? drop_m[i][j][c] : 1.0f;
+      v = fmaxf(z, 0.0f) * m;
     }
+    C[idx] = v;
+  }
+#undef ACC_IJC
+#undef ACC_GM
+#undef ACC_GN
 }
 
 #define GEMM_ARGS int M, int N, int K, int kchunk, const float* A, const float* B, float* C
@@ -310,60 +375,69 @@ __global__ void scale_copy(float* dst, const float* src, unsigned n, float s) {
   if (i < n) dst[i] = src[i] * s;
 }
 
-// A warp per row of a1 (hid units), 8 rows per block of 256 threads: the
-// logits l = a1[r] W2 + b2 (lane k sums units k, k+32, ..., then a xor
-// butterfly, the same in every lane), a right prediction counted in *right;
-// when train, also the row's loss and the gradient (softmax - onehot) * inv_rows.
-__global__ void __launch_bounds__(256) fwd2_ce(const float* a1, const float* w2, const float* b2,
-                                               const unsigned char* labels, float* dlogits,
-                                               float* rowloss, unsigned* right, unsigned rows,
-                                               unsigned hid, float inv_rows, int train) {
-  __shared__ unsigned s_right;
-  if (threadIdx.x == 0) s_right = 0;
-  __syncthreads();
-  const unsigned lane = threadIdx.x & 31, r = blockIdx.x * 8 + (threadIdx.x >> 5);
-  if (r < rows) {  // the same for the whole warp
-    float acc[10];
+// A block of 128 threads (4 warps) per row r of a1 (hid units): the logits
+// l = a1[r] W2 + b2 (thread k sums units k, k+128, ..., each warp adds its
+// lanes by a xor butterfly, then the 4 warps' sums in warp order), a right
+// prediction counted in *right; when train, also the row's loss and the
+// gradient (softmax - onehot) * inv_rows.
+#define CE_THREADS 128
+__global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const float* w2, const float* b2,
+                                                      const unsigned char* labels, float* dlogits,
+                                                      float* rowloss, unsigned* right, unsigned rows,
+                                                      unsigned hid, float inv_rows, int train) {
+  __shared__ float s_part[CE_THREADS / 32][10];
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x;
+  if (r >= rows) return;  // the same for the whole block
+  float acc[10];
 #pragma unroll
-    for (int j = 0; j < 10; ++j) acc[j] = 0.0f;
-    const float* a = a1 + (unsigned long long)r * hid;
-    for (unsigned c = lane; c < hid; c += 32) {
-      const float av = a[c];
-      const float* w = w2 + (unsigned long long)c * 10;
+  for (int j = 0; j < 10; ++j) acc[j] = 0.0f;
+  const float* a = a1 + (unsigned long long)r * hid;
+  for (unsigned c = threadIdx.x; c < hid; c += CE_THREADS) {
+    const float av = a[c];
+    const float* w = w2 + (unsigned long long)c * 10;
 #pragma unroll
-      for (int j = 0; j < 10; ++j) acc[j] += av * w[j];
-    }
+    for (int j = 0; j < 10; ++j) acc[j] += av * w[j];
+  }
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
+  for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
-      for (int j = 0; j < 10; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-    float l[10];
+    for (int j = 0; j < 10; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+  if (lane < 10) {
 #pragma unroll
-    for (int j = 0; j < 10; ++j) l[j] = acc[j] + b2[j];
-    float mx = l[0];
-    int arg = 0;
-#pragma unroll
-    for (int j = 1; j < 10; ++j)
-      if (l[j] > mx) { mx = l[j]; arg = j; }
-    const int y = labels[r];
-    if (train) {
-      float e[10], sum = 0.0f, ly = 0.0f;
-#pragma unroll
-      for (int j = 0; j < 10; ++j) {
-        e[j] = expf(l[j] - mx);
-        sum += e[j];
-        if (j == y) ly = l[j];
-      }
-      const float inv = 1.0f / sum;
-#pragma unroll
-      for (int j = 0; j < 10; ++j)
-        if ((int)lane == j) dlogits[r * 10 + j] = (e[j] * inv - (j == y ? 1.0f : 0.0f)) * inv_rows;
-      if (lane == 0) rowloss[r] = logf(sum) - (ly - mx);
-    }
-    if (lane == 0 && arg == y) atomicAdd(&s_right, 1u);
+    for (int j = 0; j < 10; ++j)
+      if ((int)lane == j) s_part[warp][j] = acc[j];
   }
   __syncthreads();
-  if (threadIdx.x == 0 && s_right != 0) atomicAdd(right, s_right);
+  if (warp != 0) return;
+  float l[10];
+#pragma unroll
+  for (int j = 0; j < 10; ++j) {
+    float v = s_part[0][j];
+#pragma unroll
+    for (int w = 1; w < CE_THREADS / 32; ++w) v += s_part[w][j];
+    l[j] = v + b2[j];
+  }
+  float mx = l[0];
+  int arg = 0;
+#pragma unroll
+  for (int j = 1; j < 10; ++j)
+    if (l[j] > mx) { mx = l[j]; arg = j; }
+  const int y = labels[r];
+  if (train) {
+    float e[10], sum = 0.0f, ly = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) {
+      e[j] = expf(l[j] - mx);
+      sum += e[j];
+      if (j == y) ly = l[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int j = 0; j < 10; ++j)
+      if ((int)lane == j) dlogits[r * 10 + j] = (e[j] * inv - (j == y ? 1.0f : 0.0f)) * inv_rows;
+    if (lane == 0) rowloss[r] = logf(sum) - (ly - mx);
+  }
+  if (lane == 0 && arg == y) atomicAdd(right, 1u);
 }
 
 // One block of 256 threads: losses[*counter] = mean of rowloss (thread k sums
@@ -385,20 +459,22 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
   }
 }
 
-// The backward pass of the second layer and of the hidden activation, 16
-// hidden units per block of 256 threads (thread: unit c = 16 * block + tid %
-// 16, rows tid / 16, tid / 16 + 16, ...):
+// The backward pass of the second layer and of the hidden activation, 4
+// hidden units per block of 256 threads (thread: unit c = 4 * block + tid %
+// 4, rows tid / 4, tid / 4 + 64, ...):
 //   da1[r,c] = a1[r,c] > 0 ? scale * sum_j dz2[r,j] W2[c,j] : 0
 //     (a1 > 0 exactly where relu passed and dropout kept: the mask is scale there)
 //   dW2[c,j] = sum_r a1[r,c] dz2[r,j]    db1[c] = sum_r da1[r,c]
 // and unit c == hid is the bias of the second layer: db2[j] = sum_r dz2[r,j].
-// The 16 partial sums of each unit are added in slot order.
+// The 64 partial sums of each unit are added in a fixed order.
+#define BWD2_UNITS 4
+#define BWD2_SLOTS 64
 __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, const float* w2,
                                             float* da1, float* gw2, float* gb1, float* gb2,
                                             unsigned rows, unsigned hid, float scale) {
-  __shared__ float part[16][16][11];
-  const unsigned col = threadIdx.x & 15, slot = threadIdx.x >> 4;
-  const unsigned c = blockIdx.x * 16 + col;
+  __shared__ float part[256 / 32][BWD2_UNITS][11];
+  const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
+  const unsigned c = blockIdx.x * BWD2_UNITS + col;
   float gw[10], gb = 0.0f;
 #pragma unroll
   for (int j = 0; j < 10; ++j) gw[j] = 0.0f;
@@ -406,7 +482,7 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
     float wc[10];
 #pragma unroll
     for (int j = 0; j < 10; ++j) wc[j] = w2[(unsigned long long)c * 10 + j];
-    for (unsigned r = slot; r < rows; r += 16) {
+    for (unsigned r = slot; r < rows; r += BWD2_SLOTS) {
       const float* d = dz2 + (unsigned long long)r * 10;
       float dz[10];
 #pragma unroll
@@ -422,29 +498,41 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
       for (int j = 0; j < 10; ++j) gw[j] += a * dz[j];
     }
   } else if (c == hid) {
-    for (unsigned r = slot; r < rows; r += 16) {
+    for (unsigned r = slot; r < rows; r += BWD2_SLOTS) {
 #pragma unroll
       for (int j = 0; j < 10; ++j) gw[j] += dz2[(unsigned long long)r * 10 + j];
     }
   }
+  // The 8 slots of a warp (lanes col, col + 4, ..., col + 28) by a xor
+  // butterfly, then the 8 warps in warp order: a fixed order.
 #pragma unroll
-  for (int j = 0; j < 10; ++j) part[slot][col][j] = gw[j];
-  part[slot][col][10] = gb;
+  for (int off = BWD2_UNITS; off < 32; off <<= 1) {
+#pragma unroll
+    for (int j = 0; j < 10; ++j) gw[j] += __shfl_xor_sync(0xffffffffu, gw[j], off);
+    gb += __shfl_xor_sync(0xffffffffu, gb, off);
+  }
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane < BWD2_UNITS) {
+#pragma unroll
+    for (int j = 0; j < 10; ++j) part[warp][lane][j] = gw[j];
+    part[warp][lane][10] = gb;
+  }
   __syncthreads();
-  if (slot == 0 && c <= hid) {
-    float s[11];
+  if (threadIdx.x < BWD2_UNITS && c <= hid) {
+    float sum[11];
 #pragma unroll
-    for (int q = 0; q < 11; ++q) s[q] = part[0][col][q];
-    for (int w = 1; w < 16; ++w)
+    for (int q = 0; q < 11; ++q) {
+      sum[q] = part[0][col][q];
 #pragma unroll
-      for (int q = 0; q < 11; ++q) s[q] += part[w][col][q];
+      for (int w = 1; w < 256 / 32; ++w) sum[q] += part[w][col][q];
+    }
     if (c < hid) {
 #pragma unroll
-      for (int j = 0; j < 10; ++j) gw2[(unsigned long long)c * 10 + j] = s[j];
-      gb1[c] = s[10];
+      for (int j = 0; j < 10; ++j) gw2[(unsigned long long)c * 10 + j] = sum[j];
+      gb1[c] = sum[10];
     } else {
 #pragma unroll
-      for (int j = 0; j < 10; ++j) gb2[j] = s[j];
+      for (int j = 0; j < 10; ++j) gb2[j] = sum[j];
     }
   }
 }
@@ -485,11 +573,26 @@ var kernelNames = []string{
 }
 
 // The GEMM kernels' tiling (gemm_tile): GBM x GBN tiles of gemmThreads
-// threads, K split across blocks in chunks of gemmKChunk (a multiple of GBK).
+// threads, K split across blocks in chunks of a multiple of GBK.
+//
+// The training step's chunks (flags -kchunk and -kchunk-tn): the K per
+// block trades the number of blocks against the partial tiles to add.
+// x W1 (K = 784) splits 4 ways, x^T da1 (K = 256, the batch) not at all:
+// the fastest of a sweep on an H200 (docs/gpu-runs.md, run 104).
+var (
+	gemmKChunkNN = 224
+	gemmKChunkTN = 256
+)
+
 const (
-	gemmBM      = 32
-	gemmBN      = 32
+	gemmMI      = 1 // MI: m16 tiles per warp
+	gemmNJ      = 2 // NJ: n8 tiles per warp
+	gemmBM      = 32 * gemmMI
+	gemmBN      = 16 * gemmNJ
 	gemmBK      = 32
+	gemmStages  = 2 // NSTAGE
 	gemmThreads = 128
-	gemmKChunk  = 128
+	dropDraws   = gemmMI * gemmNJ * 4 // dropout uniforms per RNG state: the elements of an epilogue thread
+	ceThreads   = 128                 // fwd2_ce's block (CE_THREADS)
+	bwd2Units   = 4                   // hidden units per bwd2 block (BWD2_UNITS)
 )

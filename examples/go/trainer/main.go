@@ -40,6 +40,7 @@ import (
 	"hash/crc32"
 	"math"
 	"os"
+	"slices"
 	"time"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
@@ -77,6 +78,8 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
+	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32)")
+	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32)")
 	flag.Parse()
 	if o.eager {
 		o.graph = false
@@ -86,6 +89,8 @@ func parseFlags() (*options, error) {
 		return nil, errors.New("-epochs, -batch and -hidden must be positive, -limit and -test-limit not negative")
 	case o.drop < 0 || o.drop >= 1:
 		return nil, errors.New("-dropout must be in [0, 1)")
+	case gemmKChunkNN < gemmBK || gemmKChunkNN%gemmBK != 0 || gemmKChunkTN < gemmBK || gemmKChunkTN%gemmBK != 0:
+		return nil, fmt.Errorf("-kchunk and -kchunk-tn must be positive multiples of %d", gemmBK)
 	case o.depth < 1 || o.producers < 1:
 		return nil, errors.New("-depth and -producers must be positive")
 	case flag.NArg() > 0:
@@ -251,12 +256,14 @@ func run() error {
 		defer rck.Close()
 	}
 
-	var acc, lastRate float64
+	var acc float64
+	var rates []float64 // steps/s of each epoch of this process
 	for e := start; e < o.epochs; e++ {
 		if err := sluice.Memset(train, m.trainStats, 0, 0, 8); err != nil {
 			return err
 		}
 		te := time.Now()
+		var enqueue time.Duration // host time spent issuing the steps
 		for i := 0; i < smp.nb; i++ {
 			if o.blocking {
 				// Fill, then a synchronous copy that waits for the step that
@@ -275,11 +282,13 @@ func run() error {
 					return err
 				}
 			}
+			ts := time.Now()
 			if cache != nil {
 				err = cache.Run(0, train, m.trainStep)
 			} else {
 				err = m.trainStep(train)
 			}
+			enqueue += time.Since(ts)
 			if err != nil {
 				return fmt.Errorf("epoch %d step %d: %w", e+1, i, err)
 			}
@@ -297,7 +306,8 @@ func run() error {
 			return err
 		}
 		el := time.Since(te).Seconds()
-		lastRate = float64(smp.nb) / el
+		lastRate := float64(smp.nb) / el
+		rates = append(rates, lastRate)
 		stats := sluice.SliceOf[uint32](statPin.Bytes())
 		if int(stats[0]) != smp.nb {
 			return fmt.Errorf("epoch %d: the device counted %d steps, want %d", e+1, stats[0], smp.nb)
@@ -316,8 +326,9 @@ func run() error {
 			return err
 		}
 		acc = float64(right) / float64(max(len(d.testY), 1))
-		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s\n",
-			e+1, o.epochs, sum/float64(smp.nb), float64(stats[1])/float64(nTrain), acc, smp.nb, el, lastRate)
+		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s, %.1f us/step issuing\n",
+			e+1, o.epochs, sum/float64(smp.nb), float64(stats[1])/float64(nTrain), acc, smp.nb, el, lastRate,
+			enqueue.Seconds()*1e6/float64(smp.nb))
 	}
 
 	if stopProducers != nil {
@@ -349,7 +360,7 @@ func run() error {
 		fmt.Printf("saved %s after epoch %d: %d bytes, crc32c %08x\n", o.save, o.epochs, n, crc)
 	}
 	fmt.Printf("RESULT accuracy=%.4f\n", acc)
-	fmt.Printf("RESULT steps_per_s=%.1f mode=%s batch=%d hidden=%d\n", lastRate, modeName(o), o.batch, o.hidden)
+	fmt.Printf("RESULT steps_per_s=%.1f mode=%s batch=%d hidden=%d (median of %d epochs)\n", steadyRate(rates), modeName(o), o.batch, o.hidden, max(len(rates)-1, 1))
 	return nil
 }
 
@@ -414,4 +425,21 @@ func main() {
 		fmt.Fprintln(os.Stderr, "trainer:", err)
 		os.Exit(1)
 	}
+}
+
+// steadyRate is the median steps/s of the epochs after the first (which
+// compiles, captures and warms up), or the first's where there is one.
+func steadyRate(rates []float64) float64 {
+	if len(rates) == 0 {
+		return 0
+	}
+	if len(rates) > 1 {
+		rates = rates[1:]
+	}
+	r := slices.Clone(rates)
+	slices.Sort(r)
+	if len(r)%2 == 1 {
+		return r[len(r)/2]
+	}
+	return (r[len(r)/2-1] + r[len(r)/2]) / 2
 }

@@ -66,8 +66,9 @@ type model struct {
 	nTest                   int
 	exf, ez1, ez2, evalStat *sluice.Buffer
 
-	rng    *rng
-	states *sluice.Buffer // cuda: the RNG's states, drawn from by gemm_nn_bias_relu_drop
+	rng     *rng
+	nStates int            // dropStates(B, H)
+	states  *sluice.Buffer // cuda: the RNG's states, drawn from by gemm_nn_bias_relu_drop
 }
 
 func (m *model) f32(b *sluice.Buffer, off, n int) arr {
@@ -128,6 +129,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		lr: hp.lr, mu: hp.mu, wd: hp.wd, maxSteps: maxSteps,
 	}
 	m.nParams = inputs*m.H + m.H + m.H*classes + classes
+	m.nStates = dropStates(m.B, m.H)
 	if !m.host {
 		if m.mod, err = compileModule(dev, kernelSource, "trainer.cu"); err != nil {
 			return nil, fmt.Errorf("compiling the kernels: %w", err)
@@ -146,7 +148,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		n int
 	}{
 		{&m.xu8, B * inputs}, {&m.yu8, B}, {&m.xf, 4 * B * inputs},
-		{&m.a1, 4 * B * H}, {&m.mask, 4 * B * H}, {&m.da1, 4 * B * H},
+		{&m.a1, 4 * B * H}, {&m.mask, 4 * dropDraws * m.nStates}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
 		{&m.params, 4 * m.nParams}, {&m.grads, 4 * m.nParams}, {&m.vel, 4 * m.nParams},
 		{&m.trainStats, 8}, {&m.losses, 4 * max(maxSteps, 1)},
@@ -154,7 +156,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		{&m.exf, 4 * B * inputs}, {&m.ez1, 4 * B * H}, {&m.ez2, 4 * B * classes}, {&m.evalStat, 4},
 	}
 	if !m.host {
-		zs := max(gemmSplits(inputs)*B*H, gemmSplits(B)*inputs*H)
+		zs := max(gemmSplits(inputs, gemmKChunkNN)*B*H, gemmSplits(B, gemmKChunkTN)*inputs*H)
 		tiles := max(ceilDiv(B, gemmBM), ceilDiv(inputs, gemmBM)) * ceilDiv(H, gemmBN)
 		allocs = append(allocs, struct {
 			p *(*sluice.Buffer)
@@ -186,10 +188,11 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 			return nil, err
 		}
 	}
-	// One RNG state per hidden activation of a batch: state i draws the
-	// dropout of element i, on the GPU in gemm_nn_bias_relu_drop through
-	// <sluice/rng.cuh>, on the host backend with RNG.Generate.
-	if m.rng, err = newRNG(s, hp.rngSeed, B*H); err != nil {
+	// One RNG state per thread of the first GEMM's epilogue, each drawing the
+	// dropout of that thread's dropDraws elements (dropDraw): on the GPU in
+	// gemm_nn_bias_relu_drop through <sluice/rng.cuh>, on the host backend
+	// with RNG.Generate.
+	if m.rng, err = newRNG(s, hp.rngSeed, m.nStates); err != nil {
 		return nil, err
 	}
 	if !m.host {
@@ -254,15 +257,43 @@ func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, read
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
-// gemmSplits is the number of blocks a GEMM's K is split across (gemm_tile):
-// chunks of gemmKChunk.
-func gemmSplits(K int) int { return max(ceilDiv(K, gemmKChunk), 1) }
+// ceGrid is fwd2_ce's launch: a block of ceThreads per row.
+func ceGrid(rows int) sluice.LaunchConfig {
+	return sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(rows)}, Block: sluice.Dim3{X: ceThreads}}
+}
+
+// dropStates is the number of RNG states the dropout draws from: one per
+// thread of each tile of the rows x hid product (gemm_tile's epilogue).
+func dropStates(rows, hid int) int {
+	return ceilDiv(rows, gemmBM) * ceilDiv(hid, gemmBN) * gemmThreads
+}
+
+// dropDraw is the RNG state and the draw (0..dropDraws-1) that decide the
+// dropout of element (r, c) of a rows x hid activation, as gemm_tile's
+// epilogue assigns them: in tile (r/gemmBM, c/gemmBN), warp w covers rows
+// wm.. and columns wn.. (wm = 16*gemmMI*(w/2), wn = 8*gemmNJ*(w%2)); its lane
+// (g = lane/4, t = lane%4) holds element e of m16n8 tile (i, j) at row
+// wm+16i+g+8(e/2), column wn+8j+2t+e%2, and draws (i*gemmNJ+j)*4+e for it.
+func dropDraw(r, c, hid int) (state, draw int) {
+	tile := (r/gemmBM)*ceilDiv(hid, gemmBN) + c/gemmBN
+	lr, lc := r%gemmBM, c%gemmBN
+	wr, wc := lr/(16*gemmMI), lc/(8*gemmNJ)
+	lr, lc = lr%(16*gemmMI), lc%(8*gemmNJ)
+	i, j := lr/16, lc/8
+	g, t := lr%8, (lc%8)/2
+	e := ((lr%16)/8)*2 + lc%2
+	return tile*gemmThreads + (wr*2+wc)*32 + g*4 + t, (i*gemmNJ+j)*4 + e
+}
+
+// gemmSplits is the number of blocks a GEMM's K is split across (gemm_tile)
+// in chunks of chunk.
+func gemmSplits(K, chunk int) int { return max(ceilDiv(K, chunk), 1) }
 
 // gemmOp is one launch of a gemm_tile kernel: C = op(A) * B (+ epilogue).
 type gemmOp struct {
 	name    string // gemm_nn, gemm_tn, gemm_nn_bias_relu, gemm_nn_bias_relu_drop
 	M, N, K int
-	split   bool // split K across blocks (the training stream's workspace)
+	chunk   int // > 0: split K across blocks in chunks of this (the training stream's workspace)
 	A, B, C arr
 	extra   []any             // the epilogue's arguments, between C and the workspace
 	reads   []sluice.Syncable // besides A and B
@@ -280,8 +311,8 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	}
 	kchunk, z := g.K, 1
 	var ws, tickets uint64
-	if g.split {
-		kchunk, z = gemmKChunk, gemmSplits(g.K)
+	if g.chunk > 0 {
+		kchunk, z = g.chunk, gemmSplits(g.K, g.chunk)
 		if z > 1 {
 			ws, tickets = m.gemmWS.DevicePtr(), m.gemmTickets.DevicePtr()
 			writes = append(writes, m.gemmWS, m.gemmTickets)
@@ -309,7 +340,7 @@ func (m *model) initParams(s *sluice.Stream) error {
 	if err := sluice.Memset(s, m.vel, 0, 0, 4*m.nParams); err != nil {
 		return err
 	}
-	S := m.B * m.H
+	S := m.nStates
 	n1, n2 := inputs*m.H, m.H*classes
 	c1, c2 := (n1+S-1)/S, (n2+S-1)/S
 	scratch, err := s.Alloc(4 * S * max(c1, c2))
@@ -349,7 +380,8 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	B, H := m.B, m.H
 	xu8, yu8 := m.u8(m.xu8, 0, B*inputs), m.u8(m.yu8, 0, B)
 	xf := m.f32(m.xf, 0, B*inputs)
-	a1, mask, da1 := m.f32(m.a1, 0, B*H), m.f32(m.mask, 0, B*H), m.f32(m.da1, 0, B*H)
+	a1, da1 := m.f32(m.a1, 0, B*H), m.f32(m.da1, 0, B*H)
+	draws := m.f32(m.mask, 0, dropDraws*m.nStates)
 	z2, dz2 := m.f32(m.z2, 0, B*classes), m.f32(m.dz2, 0, B*classes)
 	rowloss, losses := m.f32(m.rowloss, 0, B), m.f32(m.losses, 0, m.maxSteps)
 	stats := m.u32(m.trainStats, 0, 2)
@@ -367,8 +399,8 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		// a1 = dropout(relu(x W1 + b1))
 		func() error {
 			if m.host && p > 0 {
-				// The same draws as the kernel's: one uniform per state.
-				if err := m.rng.Generate(s, rngUniform, rngSampleMajor, m.mask, 0, 1); err != nil {
+				// The same draws as the kernel's: dropDraws uniforms per state.
+				if err := m.rng.Generate(s, rngUniform, rngSampleMajor, m.mask, 0, dropDraws); err != nil {
 					return err
 				}
 			}
@@ -378,17 +410,17 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				states, rngBuf = m.states.DevicePtr(), syncs(m.states)
 			}
 			return m.gemm(s, gemmOp{
-				name: "gemm_nn_bias_relu_drop", M: B, N: H, K: inputs, split: true, A: xf, B: w1, C: a1,
+				name: "gemm_nn_bias_relu_drop", M: B, N: H, K: inputs, chunk: gemmKChunkNN, A: xf, B: w1, C: a1,
 				extra: []any{b1.ptr(), states, p, scale}, reads: syncs(m.params), writes: rngBuf,
 				host: func() {
 					hostGemm(false, false, B, H, inputs, xf.f, w1.f, a1.f)
-					hostBiasReLUDropout(a1.f, mask.f, b1.f, p, scale)
+					hostBiasReLUDropout(a1.f, draws.f, b1.f, B, p, scale)
 				},
 			})
 		},
 		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses, right predictions
 		func() error {
-			return m.run(s, "fwd2_ce", grid1(B*32), syncs(m.a1, m.params, m.yu8), syncs(m.z2, m.dz2, m.rowloss, m.trainStats),
+			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, m.yu8), syncs(m.z2, m.dz2, m.rowloss, m.trainStats),
 				func() {
 					hostGemm(false, false, B, classes, H, a1.f, w2.f, z2.f)
 					hostBiasAdd(z2.f, b2.f)
@@ -405,7 +437,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		},
 		// da1, dW2, db2, db1
 		func() error {
-			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(ceilDiv(H+1, 16))}, Block: sluice.Dim3{X: 256}}
+			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(ceilDiv(H+1, bwd2Units))}, Block: sluice.Dim3{X: 256}}
 			return m.run(s, "bwd2", cfg, syncs(m.a1, m.dz2, m.params), syncs(m.da1, m.grads),
 				func() { hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale) },
 				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), gw2.ptr(), gb1.ptr(), gb2.ptr(), uint32(B), uint32(H), scale)
@@ -413,7 +445,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		// dW1 = x^T da1
 		func() error {
 			return m.gemm(s, gemmOp{
-				name: "gemm_tn", M: inputs, N: H, K: B, split: true, A: xf, B: da1, C: gw1,
+				name: "gemm_tn", M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: xf, B: da1, C: gw1,
 				writes: syncs(m.grads),
 				host:   func() { hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f) },
 			})
@@ -468,7 +500,7 @@ func (m *model) evaluate(s *sluice.Stream, pinned *sluice.PinnedBuffer) (int, er
 		}); err != nil {
 			return 0, err
 		}
-		if err := m.run(s, "fwd2_ce", grid1(rows*32), syncs(m.ez1, m.params, m.testY), syncs(m.ez2, m.evalStat),
+		if err := m.run(s, "fwd2_ce", ceGrid(rows), syncs(m.ez1, m.params, m.testY), syncs(m.ez2, m.evalStat),
 			func() {
 				hostGemm(false, false, rows, classes, H, z1.f, w2.f, z2.f)
 				hostBiasAdd(z2.f, b2.f)
@@ -504,12 +536,12 @@ func (m *model) selfTest(s *sluice.Stream) error {
 		return v
 	}
 	cases := []struct {
-		name    string
-		ta      bool
-		M, N, K int
+		name           string
+		ta             bool
+		M, N, K, chunk int
 	}{
-		{"gemm_nn", false, B, H, inputs}, // x W1
-		{"gemm_tn", true, inputs, H, B},  // x^T da1
+		{"gemm_nn", false, B, H, inputs, gemmKChunkNN}, // x W1
+		{"gemm_tn", true, inputs, H, B, gemmKChunkTN},  // x^T da1
 	}
 	worst := func(suffix string) (float64, error) {
 		var w float64
@@ -534,7 +566,7 @@ func (m *model) selfTest(s *sluice.Stream) error {
 			}
 			saved := m.gemmSuffix
 			m.gemmSuffix = suffix
-			err := m.gemm(s, gemmOp{name: c.name, M: c.M, N: c.N, K: c.K, split: true,
+			err := m.gemm(s, gemmOp{name: c.name, M: c.M, N: c.N, K: c.K, chunk: c.chunk,
 				A: arr{buf: bufs[0]}, B: arr{buf: bufs[1]}, C: arr{buf: bufs[2]}})
 			m.gemmSuffix = saved
 			if err != nil {
