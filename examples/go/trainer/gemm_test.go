@@ -44,7 +44,7 @@ func mmaM16N8K8(d *[32][4]float32, a *[32][4]float32, b *[32][2]float32) {
 // split-K workspace and the tickets of the last block per tile. It checks the
 // kernel's index arithmetic where no GPU is.
 type gemmSim struct {
-	ta, mma        bool
+	ta, mma, half  bool // half: the BF16 kernels (A and B hold bf16 values)
 	M, N, K, chunk int
 	A, B, C        []float32
 	ws             []float32
@@ -55,7 +55,134 @@ func (g *gemmSim) grid() (x, y, z int) {
 	return ceilDiv(g.N, gemmBN), ceilDiv(g.M, gemmBM), ceilDiv(g.K, g.chunk)
 }
 
-func (g *gemmSim) block(bx, by, bz int) {
+// mmaM16N8K16 is mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 over a
+// warp's registers (each a pair of bf16, the lower index in the low half), by
+// the PTX ISA's fragments (g = lane/4, t = lane%4): a0 A[g][2t..2t+1], a1
+// A[g+8][2t..], a2 A[g][2t+8..], a3 A[g+8][2t+8..]; b0 B[2t..2t+1][g], b1
+// B[2t+8..][g]; d as mmaM16N8K8's.
+func mmaM16N8K16(d *[32][4]float32, a *[32][4]uint32, b *[32][2]uint32) {
+	var A [16][16]float32
+	var B [16][8]float32
+	lo := func(r uint32) float32 { return bf2f(uint16(r)) }
+	hi := func(r uint32) float32 { return bf2f(uint16(r >> 16)) }
+	for lane := 0; lane < 32; lane++ {
+		g, t := lane/4, lane%4
+		for i, rc := range [4][2]int{{g, 2 * t}, {g + 8, 2 * t}, {g, 2*t + 8}, {g + 8, 2*t + 8}} {
+			A[rc[0]][rc[1]], A[rc[0]][rc[1]+1] = lo(a[lane][i]), hi(a[lane][i])
+		}
+		B[2*t][g], B[2*t+1][g] = lo(b[lane][0]), hi(b[lane][0])
+		B[2*t+8][g], B[2*t+9][g] = lo(b[lane][1]), hi(b[lane][1])
+	}
+	for lane := 0; lane < 32; lane++ {
+		g, t := lane/4, lane%4
+		for c := 0; c < 4; c++ {
+			r, n := g+(c/2)*8, 2*t+c%2
+			s := d[lane][c]
+			for k := 0; k < 16; k++ {
+				s += A[r][k] * B[k][n]
+			}
+			d[lane][c] = s
+		}
+	}
+}
+
+// ldmatrixX4 is ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: row k of
+// matrix i starts at sm[rows[8i+k]]; lane gets of matrix i, in register i,
+// row lane/4 and columns 2(lane%4), +1 (trans: rows 2(lane%4), +1 and column
+// lane/4), the first in the low half.
+func ldmatrixX4(sm []uint16, rows *[32]int, trans bool) (r [32][4]uint32) {
+	for lane := 0; lane < 32; lane++ {
+		g, t := lane/4, lane%4
+		for i := 0; i < 4; i++ {
+			el := func(row, col int) uint32 { return uint32(sm[rows[8*i+row]+col]) }
+			if trans {
+				r[lane][i] = el(2*t, g) | el(2*t+1, g)<<16
+			} else {
+				r[lane][i] = el(g, 2*t) | el(g, 2*t+1)<<16
+			}
+		}
+	}
+	return r
+}
+
+// halfLoop is mainloop_bf16 (MI = 1, NJ = 2): acc += the block's tile over K
+// [kb, ke), the stages' bf16 values read by ldmatrix.
+func (g *gemmSim) halfLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0, kb, ke, lda int) {
+	const hk, hLD = 32, 32 + 8
+	const hStage = 32 * hLD
+	var As, Bs [gemmStages][hStage]uint16
+	for st := range As {
+		for i := range As[st] {
+			As[st][i], Bs[st][i] = 0x7fc1, 0x7fc1 // NaN: a value read before it is written shows
+		}
+	}
+	M, N := g.M, g.N
+	issue := func(st, k0 int) {
+		for tid := 0; tid < gemmThreads; tid++ {
+			r, q := tid>>2, (tid&3)*8
+			for j := 0; j < 8; j++ {
+				var v float32
+				if !g.ta {
+					if gm, gk := m0+r, k0+q+j; gm < M && gk < ke {
+						v = g.A[gm*lda+gk]
+					}
+				} else if gk, gm := k0+r, m0+q+j; gk < ke && gm < M {
+					v = g.A[gk*lda+gm]
+				}
+				As[st][r*hLD+q+j] = f2bf(v)
+				var w float32
+				if gk, gn := k0+r, n0+q+j; gk < ke && gn < N {
+					w = g.B[gk*N+gn]
+				}
+				Bs[st][r*hLD+q+j] = f2bf(w)
+			}
+		}
+	}
+	nk := (ke - kb + hk - 1) / hk
+	for st := 0; st < gemmStages-1; st++ {
+		if st < nk {
+			issue(st, kb+st*hk)
+		}
+	}
+	for kt := 0; kt < nk; kt++ {
+		if nx := kt + gemmStages - 1; nx < nk {
+			issue(nx%gemmStages, kb+nx*hk)
+		}
+		cur := kt % gemmStages
+		for kk := 0; kk < hk; kk += 16 {
+			for warp := 0; warp < 4; warp++ {
+				wm, wn := (warp>>1)*16, (warp&1)*16
+				var ra, rb [32]int
+				for lane := 0; lane < 32; lane++ {
+					mat, rr := lane>>3, lane&7
+					if g.ta {
+						ra[lane] = (kk+(mat>>1)*8+rr)*hLD + wm + (mat&1)*8
+					} else {
+						ra[lane] = (wm+(mat&1)*8+rr)*hLD + kk + (mat>>1)*8
+					}
+					rb[lane] = (kk+(mat&1)*8+rr)*hLD + wn + (mat>>1)*8
+				}
+				a := ldmatrixX4(As[cur][:], &ra, g.ta)
+				b := ldmatrixX4(Bs[cur][:], &rb, true)
+				for j := 0; j < 2; j++ {
+					var d [32][4]float32
+					var bj [32][2]uint32
+					for lane := 0; lane < 32; lane++ {
+						d[lane] = acc[warp*32+lane][0][j]
+						bj[lane] = [2]uint32{b[lane][2*j], b[lane][2*j+1]}
+					}
+					mmaM16N8K16(&d, &a, &bj)
+					for lane := 0; lane < 32; lane++ {
+						acc[warp*32+lane][0][j] = d[lane]
+					}
+				}
+			}
+		}
+	}
+}
+
+// floatLoop is mainloop_f32: acc += the block's tile over K [kb, ke).
+func (g *gemmSim) floatLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0, kb, ke, lda int) {
 	// Shared memory as the kernel lays it out: a ring of gemmStages stages.
 	const asNN, asTA, bsLD = gemmBK + 4, gemmBM + 8, gemmBN + 8
 	const aStage, bStage = max(gemmBM*asNN, gemmBK*asTA), gemmBK * bsLD
@@ -69,17 +196,7 @@ func (g *gemmSim) block(bx, by, bz int) {
 			Bs[st][i] = float32(math.NaN())
 		}
 	}
-	var acc [gemmThreads][gemmMI][gemmNJ][4]float32
-	gx, gy, Z := g.grid()
-	_ = gy
-	M, N, K := g.M, g.N, g.K
-	m0, n0 := by*gemmBM, bx*gemmBN
-	kb := bz * g.chunk
-	ke := min(K, kb+g.chunk)
-	lda := K
-	if g.ta {
-		lda = M
-	}
+	M, N := g.M, g.N
 	const aVecs, bVecs = gemmBM * gemmBK / 4 / gemmThreads, gemmBK * gemmBN / 4 / gemmThreads
 	issue := func(st, k0 int) {
 		for tid := 0; tid < gemmThreads; tid++ {
@@ -175,6 +292,24 @@ func (g *gemmSim) block(bx, by, bz int) {
 			}
 		}
 	}
+}
+
+func (g *gemmSim) block(bx, by, bz int) {
+	var acc [gemmThreads][gemmMI][gemmNJ][4]float32
+	gx, _, Z := g.grid()
+	M, N, K := g.M, g.N, g.K
+	m0, n0 := by*gemmBM, bx*gemmBN
+	kb := bz * g.chunk
+	ke := min(K, kb+g.chunk)
+	lda := K
+	if g.ta {
+		lda = M
+	}
+	if g.half {
+		g.halfLoop(&acc, m0, n0, kb, ke, lda)
+	} else {
+		g.floatLoop(&acc, m0, n0, kb, ke, lda)
+	}
 	// The kernel's element u = (i*NJ + j)*4 + c of a thread's acc.
 	const perThread = gemmMI * gemmNJ * 4
 	pos := func(tid, u int) (int, int) {
@@ -262,20 +397,35 @@ func TestGemmKernelIndexing(t *testing.T) {
 		}
 		want := make([]float32, c.M*c.N)
 		hostGemm(c.ta, false, c.M, c.N, c.K, A, B, want)
-		for _, mma := range []bool{true, false} {
+		// The BF16 kernels' data: the same values rounded to bf16.
+		Ah, Bh := make([]float32, len(A)), make([]float32, len(B))
+		for i, v := range A {
+			Ah[i] = bf2f(f2bf(v))
+		}
+		for i, v := range B {
+			Bh[i] = bf2f(f2bf(v))
+		}
+		wantH := make([]float32, c.M*c.N)
+		hostGemm(c.ta, false, c.M, c.N, c.K, Ah, Bh, wantH)
+		for _, kind := range []string{"tf32", "fp32", "bf16"} {
+			mma, half := kind != "fp32", kind == "bf16"
+			a, b, want := A, B, want
+			if half {
+				a, b, want = Ah, Bh, wantH
+			}
 			var first []float32
 			for rep := 0; rep < 2; rep++ {
 				got := make([]float32, c.M*c.N)
-				g := &gemmSim{ta: c.ta, mma: mma, M: c.M, N: c.N, K: c.K, chunk: c.z, A: A, B: B, C: got}
+				g := &gemmSim{ta: c.ta, mma: mma, half: half, M: c.M, N: c.N, K: c.K, chunk: c.z, A: a, B: b, C: got}
 				g.run(r)
 				tol := 1e-4
-				if mma {
+				if kind == "tf32" {
 					tol = 2e-3 * math.Sqrt(float64(c.K)) // TF32 inputs
 				}
 				for i := range want {
 					if math.Abs(float64(want[i]-got[i])) > tol {
-						t.Fatalf("ta=%v mma=%v %dx%dx%d chunk %d: element %d: kernel %v, host %v",
-							c.ta, mma, c.M, c.N, c.K, c.z, i, got[i], want[i])
+						t.Fatalf("ta=%v %s %dx%dx%d chunk %d: element %d: kernel %v, host %v",
+							c.ta, kind, c.M, c.N, c.K, c.z, i, got[i], want[i])
 					}
 				}
 				// Another order of the blocks gives the same bits.
@@ -284,7 +434,7 @@ func TestGemmKernelIndexing(t *testing.T) {
 				} else {
 					for i := range got {
 						if math.Float32bits(got[i]) != math.Float32bits(first[i]) {
-							t.Fatalf("ta=%v mma=%v %dx%dx%d: element %d differs with the block order", c.ta, mma, c.M, c.N, c.K, i)
+							t.Fatalf("ta=%v %s %dx%dx%d: element %d differs with the block order", c.ta, kind, c.M, c.N, c.K, i)
 						}
 					}
 				}

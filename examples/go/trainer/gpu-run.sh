@@ -48,7 +48,7 @@ if run full -epochs 5 -batch 256 -losses "$tmp/full.losses" -save "$tmp/full.ckp
 	echo "RESULT accuracy=$(field full accuracy) epochs=5 batch=256 ($(grep -o 'hidden=[0-9]*' "$tmp/full.out" | tail -1))"
 fi
 # The start-up check of the GEMM kernels against the host (TF32, or the FP32 fallback).
-echo "RESULT $(grep -m1 '^kernel self-test' "$tmp/full.out" || echo 'kernel self-test: no line (the run failed before it?)')"
+echo "RESULT $(grep '^kernel self-test' "$tmp/full.out" | tr '\n' ' ' || echo 'kernel self-test: no line (the run failed before it?)')"
 
 echo "== 2. resume: epochs 1-2 and -save, then -resume for epochs 3-5"
 same=0

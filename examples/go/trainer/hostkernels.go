@@ -207,3 +207,17 @@ func hostEvalCount(logits []float32, labels []byte, correct []uint32) {
 		}
 	}
 }
+
+// f2bf is the kernels' f2bf: a float32 to its nearest bfloat16 (ties to
+// even), NaNs kept NaN.
+func f2bf(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16 | 0x40)
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+// bf2f widens a bfloat16 to the float32 of the same value.
+func bf2f(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }

@@ -66,7 +66,7 @@ __device__ __forceinline__ void mma_tf32(float d[4], float a0, float a1, float a
 
 // 16 bytes from global to shared memory without passing through registers
 // (sm_80+; a plain copy below).
-__device__ __forceinline__ void cp_async16(float* smem, const float* gmem) {
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 #if __CUDA_ARCH__ >= 800
   unsigned long long s;
   asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(smem));
@@ -96,40 +96,71 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// C[M,N] = op(A)[M,K] * B[K,N] (+ epilogue), row-major: op(A)[m,k] is
-// A[k*M+m] when TA, else A[m*K+k]; B[k,n] is B[k*N+n]. Block (x, y, z): the
-// tile of rows GBM y.., columns GBN x.., and the K range [z*kchunk, (z+1)*kchunk).
-// With gridDim.z > 1 each block writes its partial tile to ws[z][M][N]; the
-// last to finish (counters[tile], reset by it to 0 for the next launch) sums
-// ws[0..Z-1] in that order and applies the epilogue. MMA: tensor cores (TF32),
-// else the same fragments summed in FP32 FMAs.
-template <bool TA, bool MMA, int EPI>
-__device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
-                                          const float* __restrict__ A, const float* __restrict__ B,
-                                          float* __restrict__ C, const float* __restrict__ bias,
-                                          sluice_rng_state* __restrict__ states, float p, float scale,
-                                          float* __restrict__ ws, unsigned* __restrict__ counters) {
-  __shared__ __align__(16) float As[NSTAGE][A_STAGE];
-  __shared__ __align__(16) float Bs[NSTAGE][B_STAGE];
-  __shared__ int s_last;
+// BF16: a float to its nearest bf16 (ties to even), as the 16 bits of a
+// unsigned short; NaNs stay NaNs.
+__device__ __forceinline__ unsigned short f2bf(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  unsigned long long s;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(s) : "l"(p));
+  return (unsigned)s;
+}
+// Four 8x8 matrices of 16-bit elements from shared memory; lanes 8i..8i+7
+// give the row addresses of matrix i. r[i]: of matrix i, row lane/4, columns
+// 2(lane%4) and +1 (TRANS: rows 2(lane%4) and +1, column lane/4), the lower
+// index in the low half.
+template <bool TRANS>
+__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const unsigned short* row) {
+#if __CUDA_ARCH__ >= 800
+  if (TRANS)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row)));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(row)));
+#endif
+}
+// d += A(16x16, row) * B(16x8, col), BF16 inputs, FP32 accumulators
+// (mma.m16n8k16 .bf16; g = lane / 4, t = lane % 4): a0 A[g][2t..2t+1],
+// a1 A[g+8][2t..], a2 A[g][2t+8..], a3 A[g+8][2t+8..]; b0 B[2t..2t+1][g],
+// b1 B[2t+8..][g]; d as mma_tf32's.
+__device__ __forceinline__ void mma_bf16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+#define SMEM_F32 (NSTAGE * (A_STAGE + B_STAGE))  // floats of the FP32 main loop's stages
+#define HK 32           // BF16: K per stage
+#define H_LD (32 + 8)   // BF16: halves per stage row (64 bytes and 16 of padding: ldmatrix rows hit distinct banks)
+#define H_STAGE (32 * H_LD)
+#define SMEM_BF16 (NSTAGE * H_STAGE)  // floats of the BF16 main loop's stages (2 operands of H_STAGE halves)
+#define SMEM_FLOATS (SMEM_F32 > SMEM_BF16 ? SMEM_F32 : SMEM_BF16)
+
+// The FP32 main loop of gemm_tile: acc += the block's tile of op(A) B over K
+// [kb, ke), on the tensor cores in TF32 (MMA) or in FP32 FMAs.
+template <bool TA, bool MMA>
+__device__ __forceinline__ void mainloop_f32(float (&acc)[MI][NJ][4], float* smem, int M, int N,
+                                             int kb, int ke, int m0, int n0, int lda,
+                                             const float* __restrict__ A, const float* __restrict__ B) {
+  float* As = smem;
+  float* Bs = smem + NSTAGE * A_STAGE;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
   const int wm = (warp >> 1) * 16 * MI, wn = (warp & 1) * 8 * NJ;
-  const int m0 = blockIdx.y * GBM, n0 = blockIdx.x * GBN;
-  const int kb = blockIdx.z * kchunk, ke = min(K, kb + kchunk);
-  const int lda = TA ? M : K;
   const bool avec = (lda % 4 == 0) && (((unsigned long long)A & 15) == 0);
   const bool bvec = (N % 4 == 0) && (((unsigned long long)B & 15) == 0);
-
-  // acc[i][j]: the m16n8 tile (i, j) of the warp; element c of it is row
-  // wm + 16 i + g + 8 (c / 2), column wn + 8 j + 2 t + c % 2.
-  float acc[MI][NJ][4];
-#pragma unroll
-  for (int i = 0; i < MI; ++i)
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
 
   // Stage st gets K rows [k0, k0 + GBK): A_VECS float4 of A and B_VECS of B
   // per thread, by cp.async where all 4 floats are in range and aligned, else
@@ -143,7 +174,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
       const int e = tid + i * GTHREADS;
       const int per = TA ? GBM / 4 : GBK / 4;
       const int r = e / per, q = (e % per) * 4;
-      float* da = &As[st][TA ? r * AS_TA + q : r * AS_NN + q];
+      float* da = As + st * A_STAGE + (TA ? r * AS_TA + q : r * AS_NN + q);
       const int am = TA ? m0 + q : m0 + r, ak = TA ? k0 + r : k0 + q;  // first element
       const float* sa = A + (unsigned long long)(TA ? ak : am) * lda + (TA ? am : ak);
       const bool afull = TA ? (ak < ke && am + 3 < M) : (am < M && ak + 3 < ke);
@@ -161,7 +192,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
     for (int i = 0; i < B_VECS; ++i) {
       const int e = tid + i * GTHREADS;
       const int r = e / (GBN / 4), q = (e % (GBN / 4)) * 4;
-      float* db = &Bs[st][r * BS_LD + q];
+      float* db = Bs + st * B_STAGE + r * BS_LD + q;
       const int bk = k0 + r, bn = n0 + q;
       const float* sb = B + (unsigned long long)bk * N + bn;
       if (bvec && bk < ke && bn + 3 < N) {
@@ -174,9 +205,9 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   };
   // op(A)[m][k] and B[k][n] of stage st, tile coordinates.
   auto a_at = [&](int st, int m, int k) -> float {
-    return TA ? As[st][k * AS_TA + m] : As[st][m * AS_NN + k];
+    return TA ? As[st * A_STAGE + k * AS_TA + m] : As[st * A_STAGE + m * AS_NN + k];
   };
-  auto b_at = [&](int st, int k, int n) -> float { return Bs[st][k * BS_LD + n]; };
+  auto b_at = [&](int st, int k, int n) -> float { return Bs[st * B_STAGE + k * BS_LD + n]; };
 
   // The ring of NSTAGE stages: NSTAGE - 1 issued ahead; each iteration waits
   // for its own stage, then refills the buffer the previous iteration read.
@@ -235,6 +266,121 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
     }
   }
   cp_async_wait<0>();
+}
+
+// The BF16 main loop of gemm_tile (MI = 1, NJ = 2): A and B hold bf16 values.
+// A stage is K rows [k0, k0 + HK): one 16-byte vector (8 values) of A and one
+// of B per thread, vector tid at row tid / 4, values 8 (tid % 4)..+7; A as
+// [m][k] (NN) or [k][m] (TA), B as [k][n]. Each k16 step loads a warp's A
+// fragment with one ldmatrix (transposed for TA) and both B fragments with one
+// transposed ldmatrix.
+template <bool TA>
+__device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* smem, int M, int N,
+                                              int kb, int ke, int m0, int n0, int lda,
+                                              const unsigned short* __restrict__ A,
+                                              const unsigned short* __restrict__ B) {
+  static_assert(MI == 1 && NJ == 2, "the BF16 main loop covers 16x16 warp tiles");
+  unsigned short* As = reinterpret_cast<unsigned short*>(smem);
+  unsigned short* Bs = As + NSTAGE * H_STAGE;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = (warp >> 1) * 16, wn = (warp & 1) * 16;
+  const bool avec = (lda % 8 == 0) && (((unsigned long long)A & 15) == 0);
+  const bool bvec = (N % 8 == 0) && (((unsigned long long)B & 15) == 0);
+  auto issue = [&](int st, int k0) {
+    const int r = tid >> 2, q = (tid & 3) * 8;
+    unsigned short* da = As + st * H_STAGE + r * H_LD + q;
+    const int am = TA ? m0 + q : m0 + r, ak = TA ? k0 + r : k0 + q;  // first value
+    const unsigned short* sa = A + (unsigned long long)(TA ? ak : am) * lda + (TA ? am : ak);
+    if (avec && (TA ? (ak < ke && am + 7 < M) : (am < M && ak + 7 < ke))) {
+      cp_async16(da, sa);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const bool in = TA ? (ak < ke && am + j < M) : (am < M && ak + j < ke);
+        da[j] = in ? sa[j] : (unsigned short)0;
+      }
+    }
+    unsigned short* db = Bs + st * H_STAGE + r * H_LD + q;
+    const int bk = k0 + r, bn = n0 + q;
+    const unsigned short* sb = B + (unsigned long long)bk * N + bn;
+    if (bvec && bk < ke && bn + 7 < N) {
+      cp_async16(db, sb);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) db[j] = (bk < ke && bn + j < N) ? sb[j] : (unsigned short)0;
+    }
+  };
+  // The row this lane addresses for ldmatrix: matrix mat = lane / 8, row rr.
+  const int mat = lane >> 3, rr = lane & 7;
+  const int nk = (ke - kb + HK - 1) / HK;
+#pragma unroll
+  for (int st = 0; st < NSTAGE - 1; ++st) {
+    if (st < nk) issue(st, kb + st * HK);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nk; ++kt) {
+    cp_async_wait<NSTAGE - 2>();
+    __syncthreads();  // stage kt is everyone's; stage kt - 1 is no longer read
+    const int nx = kt + NSTAGE - 1;
+    if (nx < nk) issue(nx % NSTAGE, kb + nx * HK);
+    cp_async_commit();
+    const unsigned short* as = As + (kt % NSTAGE) * H_STAGE;
+    const unsigned short* bs = Bs + (kt % NSTAGE) * H_STAGE;
+#pragma unroll
+    for (int kk = 0; kk < HK; kk += 16) {
+      // A: matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
+      // of the warp's rows; B: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
+      unsigned a[4], b[4];
+      if (TA)
+        ldmatrix_x4<true>(a, as + (kk + (mat >> 1) * 8 + rr) * H_LD + wm + (mat & 1) * 8);
+      else
+        ldmatrix_x4<false>(a, as + (wm + (mat & 1) * 8 + rr) * H_LD + kk + (mat >> 1) * 8);
+      ldmatrix_x4<true>(b, bs + (kk + (mat & 1) * 8 + rr) * H_LD + wn + (mat >> 1) * 8);
+      mma_bf16(acc[0][0], a, b[0], b[1]);
+      mma_bf16(acc[0][1], a, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// C[M,N] = op(A)[M,K] * B[K,N] (+ epilogue), row-major: op(A)[m,k] is
+// A[k*M+m] when TA, else A[m*K+k]; B[k,n] is B[k*N+n]; A and B are floats, or
+// bf16 values when HALF. Block (x, y, z): the tile of rows GBM y.., columns
+// GBN x.., and the K range [z*kchunk, (z+1)*kchunk). With gridDim.z > 1 each
+// block writes its partial tile to ws[z][M][N]; the last to finish
+// (counters[tile], reset by it to 0 for the next launch) sums ws[0..Z-1] in
+// that order and applies the epilogue. MMA: tensor cores (TF32; BF16 when
+// HALF), else the same fragments summed in FP32 FMAs.
+template <bool TA, bool MMA, bool HALF, int EPI>
+__device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
+                                          const void* __restrict__ A, const void* __restrict__ B,
+                                          float* __restrict__ C, const float* __restrict__ bias,
+                                          sluice_rng_state* __restrict__ states, float p, float scale,
+                                          float* __restrict__ ws, unsigned* __restrict__ counters) {
+  __shared__ __align__(16) float smem[SMEM_FLOATS];
+  __shared__ int s_last;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int wm = (warp >> 1) * 16 * MI, wn = (warp & 1) * 8 * NJ;
+  const int m0 = blockIdx.y * GBM, n0 = blockIdx.x * GBN;
+  const int kb = blockIdx.z * kchunk, ke = min(K, kb + kchunk);
+  const int lda = TA ? M : K;
+
+  // acc[i][j]: the m16n8 tile (i, j) of the warp; element c of it is row
+  // wm + 16 i + g + 8 (c / 2), column wn + 8 j + 2 t + c % 2.
+  float acc[MI][NJ][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
+  if (HALF)
+    mainloop_bf16<TA>(acc, smem, M, N, kb, ke, m0, n0, lda,
+                      static_cast<const unsigned short*>(A), static_cast<const unsigned short*>(B));
+  else
+    mainloop_f32<TA, MMA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const float*>(A),
+                          static_cast<const float*>(B));
 
   // The loops below visit acc in the order u = (i * NJ + j) * 4 + c; element
   // u's place in the tile is ACC_GM, ACC_GN.
@@ -328,32 +474,33 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
 #undef ACC_GN
 }
 
-#define GEMM_ARGS int M, int N, int K, int kchunk, const float* A, const float* B, float* C
-#define GEMM_KERNELS(SUFFIX, MMA)                                                                  \
+#define GEMM_ARGS int M, int N, int K, int kchunk, const void* A, const void* B, float* C
+#define GEMM_KERNELS(SUFFIX, MMA, HALF)                                                                \
   __global__ void __launch_bounds__(GTHREADS) gemm_nn##SUFFIX(GEMM_ARGS, float* ws,                \
                                                                unsigned* counters) {               \
-    gemm_tile<false, MMA, EPI_STORE>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws, counters);    \
+    gemm_tile<false, MMA, HALF, EPI_STORE>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws, counters);    \
   }                                                                                                \
   __global__ void __launch_bounds__(GTHREADS) gemm_tn##SUFFIX(GEMM_ARGS, float* ws,                \
                                                                unsigned* counters) {               \
-    gemm_tile<true, MMA, EPI_STORE>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws, counters);     \
+    gemm_tile<true, MMA, HALF, EPI_STORE>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws, counters);     \
   }                                                                                                \
   __global__ void __launch_bounds__(GTHREADS) gemm_nn_bias_relu##SUFFIX(                            \
       GEMM_ARGS, const float* bias, float* ws, unsigned* counters) {                               \
-    gemm_tile<false, MMA, EPI_BIAS_RELU>(M, N, K, kchunk, A, B, C, bias, 0, 0.0f, 1.0f, ws,        \
+    gemm_tile<false, MMA, HALF, EPI_BIAS_RELU>(M, N, K, kchunk, A, B, C, bias, 0, 0.0f, 1.0f, ws,        \
                                          counters);                                                \
   }                                                                                                \
   __global__ void __launch_bounds__(GTHREADS) gemm_nn_bias_relu_drop##SUFFIX(                       \
       GEMM_ARGS, const float* bias, sluice_rng_state* states, float p, float scale, float* ws,     \
       unsigned* counters) {                                                                        \
-    gemm_tile<false, MMA, EPI_BIAS_RELU_DROP>(M, N, K, kchunk, A, B, C, bias, states, p, scale,    \
+    gemm_tile<false, MMA, HALF, EPI_BIAS_RELU_DROP>(M, N, K, kchunk, A, B, C, bias, states, p, scale,    \
                                               ws, counters);                                       \
   }
 
 extern "C" {
 
-GEMM_KERNELS(, true)
-GEMM_KERNELS(_simt, false)
+GEMM_KERNELS(, true, false)
+GEMM_KERNELS(_simt, false, false)
+GEMM_KERNELS(_bf16, true, true)
 
 // out[i] = in[i] / 255, four per thread.
 __global__ void u8_to_f32(float* out, const unsigned char* in, unsigned n) {
@@ -463,6 +610,7 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
 // hidden units per block of 256 threads (thread: unit c = 4 * block + tid %
 // 4, rows tid / 4, tid / 4 + 64, ...):
 //   da1[r,c] = a1[r,c] > 0 ? scale * sum_j dz2[r,j] W2[c,j] : 0
+//     (written to da1h in bf16 instead when da1h is not null)
 //     (a1 > 0 exactly where relu passed and dropout kept: the mask is scale there)
 //   dW2[c,j] = sum_r a1[r,c] dz2[r,j]    db1[c] = sum_r da1[r,c]
 // and unit c == hid is the bias of the second layer: db2[j] = sum_r dz2[r,j].
@@ -470,8 +618,8 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
 #define BWD2_UNITS 4
 #define BWD2_SLOTS 64
 __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, const float* w2,
-                                            float* da1, float* gw2, float* gb1, float* gb2,
-                                            unsigned rows, unsigned hid, float scale) {
+                                            float* da1, unsigned short* da1h, float* gw2, float* gb1,
+                                            float* gb2, unsigned rows, unsigned hid, float scale) {
   __shared__ float part[256 / 32][BWD2_UNITS][11];
   const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
   const unsigned c = blockIdx.x * BWD2_UNITS + col;
@@ -492,7 +640,10 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
 #pragma unroll
       for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
       const float v = a > 0.0f ? s * scale : 0.0f;
-      da1[(unsigned long long)r * hid + c] = v;
+      if (da1h != 0)
+        da1h[(unsigned long long)r * hid + c] = f2bf(v);
+      else
+        da1[(unsigned long long)r * hid + c] = v;
       gb += v;
 #pragma unroll
       for (int j = 0; j < 10; ++j) gw[j] += a * dz[j];
@@ -544,8 +695,10 @@ __device__ __forceinline__ void sgd1(float& p, float& v, float g, float lr, floa
   v = vi;
   p = p - lr * vi;
 }
+// ph, when not null, gets the bf16 of the first nh updated parameters (W1's
+// copy for the BF16 products).
 __global__ void sgd_momentum(float* p, float* v, const float* g, unsigned n, float lr, float mu,
-                             float wd) {
+                             float wd, unsigned short* ph, unsigned nh) {
   const unsigned i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
   if (i >= n) return;
   if (i + 3 < n && (((unsigned long long)p | (unsigned long long)v | (unsigned long long)g) & 15) == 0) {
@@ -557,9 +710,30 @@ __global__ void sgd_momentum(float* p, float* v, const float* g, unsigned n, flo
     sgd1(P.w, V.w, G.w, lr, mu, wd);
     *reinterpret_cast<float4*>(p + i) = P;
     *reinterpret_cast<float4*>(v + i) = V;
+    if (ph != 0) {
+      const float q[4] = {P.x, P.y, P.z, P.w};
+#pragma unroll
+      for (unsigned j = 0; j < 4; ++j)
+        if (i + j < nh) ph[i + j] = f2bf(q[j]);
+    }
   } else {
-    for (unsigned j = i; j < n && j < i + 4; ++j) sgd1(p[j], v[j], g[j], lr, mu, wd);
+    for (unsigned j = i; j < n && j < i + 4; ++j) {
+      sgd1(p[j], v[j], g[j], lr, mu, wd);
+      if (ph != 0 && j < nh) ph[j] = f2bf(p[j]);
+    }
   }
+}
+
+// out[i] = bf16(in[i])
+__global__ void f32_to_bf16(unsigned short* out, const float* in, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = f2bf(in[i]);
+}
+
+// out[i] = bf16(in[i] / 255), as u8_to_f32's value rounded.
+__global__ void u8_to_bf16(unsigned short* out, const unsigned char* in, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = f2bf((float)in[i] * (1.0f / 255.0f));
 }
 
 }  // extern "C"
@@ -569,7 +743,8 @@ __global__ void sgd_momentum(float* p, float* v, const float* g, unsigned n, flo
 var kernelNames = []string{
 	"gemm_nn", "gemm_tn", "gemm_nn_bias_relu", "gemm_nn_bias_relu_drop",
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
-	"u8_to_f32", "scale_copy", "fwd2_ce", "loss_store", "bwd2", "sgd_momentum",
+	"gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16",
+	"u8_to_f32", "u8_to_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2", "sgd_momentum",
 }
 
 // The GEMM kernels' tiling (gemm_tile): GBM x GBN tiles of gemmThreads

@@ -55,6 +55,7 @@ type options struct {
 	eager, graph, blocking bool
 	depth, producers       int
 	data                   string
+	gemm                   string
 }
 
 func parseFlags() (*options, error) {
@@ -78,6 +79,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
+	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
 	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32)")
 	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32)")
 	flag.Parse()
@@ -87,6 +89,8 @@ func parseFlags() (*options, error) {
 	switch {
 	case o.epochs < 1 || o.batch < 1 || o.hidden < 1 || o.limit < 0 || o.testLimit < 0:
 		return nil, errors.New("-epochs, -batch and -hidden must be positive, -limit and -test-limit not negative")
+	case o.gemm != "bf16" && o.gemm != "tf32" && o.gemm != "fp32":
+		return nil, fmt.Errorf("-gemm must be bf16, tf32 or fp32, not %q", o.gemm)
 	case o.drop < 0 || o.drop >= 1:
 		return nil, errors.New("-dropout must be in [0, 1)")
 	case gemmKChunkNN < gemmBK || gemmKChunkNN%gemmBK != 0 || gemmKChunkTN < gemmBK || gemmKChunkTN%gemmBK != 0:
@@ -168,7 +172,7 @@ func run() error {
 	evalS.SetLabel("trainer: eval")
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
-		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed}
+		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm}
 	m, err := newModel(dev, train, hp, smp.nb, d.testX, d.testY)
 	if err != nil {
 		return err
@@ -190,6 +194,9 @@ func run() error {
 	}
 	if start >= o.epochs {
 		return fmt.Errorf("the checkpoint is after epoch %d, and -epochs is %d", start, o.epochs)
+	}
+	if err := m.halfWeights(train); err != nil {
+		return err
 	}
 
 	var lossOut *bufio.Writer

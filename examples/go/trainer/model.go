@@ -53,6 +53,11 @@ type model struct {
 	// between launches), used by the training stream only.
 	gemmWS, gemmTickets *sluice.Buffer
 	gemmSuffix          string // "" (TF32 tensor cores) or "_simt" (FP32), from selfTest
+	// cuda, half: the training step's products take bf16 operands (selfTest):
+	// x as xh (u8_to_bf16), W1 as w1h (written by sgd_momentum, and by
+	// halfWeights from the parameters), da1 as da1h (written by bwd2).
+	half          bool
+	xh, w1h, da1h *sluice.Buffer
 	// Parameters [W1 (inputs x H), b1 (H), W2 (H x classes), b2 (classes)],
 	// their gradients and the momentum, in one layout.
 	params, grads, vel *sluice.Buffer
@@ -116,6 +121,7 @@ type hyper struct {
 	dropout       float32
 	lr, mu, wd    float32
 	rngSeed       uint64
+	gemm          string // cuda: "bf16", "tf32" or "fp32" (selfTest falls back in that order)
 }
 
 func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, testX, testY []byte) (*model, error) {
@@ -143,10 +149,11 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	}
 	B, H := m.B, m.H
 	m.nTest = len(testY)
-	allocs := []struct {
+	type alloc struct {
 		p *(*sluice.Buffer)
-		n int
-	}{
+		n int // bytes
+	}
+	allocs := []alloc{
 		{&m.xu8, B * inputs}, {&m.yu8, B}, {&m.xf, 4 * B * inputs},
 		{&m.a1, 4 * B * H}, {&m.mask, 4 * dropDraws * m.nStates}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
@@ -158,13 +165,8 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	if !m.host {
 		zs := max(gemmSplits(inputs, gemmKChunkNN)*B*H, gemmSplits(B, gemmKChunkTN)*inputs*H)
 		tiles := max(ceilDiv(B, gemmBM), ceilDiv(inputs, gemmBM)) * ceilDiv(H, gemmBN)
-		allocs = append(allocs, struct {
-			p *(*sluice.Buffer)
-			n int
-		}{&m.gemmWS, 4 * zs}, struct {
-			p *(*sluice.Buffer)
-			n int
-		}{&m.gemmTickets, 4 * tiles})
+		allocs = append(allocs, alloc{&m.gemmWS, 4 * zs}, alloc{&m.gemmTickets, 4 * tiles},
+			alloc{&m.xh, 2 * B * inputs}, alloc{&m.w1h, 2 * inputs * H}, alloc{&m.da1h, 2 * B * H})
 	}
 	for _, a := range allocs {
 		if *a.p, err = s.Alloc(a.n); err != nil {
@@ -175,7 +177,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		if err := sluice.Memset(s, m.gemmTickets, 0, 0, m.gemmTickets.Size()); err != nil {
 			return nil, err
 		}
-		if err := m.selfTest(s); err != nil {
+		if err := m.selfTest(s, hp.gemm); err != nil {
 			return nil, err
 		}
 	}
@@ -206,7 +208,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 func (m *model) Close() {
 	for _, b := range []*sluice.Buffer{m.xu8, m.yu8, m.xf, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
-		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets} {
+		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.xh, m.w1h, m.da1h} {
 		if b != nil {
 			b.Close()
 		}
@@ -292,6 +294,7 @@ func gemmSplits(K, chunk int) int { return max(ceilDiv(K, chunk), 1) }
 // gemmOp is one launch of a gemm_tile kernel: C = op(A) * B (+ epilogue).
 type gemmOp struct {
 	name    string // gemm_nn, gemm_tn, gemm_nn_bias_relu, gemm_nn_bias_relu_drop
+	suffix  string // the kernel's precision: "" (TF32), "_simt" or "_bf16"; unset: m.gemmSuffix
 	M, N, K int
 	chunk   int // > 0: split K across blocks in chunks of this (the training stream's workspace)
 	A, B, C arr
@@ -324,7 +327,11 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	}
 	args := []any{int32(g.M), int32(g.N), int32(g.K), int32(kchunk), g.A.ptr(), g.B.ptr(), g.C.ptr()}
 	args = append(append(args, g.extra...), ws, tickets)
-	return m.fns[g.name+m.gemmSuffix].Launch(s, cfg, reads, writes, args...)
+	suffix := g.suffix
+	if suffix == "" {
+		suffix = m.gemmSuffix
+	}
+	return m.fns[g.name+suffix].Launch(s, cfg, reads, writes, args...)
 }
 
 // grid4 covers n elements at four per thread.
@@ -371,6 +378,17 @@ func (m *model) initParams(s *sluice.Stream) error {
 	return nil
 }
 
+// halfWeights writes W1's bf16 copy from the parameters (after initParams
+// or a resume); from then on sgd_momentum keeps it. A no-op unless half.
+func (m *model) halfWeights(s *sluice.Stream) error {
+	if !m.half {
+		return nil
+	}
+	n := inputs * m.H
+	return m.run(s, "f32_to_bf16", grid1(n), syncs(m.params), syncs(m.w1h), nil,
+		m.w1h.DevicePtr(), m.w1(m.params).ptr(), uint32(n))
+}
+
 // trainStep enqueues one training step on s over the current batch (xu8,
 // yu8): forward, loss, backward and the SGD update, each a tracked op whose
 // reads and writes order it (7 kernels, listed in kernels.go). It issues the
@@ -389,10 +407,21 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	gw1, gb1, gw2, gb2 := m.w1(m.grads), m.b1(m.grads), m.w2(m.grads), m.b2(m.grads)
 	p, scale := m.dropout, m.scale
 	inv := 1 / float32(B)
+	// The products' operands: x, W1 and da1 as floats, or their bf16 copies.
+	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
+	var da1h, w1h uint64 // bwd2's and sgd_momentum's bf16 outputs (0: none)
+	if m.half {
+		x, w1op, da1op = arr{buf: m.xh}, arr{buf: m.w1h}, arr{buf: m.da1h}
+		da1h, w1h, gemmSuffix = m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
+	}
 
 	steps := []func() error{
 		// x = pixels / 255
 		func() error {
+			if m.half {
+				return m.run(s, "u8_to_bf16", grid1(B*inputs), syncs(m.xu8), syncs(m.xh), nil,
+					x.ptr(), xu8.ptr(), uint32(B*inputs))
+			}
 			return m.run(s, "u8_to_f32", grid4(B*inputs), syncs(m.xu8), syncs(m.xf),
 				func() { hostU8ToF32(xf.f, xu8.b) }, xf.ptr(), xu8.ptr(), uint32(B*inputs))
 		},
@@ -410,8 +439,8 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				states, rngBuf = m.states.DevicePtr(), syncs(m.states)
 			}
 			return m.gemm(s, gemmOp{
-				name: "gemm_nn_bias_relu_drop", M: B, N: H, K: inputs, chunk: gemmKChunkNN, A: xf, B: w1, C: a1,
-				extra: []any{b1.ptr(), states, p, scale}, reads: syncs(m.params), writes: rngBuf,
+				name: "gemm_nn_bias_relu_drop", suffix: gemmSuffix, M: B, N: H, K: inputs, chunk: gemmKChunkNN,
+				A: x, B: w1op, C: a1, extra: []any{b1.ptr(), states, p, scale}, reads: syncs(m.params), writes: rngBuf,
 				host: func() {
 					hostGemm(false, false, B, H, inputs, xf.f, w1.f, a1.f)
 					hostBiasReLUDropout(a1.f, draws.f, b1.f, B, p, scale)
@@ -438,14 +467,14 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		// da1, dW2, db2, db1
 		func() error {
 			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(ceilDiv(H+1, bwd2Units))}, Block: sluice.Dim3{X: 256}}
-			return m.run(s, "bwd2", cfg, syncs(m.a1, m.dz2, m.params), syncs(m.da1, m.grads),
+			return m.run(s, "bwd2", cfg, syncs(m.a1, m.dz2, m.params), syncs(da1op.buf, m.grads),
 				func() { hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale) },
-				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), gw2.ptr(), gb1.ptr(), gb2.ptr(), uint32(B), uint32(H), scale)
+				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), da1h, gw2.ptr(), gb1.ptr(), gb2.ptr(), uint32(B), uint32(H), scale)
 		},
 		// dW1 = x^T da1
 		func() error {
 			return m.gemm(s, gemmOp{
-				name: "gemm_tn", M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: xf, B: da1, C: gw1,
+				name: "gemm_tn", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: gw1,
 				writes: syncs(m.grads),
 				host:   func() { hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f) },
 			})
@@ -453,9 +482,13 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		func() error {
 			pa, va, ga := m.f32(m.params, 0, m.nParams), m.f32(m.vel, 0, m.nParams), m.f32(m.grads, 0, m.nParams)
 			lr, mu, wd := m.lr, m.mu, m.wd
-			return m.run(s, "sgd_momentum", grid4(m.nParams), syncs(m.grads), syncs(m.params, m.vel),
+			writes := syncs(m.params, m.vel)
+			if m.half {
+				writes = append(writes, m.w1h)
+			}
+			return m.run(s, "sgd_momentum", grid4(m.nParams), syncs(m.grads), writes,
 				func() { hostSGD(pa.f, va.f, ga.f, lr, mu, wd) },
-				pa.ptr(), va.ptr(), ga.ptr(), uint32(m.nParams), lr, mu, wd)
+				pa.ptr(), va.ptr(), ga.ptr(), uint32(m.nParams), lr, mu, wd, w1h, uint32(inputs*H))
 		},
 	}
 	for _, st := range steps {
@@ -522,16 +555,22 @@ func (m *model) evaluate(s *sluice.Stream, pinned *sluice.PinnedBuffer) (int, er
 
 // selfTest checks the GEMM kernels on the device against hostGemm, on
 // random data of the training step's shapes (split K included), before any
-// training: the TF32 tensor-core kernels first; if they disagree, the FP32
-// kernels without tensor cores (gemm_*_simt), which the model then uses.
-// It fails if neither agrees. It prints what it found.
-func (m *model) selfTest(s *sluice.Stream) error {
+// training. For the float products (evaluation, and the step unless half):
+// the TF32 tensor-core kernels, or if they disagree (or want is "fp32") the
+// FP32 kernels without tensor cores (gemm_*_simt). For the step's products
+// when want is "bf16": the BF16 kernels on bf16-rounded data; if they
+// disagree, the step uses the float kernels. It fails if no float kernel
+// agrees, and prints what it found.
+func (m *model) selfTest(s *sluice.Stream, want string) error {
 	B, H := m.B, m.H
 	r := rand.New(rand.NewPCG(7, 11))
-	rnd := func(n int) []float32 {
+	rnd := func(n int, half bool) []float32 {
 		v := make([]float32, n)
 		for i := range v {
 			v[i] = r.Float32() - 0.5
+			if half {
+				v[i] = bf2f(f2bf(v[i]))
+			}
 		}
 		return v
 	}
@@ -543,39 +582,63 @@ func (m *model) selfTest(s *sluice.Stream) error {
 		{"gemm_nn", false, B, H, inputs, gemmKChunkNN}, // x W1
 		{"gemm_tn", true, inputs, H, B, gemmKChunkTN},  // x^T da1
 	}
+	// upload copies v to a new buffer, as floats or as bf16.
+	upload := func(v []float32, half bool) (*sluice.Buffer, error) {
+		size := 4 * len(v)
+		if half {
+			size = 2 * len(v)
+		}
+		b, err := s.Alloc(size)
+		if err != nil {
+			return nil, err
+		}
+		if half {
+			h := make([]uint16, len(v))
+			for i, x := range v {
+				h[i] = f2bf(x)
+			}
+			err = sluice.CopyFromHostSlice(s, b, 0, h)
+		} else {
+			err = sluice.CopyFromHostSlice(s, b, 0, v)
+		}
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		return b, nil
+	}
+	// worst is the largest error of the kernels of suffix, relative to the
+	// largest output (TF32: about 1e-3).
 	worst := func(suffix string) (float64, error) {
+		half := suffix == "_bf16"
 		var w float64
 		for _, c := range cases {
-			A, Bm := rnd(c.M*c.K), rnd(c.K*c.N)
+			A, Bm := rnd(c.M*c.K, half), rnd(c.K*c.N, half)
 			want, got := make([]float32, c.M*c.N), make([]float32, c.M*c.N)
 			hostGemm(c.ta, false, c.M, c.N, c.K, A, Bm, want)
-			bufs := make([]*sluice.Buffer, 3)
-			for i, n := range []int{len(A), len(Bm), len(got)} {
-				b, err := s.Alloc(4 * n)
-				if err != nil {
-					return 0, err
-				}
-				defer b.Close()
-				bufs[i] = b
-			}
-			if err := sluice.CopyFromHostSlice(s, bufs[0], 0, A); err != nil {
-				return 0, err
-			}
-			if err := sluice.CopyFromHostSlice(s, bufs[1], 0, Bm); err != nil {
-				return 0, err
-			}
-			saved := m.gemmSuffix
-			m.gemmSuffix = suffix
-			err := m.gemm(s, gemmOp{name: c.name, M: c.M, N: c.N, K: c.K, chunk: c.chunk,
-				A: arr{buf: bufs[0]}, B: arr{buf: bufs[1]}, C: arr{buf: bufs[2]}})
-			m.gemmSuffix = saved
+			ab, err := upload(A, half)
 			if err != nil {
 				return 0, err
 			}
-			if err := sluice.CopyToHostSlice(s, got, bufs[2], 0); err != nil {
+			defer ab.Close()
+			bb, err := upload(Bm, half)
+			if err != nil {
 				return 0, err
 			}
-			// The error relative to the largest output (TF32: about 1e-3).
+			defer bb.Close()
+			cb, err := s.Alloc(4 * len(got))
+			if err != nil {
+				return 0, err
+			}
+			defer cb.Close()
+			err = m.gemm(s, gemmOp{name: c.name, suffix: suffix, M: c.M, N: c.N, K: c.K, chunk: c.chunk,
+				A: arr{buf: ab}, B: arr{buf: bb}, C: arr{buf: cb}})
+			if err != nil {
+				return 0, err
+			}
+			if err := sluice.CopyToHostSlice(s, got, cb, 0); err != nil {
+				return 0, err
+			}
 			var maxAbs, maxErr float64
 			for i := range want {
 				maxAbs = max(maxAbs, math.Abs(float64(want[i])))
@@ -586,22 +649,41 @@ func (m *model) selfTest(s *sluice.Stream) error {
 		return w, nil
 	}
 	const tol = 1e-2
-	e, err := worst("")
-	if err != nil {
-		return err
+	tf32 := want != "fp32"
+	if tf32 {
+		e, err := worst("")
+		if err != nil {
+			return err
+		}
+		if e <= tol {
+			fmt.Printf("kernel self-test: TF32 tensor-core GEMMs agree with the host (max error %.2g of the largest output)\n", e)
+		} else {
+			fmt.Printf("kernel self-test: FAILED for the TF32 tensor-core GEMMs (max error %.3g of the largest output)\n", e)
+			tf32 = false
+		}
 	}
-	if e <= tol {
-		fmt.Printf("kernel self-test: TF32 tensor-core GEMMs agree with the host (max error %.2g of the largest output)\n", e)
-		return nil
+	if !tf32 {
+		e, err := worst("_simt")
+		if err != nil {
+			return err
+		}
+		if e > tol {
+			return fmt.Errorf("kernel self-test: the FP32 GEMM kernels disagree with the host: max error %.3g of the largest output", e)
+		}
+		fmt.Printf("kernel self-test: using the FP32 GEMMs without tensor cores (max error %.2g)\n", e)
+		m.gemmSuffix = "_simt"
 	}
-	e2, err := worst("_simt")
-	if err != nil {
-		return err
+	if want == "bf16" {
+		e, err := worst("_bf16")
+		if err != nil {
+			return err
+		}
+		if e <= tol {
+			fmt.Printf("kernel self-test: BF16 tensor-core GEMMs agree with the host on bf16 data (max error %.2g); the step uses them\n", e)
+			m.half = true
+		} else {
+			fmt.Printf("kernel self-test: FAILED for the BF16 tensor-core GEMMs (max error %.3g); the step uses the float ones\n", e)
+		}
 	}
-	if e2 > tol {
-		return fmt.Errorf("kernel self-test: the GEMM kernels disagree with the host: TF32 max error %.3g, FP32 %.3g (of the largest output)", e, e2)
-	}
-	fmt.Printf("kernel self-test: FAILED for the TF32 tensor-core GEMMs (max error %.3g of the largest output); using the FP32 kernels (max error %.2g)\n", e, e2)
-	m.gemmSuffix = "_simt"
 	return nil
 }
