@@ -203,6 +203,35 @@ fn fork_join_capture_and_unjoined_fork_is_rejected() {
     a.synchronize().unwrap();
 }
 
+/// Sync objects alone do not join a stream to a capture: an op on a stream outside
+/// it runs at once, after the objects' real work (not the captured ops), and a
+/// replay does not repeat it (the header's `sluice_graph_capture_begin` says so).
+#[test]
+fn an_op_outside_the_capture_runs_at_once_and_is_not_replayed() {
+    let k = kit();
+    let (a, b) = (k.stream(), k.stream());
+    let x = k.buffer(&a, W);
+    let y = k.buffer(&a, W);
+    k.fill(&a, &x, 1, 0);
+    k.fill(&a, &y, 0, 0);
+    capture::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    k.fill(&a, &x, 7, 0); // captured: not run
+    k.copy(&b, &y, &x, 0); // B is not in the capture: runs now, reading x = 1
+    assert!(!b.is_capturing(), "a sync object's order does not fork B");
+    let exec = capture::capture_end(&a).unwrap().instantiate().unwrap();
+    assert!(
+        k.read(&b, &y).iter().all(|&v| v == 1),
+        "the copy ran at once"
+    );
+    k.fill(&b, &y, 0, 0);
+    exec.launch(&a).unwrap();
+    assert!(k.read(&a, &x).iter().all(|&v| v == 7), "the replay fills x");
+    assert!(
+        k.read(&a, &y).iter().all(|&v| v == 0),
+        "the replay does not repeat B's copy"
+    );
+}
+
 #[test]
 fn update_with_new_pointers_and_params_then_fallback() {
     let k = kit();

@@ -121,7 +121,9 @@ func (s *Stream) captureKeepObjects(xs ...any) {
 // Other streams join the capture (fork) by waiting (WaitEvent) on an event
 // recorded on a capturing stream; each must be joined back (the origin
 // stream waits on an event recorded on the fork after its last op) before
-// EndCapture.
+// EndCapture. Sync objects alone do not join a stream: an op on a stream
+// outside the capture runs at once, ordered after the objects' real work, not
+// after the captured ops, and a replay does not repeat it.
 //
 // While capturing, host synchronisation and queries (Synchronize, Query,
 // Event.Synchronize, Event.Query), host waits on sync objects that the

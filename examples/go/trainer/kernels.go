@@ -753,7 +753,7 @@ var kernelNames = []string{
 // The training step's chunks (flags -kchunk and -kchunk-tn): the K per
 // block trades the number of blocks against the partial tiles to add.
 // x W1 (K = 784) splits 4 ways, x^T da1 (K = 256, the batch) not at all:
-// the fastest of a sweep on an H200 (docs/gpu-runs.md, run 104).
+// the fastest of a sweep on an H200 (docs/gpu-runs.md, runs 102 and 104).
 var (
 	gemmKChunkNN = 224
 	gemmKChunkTN = 256
