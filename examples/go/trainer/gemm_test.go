@@ -138,17 +138,7 @@ func (g *gemmSim) halfLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0,
 			}
 		}
 	}
-	nk := (ke - kb + hk - 1) / hk
-	for st := 0; st < gemmStages-1; st++ {
-		if st < nk {
-			issue(st, kb+st*hk)
-		}
-	}
-	for kt := 0; kt < nk; kt++ {
-		if nx := kt + gemmStages - 1; nx < nk {
-			issue(nx%gemmStages, kb+nx*hk)
-		}
-		cur := kt % gemmStages
+	stageRing((ke-kb+hk-1)/hk, func(buf, st int) { issue(buf, kb+st*hk) }, func(cur int) {
 		for kk := 0; kk < hk; kk += 16 {
 			for warp := 0; warp < 4; warp++ {
 				wm, wn := (warp>>1)*16, (warp&1)*16
@@ -178,6 +168,23 @@ func (g *gemmSim) halfLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0,
 				}
 			}
 		}
+	})
+}
+
+// stageRing is the kernels' stage_ring, in one thread: gemmStages-1 stages
+// issued ahead; each iteration refills the buffer the previous one read
+// (issue(buffer, stage)) before its math (compute(buffer)).
+func stageRing(nk int, issue func(buf, st int), compute func(buf int)) {
+	for st := 0; st < gemmStages-1; st++ {
+		if st < nk {
+			issue(st, st)
+		}
+	}
+	for kt := 0; kt < nk; kt++ {
+		if nx := kt + gemmStages - 1; nx < nk {
+			issue(nx%gemmStages, nx)
+		}
+		compute(kt % gemmStages)
 	}
 }
 
@@ -241,18 +248,7 @@ func (g *gemmSim) floatLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0
 		return As[st][m*asNN+k]
 	}
 	bAt := func(st, k, n int) float32 { return Bs[st][k*bsLD+n] }
-	nk := (ke - kb + gemmBK - 1) / gemmBK
-	for st := 0; st < gemmStages-1; st++ {
-		if st < nk {
-			issue(st, kb+st*gemmBK)
-		}
-	}
-	for kt := 0; kt < nk; kt++ {
-		// The kernel refills the previous iteration's buffer before its math.
-		if nx := kt + gemmStages - 1; nx < nk {
-			issue(nx%gemmStages, kb+nx*gemmBK)
-		}
-		cur := kt % gemmStages
+	stageRing((ke-kb+gemmBK-1)/gemmBK, func(buf, st int) { issue(buf, kb+st*gemmBK) }, func(cur int) {
 		for kk := 0; kk < gemmBK; kk += 8 {
 			for warp := 0; warp < 4; warp++ {
 				wm, wn := (warp>>1)*16*gemmMI, (warp&1)*8*gemmNJ
@@ -291,7 +287,7 @@ func (g *gemmSim) floatLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0
 				}
 			}
 		}
-	}
+	})
 }
 
 func (g *gemmSim) block(bx, by, bz int) {

@@ -96,6 +96,29 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// The ring of NSTAGE shared-memory stages over nk stages of K: NSTAGE - 1
+// issued ahead (issue(buffer, stage)); each iteration waits for its own
+// stage, refills the buffer the previous iteration read, then runs
+// compute(buffer). One commit per slot, empty or not, keeps the wait's count
+// exact.
+template <class Issue, class Compute>
+__device__ __forceinline__ void stage_ring(int nk, Issue issue, Compute compute) {
+#pragma unroll
+  for (int st = 0; st < NSTAGE - 1; ++st) {
+    if (st < nk) issue(st, st);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < nk; ++kt) {
+    cp_async_wait<NSTAGE - 2>();
+    __syncthreads();  // stage kt is everyone's; stage kt - 1 is no longer read
+    const int nx = kt + NSTAGE - 1;
+    if (nx < nk) issue(nx % NSTAGE, nx);
+    cp_async_commit();
+    compute(kt % NSTAGE);
+  }
+  cp_async_wait<0>();
+}
+
 // BF16: a float to its nearest bf16 (ties to even), as the 16 bits of a
 // unsigned short; NaNs stay NaNs.
 __device__ __forceinline__ unsigned short f2bf(float f) {
@@ -209,23 +232,8 @@ __device__ __forceinline__ void mainloop_f32(float (&acc)[MI][NJ][4], float* sme
   };
   auto b_at = [&](int st, int k, int n) -> float { return Bs[st * B_STAGE + k * BS_LD + n]; };
 
-  // The ring of NSTAGE stages: NSTAGE - 1 issued ahead; each iteration waits
-  // for its own stage, then refills the buffer the previous iteration read.
-  // One commit per slot, empty or not, keeps the wait's count exact. The
-  // tensor cores take the operands as stored: they read an FP32's TF32 bits.
-  const int nk = (ke - kb + GBK - 1) / GBK;
-#pragma unroll
-  for (int st = 0; st < NSTAGE - 1; ++st) {
-    if (st < nk) issue(st, kb + st * GBK);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < nk; ++kt) {
-    cp_async_wait<NSTAGE - 2>();
-    __syncthreads();  // stage kt is everyone's; stage kt - 1 is no longer read
-    const int nx = kt + NSTAGE - 1;
-    if (nx < nk) issue(nx % NSTAGE, kb + nx * GBK);
-    cp_async_commit();
-    const int cur = kt % NSTAGE;
+  // The tensor cores take the operands as stored: they read an FP32's TF32 bits.
+  auto compute = [&](int cur) {
 #pragma unroll
     for (int kk = 0; kk < GBK; kk += 8) {
       if (MMA) {
@@ -264,8 +272,9 @@ __device__ __forceinline__ void mainloop_f32(float (&acc)[MI][NJ][4], float* sme
             }
       }
     }
-  }
-  cp_async_wait<0>();
+  };
+  stage_ring((ke - kb + GBK - 1) / GBK, [&](int buf, int st) { issue(buf, kb + st * GBK); },
+             compute);
 }
 
 // The BF16 main loop of gemm_tile (MI = 1, NJ = 2): A and B hold bf16 values.
@@ -312,20 +321,9 @@ __device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* sm
   };
   // The row this lane addresses for ldmatrix: matrix mat = lane / 8, row rr.
   const int mat = lane >> 3, rr = lane & 7;
-  const int nk = (ke - kb + HK - 1) / HK;
-#pragma unroll
-  for (int st = 0; st < NSTAGE - 1; ++st) {
-    if (st < nk) issue(st, kb + st * HK);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < nk; ++kt) {
-    cp_async_wait<NSTAGE - 2>();
-    __syncthreads();  // stage kt is everyone's; stage kt - 1 is no longer read
-    const int nx = kt + NSTAGE - 1;
-    if (nx < nk) issue(nx % NSTAGE, kb + nx * HK);
-    cp_async_commit();
-    const unsigned short* as = As + (kt % NSTAGE) * H_STAGE;
-    const unsigned short* bs = Bs + (kt % NSTAGE) * H_STAGE;
+  auto compute = [&](int cur) {
+    const unsigned short* as = As + cur * H_STAGE;
+    const unsigned short* bs = Bs + cur * H_STAGE;
 #pragma unroll
     for (int kk = 0; kk < HK; kk += 16) {
       // A: matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
@@ -339,8 +337,8 @@ __device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* sm
       mma_bf16(acc[0][0], a, b[0], b[1]);
       mma_bf16(acc[0][1], a, b[2], b[3]);
     }
-  }
-  cp_async_wait<0>();
+  };
+  stage_ring((ke - kb + HK - 1) / HK, [&](int buf, int st) { issue(buf, kb + st * HK); }, compute);
 }
 
 // C[M,N] = op(A)[M,K] * B[K,N] (+ epilogue), row-major: op(A)[m,k] is
