@@ -434,7 +434,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				}
 			}
 			var states uint64
-			rngBuf := syncs(m.mask) // the host's draws, turned into the mask
+			rngBuf := syncs(m.mask) // the host's draws
 			if !m.host {
 				states, rngBuf = m.states.DevicePtr(), syncs(m.states)
 			}
