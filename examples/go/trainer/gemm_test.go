@@ -25,13 +25,20 @@ func mmaM16N8K8(d *[32][4]float32, a *[32][4]float32, b *[32][2]float32) {
 		A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4] = a[lane][0], a[lane][1], a[lane][2], a[lane][3]
 		B[t][g], B[t+4][g] = b[lane][0], b[lane][1]
 	}
+	mmaAccumulate(d, 8, func(r, k int) float32 { return A[r][k] }, func(k, n int) float32 { return B[k][n] })
+}
+
+// mmaAccumulate adds A(16 x kd) B(kd x 8) to the warp's accumulators by the
+// m16n8 D fragment (g = lane/4, t = lane%4): d0 D[g][2t], d1 D[g][2t+1], d2
+// D[g+8][2t], d3 D[g+8][2t+1].
+func mmaAccumulate(d *[32][4]float32, kd int, A func(r, k int) float32, B func(k, n int) float32) {
 	for lane := 0; lane < 32; lane++ {
 		g, t := lane/4, lane%4
 		for c := 0; c < 4; c++ {
 			r, n := g+(c/2)*8, 2*t+c%2
 			s := d[lane][c]
-			for k := 0; k < 8; k++ {
-				s += A[r][k] * B[k][n]
+			for k := 0; k < kd; k++ {
+				s += A(r, k) * B(k, n)
 			}
 			d[lane][c] = s
 		}
@@ -73,17 +80,7 @@ func mmaM16N8K16(d *[32][4]float32, a *[32][4]uint32, b *[32][2]uint32) {
 		B[2*t][g], B[2*t+1][g] = lo(b[lane][0]), hi(b[lane][0])
 		B[2*t+8][g], B[2*t+9][g] = lo(b[lane][1]), hi(b[lane][1])
 	}
-	for lane := 0; lane < 32; lane++ {
-		g, t := lane/4, lane%4
-		for c := 0; c < 4; c++ {
-			r, n := g+(c/2)*8, 2*t+c%2
-			s := d[lane][c]
-			for k := 0; k < 16; k++ {
-				s += A[r][k] * B[k][n]
-			}
-			d[lane][c] = s
-		}
-	}
+	mmaAccumulate(d, 16, func(r, k int) float32 { return A[r][k] }, func(k, n int) float32 { return B[k][n] })
 }
 
 // ldmatrixX4 is ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: row k of

@@ -473,6 +473,8 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
 }
 
 #define GEMM_ARGS int M, int N, int K, int kchunk, const void* A, const void* B, float* C
+// The training step's products (and the self-test's gemm_nn); the float
+// kinds also get evaluation's gemm_nn_bias_relu (EVAL_KERNEL).
 #define GEMM_KERNELS(SUFFIX, MMA, HALF)                                                                \
   __global__ void __launch_bounds__(GTHREADS) gemm_nn##SUFFIX(GEMM_ARGS, float* ws,                \
                                                                unsigned* counters) {               \
@@ -482,11 +484,6 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                                                unsigned* counters) {               \
     gemm_tile<true, MMA, HALF, EPI_STORE>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws, counters);     \
   }                                                                                                \
-  __global__ void __launch_bounds__(GTHREADS) gemm_nn_bias_relu##SUFFIX(                            \
-      GEMM_ARGS, const float* bias, float* ws, unsigned* counters) {                               \
-    gemm_tile<false, MMA, HALF, EPI_BIAS_RELU>(M, N, K, kchunk, A, B, C, bias, 0, 0.0f, 1.0f, ws,        \
-                                         counters);                                                \
-  }                                                                                                \
   __global__ void __launch_bounds__(GTHREADS) gemm_nn_bias_relu_drop##SUFFIX(                       \
       GEMM_ARGS, const float* bias, sluice_rng_state* states, float p, float scale, float* ws,     \
       unsigned* counters) {                                                                        \
@@ -494,11 +491,20 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                               ws, counters);                                       \
   }
 
+#define EVAL_KERNEL(SUFFIX, MMA)                                                                  \
+  __global__ void __launch_bounds__(GTHREADS) gemm_nn_bias_relu##SUFFIX(                            \
+      GEMM_ARGS, const float* bias, float* ws, unsigned* counters) {                               \
+    gemm_tile<false, MMA, false, EPI_BIAS_RELU>(M, N, K, kchunk, A, B, C, bias, 0, 0.0f, 1.0f, ws,  \
+                                                counters);                                         \
+  }
+
 extern "C" {
 
 GEMM_KERNELS(, true, false)
 GEMM_KERNELS(_simt, false, false)
 GEMM_KERNELS(_bf16, true, true)
+EVAL_KERNEL(, true)
+EVAL_KERNEL(_simt, false)
 
 // out[i] = in[i] / 255, four per thread.
 __global__ void u8_to_f32(float* out, const unsigned char* in, unsigned n) {
