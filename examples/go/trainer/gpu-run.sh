@@ -47,8 +47,9 @@ echo "== 1. accuracy: 5 epochs, batch 256"
 if run full -epochs 5 -batch 256 -losses "$tmp/full.losses" -save "$tmp/full.ckpt"; then
 	echo "RESULT accuracy=$(field full accuracy) epochs=5 batch=256 ($(grep -o 'hidden=[0-9]*' "$tmp/full.out" | tail -1))"
 fi
-# The start-up check of the GEMM kernels against the host (TF32, or the FP32 fallback).
-echo "RESULT $(grep '^kernel self-test' "$tmp/full.out" | tr '\n' ' ' || echo 'kernel self-test: no line (the run failed before it?)')"
+# The start-up checks of the GEMM kernels against the host, one line per precision tried.
+selftest=$(grep '^kernel self-test' "$tmp/full.out" | tr '\n' ' ')
+echo "RESULT ${selftest:-kernel self-test: no line (the run failed before it?)}"
 
 echo "== 2. resume: epochs 1-2 and -save, then -resume for epochs 3-5"
 same=0
@@ -108,8 +109,8 @@ fi
 # 5. (SLUICE_TRAINER_NCU=1) each kernel's own duration under Nsight Compute, which
 # runs kernels one at a time: the step's device time without launch gaps.
 if [ "${SLUICE_TRAINER_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
-	echo "== 5. kernel durations (ncu, eager, steps 20 to 29)"
-	ncu --clock-control none --csv --print-units base --metrics gpu__time_duration.sum \
+	echo "== 5. kernel durations (ncu, eager, no cache flushes, 10 steps after the first 200 launches)"
+	ncu --clock-control none --cache-control none --csv --print-units base --metrics gpu__time_duration.sum \
 		--launch-skip 200 --launch-count 70 \
 		./trainer -epochs 1 -batch 256 -limit 12800 -eager "${extra[@]}" >"$tmp/ncu.csv" 2>"$tmp/ncu.err"
 	python3 - "$tmp/ncu.csv" <<'PY' || tail -5 "$tmp/ncu.err"
