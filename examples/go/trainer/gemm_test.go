@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"testing"
 )
 
@@ -56,9 +58,19 @@ type gemmSim struct {
 	A, B, C        []float32
 	ws             []float32
 	tickets        []uint32
+	// cluster > 0: K split across a cluster of that many blocks per tile
+	// (the BF16 kernels; chunk as model.gemm sets it), and each element
+	// times a mask that block 0's threads hold, mask(state, draw) for the
+	// RNG state and draw of that thread's element (EPI_BIAS_RELU_DROP, bias
+	// 0, inputs where relu keeps everything).
+	cluster int
+	mask    func(state, draw int) float32
 }
 
 func (g *gemmSim) grid() (x, y, z int) {
+	if g.cluster > 0 {
+		return ceilDiv(g.N, gemmBN), ceilDiv(g.M, gemmBM), g.cluster
+	}
 	return ceilDiv(g.N, gemmBN), ceilDiv(g.M, gemmBM), ceilDiv(g.K, g.chunk)
 }
 
@@ -107,7 +119,7 @@ func ldmatrixX4(sm []uint16, rows *[32]int, trans bool) (r [32][4]uint32) {
 func (g *gemmSim) halfLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0, kb, ke, lda int) {
 	const hk, hLD = 32, 32 + 8
 	const hStage = 32 * hLD
-	var As, Bs [gemmStages][hStage]uint16
+	var As, Bs [gemmStagesH][hStage]uint16
 	for st := range As {
 		for i := range As[st] {
 			As[st][i], Bs[st][i] = 0x7fc1, 0x7fc1 // NaN: a value read before it is written shows
@@ -135,7 +147,7 @@ func (g *gemmSim) halfLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0,
 			}
 		}
 	}
-	stageRing((ke-kb+hk-1)/hk, func(buf, st int) { issue(buf, kb+st*hk) }, func(cur int) {
+	stageRing(gemmStagesH, (ke-kb+hk-1)/hk, func(buf, st int) { issue(buf, kb+st*hk) }, func(cur int) {
 		for kk := 0; kk < hk; kk += 16 {
 			for warp := 0; warp < 4; warp++ {
 				wm, wn := (warp>>1)*16, (warp&1)*16
@@ -168,20 +180,20 @@ func (g *gemmSim) halfLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0,
 	})
 }
 
-// stageRing is the kernels' stage_ring, in one thread: gemmStages-1 stages
-// issued ahead; each iteration refills the buffer the previous one read
-// (issue(buffer, stage)) before its math (compute(buffer)).
-func stageRing(nk int, issue func(buf, st int), compute func(buf int)) {
-	for st := 0; st < gemmStages-1; st++ {
+// stageRing is the kernels' stage_ring of ns stages, in one thread: ns-1
+// stages issued ahead; each iteration refills the buffer the previous one
+// read (issue(buffer, stage)) before its math (compute(buffer)).
+func stageRing(ns, nk int, issue func(buf, st int), compute func(buf int)) {
+	for st := 0; st < ns-1; st++ {
 		if st < nk {
 			issue(st, st)
 		}
 	}
 	for kt := 0; kt < nk; kt++ {
-		if nx := kt + gemmStages - 1; nx < nk {
-			issue(nx%gemmStages, nx)
+		if nx := kt + ns - 1; nx < nk {
+			issue(nx%ns, nx)
 		}
-		compute(kt % gemmStages)
+		compute(kt % ns)
 	}
 }
 
@@ -245,7 +257,7 @@ func (g *gemmSim) floatLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0
 		return As[st][m*asNN+k]
 	}
 	bAt := func(st, k, n int) float32 { return Bs[st][k*bsLD+n] }
-	stageRing((ke-kb+gemmBK-1)/gemmBK, func(buf, st int) { issue(buf, kb+st*gemmBK) }, func(cur int) {
+	stageRing(gemmStages, (ke-kb+gemmBK-1)/gemmBK, func(buf, st int) { issue(buf, kb+st*gemmBK) }, func(cur int) {
 		for kk := 0; kk < gemmBK; kk += 8 {
 			for warp := 0; warp < 4; warp++ {
 				wm, wn := (warp>>1)*16*gemmMI, (warp&1)*8*gemmNJ
@@ -287,7 +299,10 @@ func (g *gemmSim) floatLoop(acc *[gemmThreads][gemmMI][gemmNJ][4]float32, m0, n0
 	})
 }
 
-func (g *gemmSim) block(bx, by, bz int) {
+// block runs block (bx, by, bz); in a cluster it returns the partial tile it
+// leaves in shared memory ([gemmBM][redLD], and the mask in block 0), for
+// clusterTile to reduce.
+func (g *gemmSim) block(bx, by, bz int) (red, msk []float32) {
 	var acc [gemmThreads][gemmMI][gemmNJ][4]float32
 	gx, _, Z := g.grid()
 	M, N, K := g.M, g.N, g.K
@@ -315,6 +330,24 @@ func (g *gemmSim) block(bx, by, bz int) {
 	at := func(tid, u int) *float32 {
 		return &acc[tid][u/(gemmNJ*4)][(u/4)%gemmNJ][u%4]
 	}
+	if g.cluster > 0 {
+		red = make([]float32, gemmBM*redLD)
+		msk = make([]float32, gemmBM*redLD)
+		for i := range red {
+			red[i], msk[i] = float32(math.NaN()), float32(math.NaN())
+		}
+		for tid := 0; tid < gemmThreads; tid++ {
+			for u := 0; u < perThread; u++ {
+				gm, gn := pos(tid, u)
+				off := (gm-m0)*redLD + gn - n0
+				red[off] = *at(tid, u)
+				if bz == 0 {
+					msk[off] = g.mask((by*gx+bx)*gemmThreads+tid, u)
+				}
+			}
+		}
+		return red, msk
+	}
 	if Z > 1 {
 		part := g.ws[bz*M*N:]
 		for tid := 0; tid < gemmThreads; tid++ {
@@ -328,7 +361,7 @@ func (g *gemmSim) block(bx, by, bz int) {
 		ticket := g.tickets[tile]
 		g.tickets[tile]++
 		if ticket != uint32(Z-1) {
-			return
+			return nil, nil
 		}
 		g.tickets[tile] = 0
 		for tid := 0; tid < gemmThreads; tid++ {
@@ -351,12 +384,49 @@ func (g *gemmSim) block(bx, by, bz int) {
 			}
 		}
 	}
+	return nil, nil
+}
+
+const redLD = gemmBN + 1 // RED_LD
+
+// clusterTile runs the cluster of tile (bx, by): its blocks' main loops in
+// the order r gives, then each block's share of the sum (rows [z*rows,
+// (z+1)*rows) of the tile, GTHREADS threads over them), again in any order.
+func (g *gemmSim) clusterTile(bx, by int, r *rand.Rand) {
+	Z := g.cluster
+	reds, msks := make([][]float32, Z), make([][]float32, Z)
+	for _, z := range r.Perm(Z) {
+		reds[z], msks[z] = g.block(bx, by, z)
+	}
+	m0, n0, rows := by*gemmBM, bx*gemmBN, gemmBM/Z
+	for _, z := range r.Perm(Z) {
+		for tid := 0; tid < gemmThreads; tid++ {
+			for e := tid; e < rows*gemmBN; e += gemmThreads {
+				row, col := z*rows+e/gemmBN, e%gemmBN
+				off, gm, gn := row*redLD+col, m0+row, n0+col
+				v := reds[0][off]
+				for q := 1; q < Z; q++ {
+					v += reds[q][off]
+				}
+				if gm < g.M && gn < g.N {
+					g.C[gm*g.N+gn] = v * msks[0][off]
+				}
+			}
+		}
+	}
 }
 
 // run launches the grid, its blocks in an order shuffled by r (the GPU's is
 // any order).
 func (g *gemmSim) run(r *rand.Rand) {
 	x, y, z := g.grid()
+	if g.cluster > 0 {
+		g.chunk = ceilDiv(ceilDiv(g.K, z), gemmBK) * gemmBK // as model.gemm
+		for _, t := range r.Perm(x * y) {
+			g.clusterTile(t%x, t/x, r)
+		}
+		return
+	}
 	g.ws = make([]float32, z*g.M*g.N)
 	g.tickets = make([]uint32, x*y)
 	order := r.Perm(x * y * z)
@@ -432,6 +502,25 @@ func TestGemmKernelIndexing(t *testing.T) {
 					}
 				}
 			}
+			if !half {
+				continue
+			}
+			// The BF16 kernels as the step launches them: K split in a
+			// cluster, and (x W1's epilogue) block 0's mask on each element,
+			// the one its RNG state and draw give (dropDraw).
+			mask := func(state, draw int) float32 { return 1 + float32((state*8+draw)%5)/4 }
+			for _, cl := range []int{1, 2, 4, 8} {
+				got := make([]float32, c.M*c.N)
+				g := &gemmSim{ta: c.ta, mma: true, half: true, M: c.M, N: c.N, K: c.K, A: a, B: b, C: got, cluster: cl, mask: mask}
+				g.run(r)
+				for i := range want {
+					st, d := dropDraw(i/c.N, i%c.N, c.N)
+					w := want[i] * mask(st, d)
+					if math.Abs(float64(w-got[i])) > 2e-4 {
+						t.Fatalf("ta=%v bf16 %dx%dx%d cluster %d: element %d: kernel %v, host %v", c.ta, c.M, c.N, c.K, cl, i, got[i], w)
+					}
+				}
+			}
 		}
 	}
 }
@@ -476,5 +565,33 @@ func TestDropDrawMatchesTheEpilogue(t *testing.T) {
 		if st := dropStates(rows, hid); st != gx*gy*gemmThreads {
 			t.Fatalf("dropStates = %d", st)
 		}
+	}
+}
+
+// TestKernelMacrosMatchTheGoConstants checks that the kernel source's tiling
+// macros are the values the launches and the simulations above assume.
+func TestKernelMacrosMatchTheGoConstants(t *testing.T) {
+	want := map[string]int{
+		"MI": gemmMI, "NJ": gemmNJ, "GBK": gemmBK, "NSTAGE": gemmStages, "NSTAGE_H": gemmStagesH,
+		"GTHREADS": gemmThreads, "CE_THREADS": ceThreads, "BWD2_UNITS": bwd2Units,
+		"CLUSTER_NN": gemmClusterNN, "CLUSTER_TN": gemmClusterTN,
+	}
+	re := regexp.MustCompile(`(?m)^#define ([A-Z0-9_]+) ([0-9]+)\b`)
+	seen := map[string]bool{}
+	for _, m := range re.FindAllStringSubmatch(kernelSource, -1) {
+		if w, ok := want[m[1]]; ok {
+			if v, _ := strconv.Atoi(m[2]); v != w {
+				t.Errorf("#define %s %d in the kernels, but the Go side uses %d", m[1], v, w)
+			}
+			seen[m[1]] = true
+		}
+	}
+	for name := range want {
+		if !seen[name] {
+			t.Errorf("no #define %s in the kernel source", name)
+		}
+	}
+	if got := defineOptions(" NSTAGE_H=4, ,X=1"); fmt.Sprint(got) != "[-DNSTAGE_H=4 -DX=1]" {
+		t.Errorf("defineOptions: %q", got)
 	}
 }

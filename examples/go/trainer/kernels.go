@@ -1,5 +1,7 @@
 package main
 
+import "strings"
+
 // kernelSource is the model's CUDA C, compiled at start-up with NVRTC
 // (compileModule). hostkernels.go holds the same math in Go for the host
 // backend. Every kernel is deterministic: no float atomics, and each output
@@ -17,14 +19,17 @@ package main
 //	sgd_momentum         all parameters                                params, momentum
 //
 // The two large products (x W1: 256x512x784, and x^T da1: 784x512x256) run
-// on the tensor cores in TF32 (mma.sync m16n8k8) with FP32 accumulation, on
-// 32x32 tiles of 4 warps (MI x NJ m16n8 tiles each), K staged through shared
-// memory by cp.async and split across blocks (split-K). The partial tiles go
-// to a workspace; the last block of a tile to finish (an integer ticket)
-// adds them in split order and applies the epilogue, so the sum's order
-// never depends on timing. gemm_*_simt are the same kernels in FP32 without
-// tensor cores: the fallback the start-up self-test picks if the TF32
-// kernels disagree with the host (model.selfTest).
+// on the tensor cores with FP32 accumulation: in BF16 (mma.sync m16n8k16,
+// the default) or TF32 (m16n8k8), on 32x32 tiles of 4 warps, K staged through
+// shared memory by cp.async and split across blocks (split-K). The TF32 and
+// FP32 kinds write the partial tiles to a workspace, and the last block of a
+// tile to finish (an integer ticket) adds them in split order and applies the
+// epilogue. The BF16 x W1 runs each tile as one thread block cluster
+// (sm_90): the partial tiles stay in shared memory, and each block of the
+// cluster adds its share of rows over the cluster in split order. Either way
+// the sum's order never depends on timing. gemm_*_simt are the same kernels
+// in FP32 without tensor cores: the fallback the start-up self-test picks if
+// the tensor-core kernels disagree with the host (model.selfTest).
 const kernelSource = `
 #include <sluice/rng.cuh>
 
@@ -33,7 +38,10 @@ const kernelSource = `
 #define GBM (32 * MI)   // tile rows (M): 2 warps of 16 * MI
 #define GBN (16 * NJ)   // tile columns (N): 2 warps of 8 * NJ
 #define GBK 32          // K per shared-memory stage
-#define NSTAGE 2        // stages in shared memory: the next is in flight (cp.async) during the math
+#define NSTAGE 2        // FP32 kinds: stages in shared memory, the next in flight (cp.async) during the math
+#ifndef NSTAGE_H
+#define NSTAGE_H 8      // BF16: stages in shared memory (a chunk of 8 stages or fewer is all in flight at once)
+#endif
 #define AS_NN (GBK + 4) // A stage as [m][k] (NN): fragment loads hit 32 banks (row stride 4 mod 32)
 #define AS_TA (GBM + 8) // A stage as [k][m] (TA): fragment loads hit 32 banks (row stride 8 mod 32)
 #define A_STAGE (GBM * AS_NN > GBK * AS_TA ? GBM * AS_NN : GBK * AS_TA)
@@ -96,25 +104,26 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
-// The ring of NSTAGE shared-memory stages over nk stages of K: NSTAGE - 1
-// issued ahead (issue(buffer, stage)); each iteration waits for its own
-// stage, refills the buffer the previous iteration read, then runs
-// compute(buffer). One commit per slot, empty or not, keeps the wait's count
-// exact.
-template <class Issue, class Compute>
-__device__ __forceinline__ void stage_ring(int nk, Issue issue, Compute compute) {
+// The ring of NS shared-memory stages over nk stages of K: NS - 1 issued
+// ahead (issue(buffer, stage)), then ahead() runs while they are in flight;
+// each iteration waits for its own stage, refills the buffer the previous
+// iteration read, then runs compute(buffer). One commit per slot, empty or
+// not, keeps the wait's count exact.
+template <int NS, class Issue, class Ahead, class Compute>
+__device__ __forceinline__ void stage_ring(int nk, Issue issue, Ahead ahead, Compute compute) {
 #pragma unroll
-  for (int st = 0; st < NSTAGE - 1; ++st) {
+  for (int st = 0; st < NS - 1; ++st) {
     if (st < nk) issue(st, st);
     cp_async_commit();
   }
+  ahead();
   for (int kt = 0; kt < nk; ++kt) {
-    cp_async_wait<NSTAGE - 2>();
+    cp_async_wait<NS - 2>();
     __syncthreads();  // stage kt is everyone's; stage kt - 1 is no longer read
-    const int nx = kt + NSTAGE - 1;
-    if (nx < nk) issue(nx % NSTAGE, nx);
+    const int nx = kt + NS - 1;
+    if (nx < nk) issue(nx % NS, nx);
     cp_async_commit();
-    compute(kt % NSTAGE);
+    compute(kt % NS);
   }
   cp_async_wait<0>();
 }
@@ -164,19 +173,45 @@ __device__ __forceinline__ void mma_bf16(float d[4], const unsigned a[4], unsign
 #endif
 }
 
+// Thread block clusters (sm_90): the cluster's barrier (arrive has release,
+// wait acquire semantics) and a float of the shared memory of the cluster's
+// block rank, at the place p has in this block's.
+__device__ __forceinline__ void cluster_sync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
+  float v = 0.0f;
+#if __CUDA_ARCH__ >= 900
+  unsigned a;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(a) : "r"(smem_addr(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(a) : "memory");
+#endif
+  return v;
+}
+
 #define SMEM_F32 (NSTAGE * (A_STAGE + B_STAGE))  // floats of the FP32 main loop's stages
 #define HK 32           // BF16: K per stage
 #define H_LD (32 + 8)   // BF16: halves per stage row (64 bytes and 16 of padding: ldmatrix rows hit distinct banks)
 #define H_STAGE (32 * H_LD)
-#define SMEM_BF16 (NSTAGE * H_STAGE)  // floats of the BF16 main loop's stages (2 operands of H_STAGE halves)
-#define SMEM_FLOATS (SMEM_F32 > SMEM_BF16 ? SMEM_F32 : SMEM_BF16)
+#define SMEM_BF16 (NSTAGE_H * H_STAGE)  // floats of the BF16 main loop's stages (2 operands of H_STAGE halves)
+#define RED_LD (GBN + 1)  // a cluster's partial tile (and mask) in shared memory, [GBM][RED_LD]
+#ifndef CLUSTER_NN
+#define CLUSTER_NN 2    // BF16: K splits (one cluster per tile) of the NN products; 0: split by kchunk
+#endif
+#ifndef CLUSTER_TN
+#define CLUSTER_TN 0    // BF16: the same for x^T da1
+#endif
 
 // The FP32 main loop of gemm_tile: acc += the block's tile of op(A) B over K
-// [kb, ke), on the tensor cores in TF32 (MMA) or in FP32 FMAs.
-template <bool TA, bool MMA>
+// [kb, ke), on the tensor cores in TF32 (MMA) or in FP32 FMAs; ahead() runs
+// while the first stages load.
+template <bool TA, bool MMA, class Ahead>
 __device__ __forceinline__ void mainloop_f32(float (&acc)[MI][NJ][4], float* smem, int M, int N,
                                              int kb, int ke, int m0, int n0, int lda,
-                                             const float* __restrict__ A, const float* __restrict__ B) {
+                                             const float* __restrict__ A, const float* __restrict__ B,
+                                             Ahead ahead) {
   float* As = smem;
   float* Bs = smem + NSTAGE * A_STAGE;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -273,8 +308,8 @@ __device__ __forceinline__ void mainloop_f32(float (&acc)[MI][NJ][4], float* sme
       }
     }
   };
-  stage_ring((ke - kb + GBK - 1) / GBK, [&](int buf, int st) { issue(buf, kb + st * GBK); },
-             compute);
+  stage_ring<NSTAGE>((ke - kb + GBK - 1) / GBK, [&](int buf, int st) { issue(buf, kb + st * GBK); },
+                     ahead, compute);
 }
 
 // The BF16 main loop of gemm_tile (MI = 1, NJ = 2): A and B hold bf16 values.
@@ -282,15 +317,15 @@ __device__ __forceinline__ void mainloop_f32(float (&acc)[MI][NJ][4], float* sme
 // of B per thread, vector tid at row tid / 4, values 8 (tid % 4)..+7; A as
 // [m][k] (NN) or [k][m] (TA), B as [k][n]. Each k16 step loads a warp's A
 // fragment with one ldmatrix (transposed for TA) and both B fragments with one
-// transposed ldmatrix.
-template <bool TA>
+// transposed ldmatrix. ahead() runs while the first stages load.
+template <bool TA, class Ahead>
 __device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* smem, int M, int N,
                                               int kb, int ke, int m0, int n0, int lda,
                                               const unsigned short* __restrict__ A,
-                                              const unsigned short* __restrict__ B) {
+                                              const unsigned short* __restrict__ B, Ahead ahead) {
   static_assert(MI == 1 && NJ == 2, "the BF16 main loop covers 16x16 warp tiles");
   unsigned short* As = reinterpret_cast<unsigned short*>(smem);
-  unsigned short* Bs = As + NSTAGE * H_STAGE;
+  unsigned short* Bs = As + NSTAGE_H * H_STAGE;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = (warp >> 1) * 16, wn = (warp & 1) * 16;
   const bool avec = (lda % 8 == 0) && (((unsigned long long)A & 15) == 0);
@@ -338,7 +373,18 @@ __device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* sm
       mma_bf16(acc[0][1], a, b[2], b[3]);
     }
   };
-  stage_ring((ke - kb + HK - 1) / HK, [&](int buf, int st) { issue(buf, kb + st * HK); }, compute);
+  stage_ring<NSTAGE_H>((ke - kb + HK - 1) / HK, [&](int buf, int st) { issue(buf, kb + st * HK); },
+                       ahead, compute);
+}
+
+// The epilogue of an element of column n summed to v: EPI_BIAS_RELU_DROP:
+// relu(v + bias[n]) * m, where the mask m is 0 with probability p (the
+// element's uniform draw below p) and 1/(1-p) = scale otherwise.
+template <int EPI>
+__device__ __forceinline__ float epilogue(float v, const float* __restrict__ bias, int n, float m) {
+  if (EPI == EPI_BIAS_RELU) return fmaxf(v + bias[n], 0.0f);
+  if (EPI == EPI_BIAS_RELU_DROP) return fmaxf(v + bias[n], 0.0f) * m;
+  return v;
 }
 
 // C[M,N] = op(A)[M,K] * B[K,N] (+ epilogue), row-major: op(A)[m,k] is
@@ -347,15 +393,19 @@ __device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* sm
 // GBN x.., and the K range [z*kchunk, (z+1)*kchunk). With gridDim.z > 1 each
 // block writes its partial tile to ws[z][M][N]; the last to finish
 // (counters[tile], reset by it to 0 for the next launch) sums ws[0..Z-1] in
-// that order and applies the epilogue. MMA: tensor cores (TF32; BF16 when
-// HALF), else the same fragments summed in FP32 FMAs.
-template <bool TA, bool MMA, bool HALF, int EPI>
+// that order and applies the epilogue. With CL > 0 the launch is one
+// cluster of CL blocks per tile (gridDim.z == CL, sm_90): the partial tiles
+// stay in shared memory, and block z sums rows [z GBM/CL, (z+1) GBM/CL) of
+// them over the cluster in z order and applies the epilogue to those rows.
+// MMA: tensor cores (TF32; BF16 when HALF), else the same fragments summed in
+// FP32 FMAs.
+template <bool TA, bool MMA, bool HALF, int EPI, int CL>
 __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                           const void* __restrict__ A, const void* __restrict__ B,
                                           float* __restrict__ C, const float* __restrict__ bias,
                                           sluice_rng_state* __restrict__ states, float p, float scale,
                                           float* __restrict__ ws, unsigned* __restrict__ counters) {
-  __shared__ __align__(16) float smem[SMEM_FLOATS];
+  __shared__ __align__(16) float smem[HALF ? SMEM_BF16 : SMEM_F32];
   __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -373,13 +423,6 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.0f;
-  if (HALF)
-    mainloop_bf16<TA>(acc, smem, M, N, kb, ke, m0, n0, lda,
-                      static_cast<const unsigned short*>(A), static_cast<const unsigned short*>(B));
-  else
-    mainloop_f32<TA, MMA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const float*>(A),
-                          static_cast<const float*>(B));
-
   // The loops below visit acc in the order u = (i * NJ + j) * 4 + c; element
   // u's place in the tile is ACC_GM, ACC_GN.
 #define ACC_IJC const int i = u / (NJ * 4), j = (u / 4) % NJ, c = u % 4
@@ -389,14 +432,16 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   const int Z = gridDim.z;
   const bool drop = EPI == EPI_BIAS_RELU_DROP && p > 0.0f;
 
-  // Dropout, drawn by the tile's block z = 0 while the other K splits still
-  // run: its thread tid owns the RNG state tile * GTHREADS + tid and draws the
+  // Dropout, drawn by the tile's block z = 0 while its first stages load:
+  // its thread tid owns the RNG state tile * GTHREADS + tid and draws the
   // uniforms of its MI * NJ * 4 elements from it, draw (i * NJ + j) * 4 + c for
   // acc[i][j][c] (out-of-range elements too); the state goes back, so the
   // draws are checkpointed. The mask (0 with probability p, else scale)
-  // reaches the tile's last block through C, which that block overwrites.
+  // reaches the tile's last block through C, which that block overwrites (in
+  // a cluster: through block 0's shared memory).
   float drop_m[MI][NJ][4];
-  if (drop && blockIdx.z == 0) {
+  auto draw = [&]() {
+    if (!drop || blockIdx.z != 0) return;
     const unsigned long long si =
         (unsigned long long)(blockIdx.y * gridDim.x + blockIdx.x) * GTHREADS + tid;
     sluice_rng_state s = states[si];
@@ -405,9 +450,46 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
       ACC_IJC;
       drop_m[i][j][c] = sluice_rng_uniform(&s) < p ? 0.0f : scale;
       const int gm = ACC_GM, gn = ACC_GN;
-      if (Z > 1 && gm < M && gn < N) C[(unsigned long long)gm * N + gn] = drop_m[i][j][c];
+      if (CL == 0 && Z > 1 && gm < M && gn < N) C[(unsigned long long)gm * N + gn] = drop_m[i][j][c];
     }
     states[si] = s;
+  };
+  if (HALF)
+    mainloop_bf16<TA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const unsigned short*>(A),
+                      static_cast<const unsigned short*>(B), draw);
+  else
+    mainloop_f32<TA, MMA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const float*>(A),
+                          static_cast<const float*>(B), draw);
+
+  if (CL > 0) {
+    static_assert(CL == 0 || (GBM % CL == 0 && GBM * GBN % (GTHREADS * (CL > 0 ? CL : 1)) == 0),
+                  "a cluster's blocks share the tile's rows evenly");
+    static_assert(2 * GBM * RED_LD <= (HALF ? SMEM_BF16 : SMEM_F32), "the partial tile fits the stages");
+    // The stages become this block's partial tile (and, in block 0, the mask).
+    float* red = smem;
+    float* msk = smem + GBM * RED_LD;
+    __syncthreads();  // every warp is done with the last stage
+#pragma unroll
+    for (int u = 0; u < MI * NJ * 4; ++u) {
+      ACC_IJC;
+      const int off = (ACC_GM - m0) * RED_LD + ACC_GN - n0;
+      red[off] = acc[i][j][c];
+      if (drop && blockIdx.z == 0) msk[off] = drop_m[i][j][c];
+    }
+    cluster_sync();
+    const int rows = GBM / (CL > 0 ? CL : 1);
+#pragma unroll
+    for (int e = tid; e < rows * GBN; e += GTHREADS) {
+      const int r = blockIdx.z * rows + e / GBN, col = e % GBN;
+      const int off = r * RED_LD + col, gm = m0 + r, gn = n0 + col;
+      float v = ld_cluster(red + off, 0);
+#pragma unroll
+      for (int q = 1; q < CL; ++q) v += ld_cluster(red + off, q);
+      const float m = drop ? ld_cluster(msk + off, 0) : 1.0f;
+      if (gm < M && gn < N) C[(unsigned long long)gm * N + gn] = epilogue<EPI>(v, bias, gn, m);
+    }
+    cluster_sync();  // no block leaves while another reads its shared memory
+    return;
   }
 
   if (Z > 1) {
@@ -455,17 +537,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
     const int gm = ACC_GM, gn = ACC_GN;
     if (gm >= M || gn >= N) continue;
     const unsigned long long idx = (unsigned long long)gm * N + gn;
-    float v = acc[i][j][c];
-    if (EPI == EPI_BIAS_RELU) {
-      v = fmaxf(v + bias[gn], 0.0f);
-    } else if (EPI == EPI_BIAS_RELU_DROP) {
-      // z = acc + bias; a = relu(z) * mask, where mask is 0 with probability
-      // p (the element's uniform draw below p) and 1/(1-p) = scale otherwise.
-      const float z = v + bias[gn];
-      const float m = drop ? drop_m[i][j][c] : 1.0f;
-      v = fmaxf(z, 0.0f) * m;
-    }
-    C[idx] = v;
+    C[idx] = epilogue<EPI>(acc[i][j][c], bias, gn, drop ? drop_m[i][j][c] : 1.0f);
   }
 #undef ACC_IJC
 #undef ACC_GM
@@ -474,35 +546,52 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
 
 #define GEMM_ARGS int M, int N, int K, int kchunk, const void* A, const void* B, float* C
 // The training step's products (and the self-test's gemm_nn); the float
-// kinds also get evaluation's gemm_nn_bias_relu (EVAL_KERNEL).
-#define GEMM_KERNELS(SUFFIX, MMA, HALF)                                                                \
-  __global__ void __launch_bounds__(GTHREADS) gemm_nn##SUFFIX(GEMM_ARGS, float* ws,                \
-                                                               unsigned* counters) {               \
-    gemm_tile<false, MMA, HALF, EPI_STORE>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws, counters);    \
+// kinds also get evaluation's gemm_nn_bias_relu (EVAL_KERNEL). CLN and CLT:
+// the NN and TN kernels' clusters (0: none, split K through ws and counters),
+// ATTRN and ATTRT their __cluster_dims__ (or nothing).
+#define GEMM_KERNELS(SUFFIX, MMA, HALF, CLN, CLT, ATTRN, ATTRT)                                    \
+  __global__ void ATTRN __launch_bounds__(GTHREADS)                                  \
+      gemm_nn##SUFFIX(GEMM_ARGS, float* ws, unsigned* counters) {                                  \
+    gemm_tile<false, MMA, HALF, EPI_STORE, CLN>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws,    \
+                                                counters);                                         \
   }                                                                                                \
-  __global__ void __launch_bounds__(GTHREADS) gemm_tn##SUFFIX(GEMM_ARGS, float* ws,                \
-                                                               unsigned* counters) {               \
-    gemm_tile<true, MMA, HALF, EPI_STORE>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws, counters);     \
+  __global__ void ATTRT __launch_bounds__(GTHREADS)                                  \
+      gemm_tn##SUFFIX(GEMM_ARGS, float* ws, unsigned* counters) {                                  \
+    gemm_tile<true, MMA, HALF, EPI_STORE, CLT>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws,     \
+                                               counters);                                          \
   }                                                                                                \
-  __global__ void __launch_bounds__(GTHREADS) gemm_nn_bias_relu_drop##SUFFIX(                       \
+  __global__ void ATTRN __launch_bounds__(GTHREADS) gemm_nn_bias_relu_drop##SUFFIX(  \
       GEMM_ARGS, const float* bias, sluice_rng_state* states, float p, float scale, float* ws,     \
       unsigned* counters) {                                                                        \
-    gemm_tile<false, MMA, HALF, EPI_BIAS_RELU_DROP>(M, N, K, kchunk, A, B, C, bias, states, p, scale,    \
-                                              ws, counters);                                       \
+    gemm_tile<false, MMA, HALF, EPI_BIAS_RELU_DROP, CLN>(M, N, K, kchunk, A, B, C, bias, states, p, \
+                                                         scale, ws, counters);                     \
   }
+// The BF16 kernels' clusters: n blocks along z (sm_90), or none for n = 0.
+#if CLUSTER_NN > 0
+#define NN_CLUSTER __cluster_dims__(1, 1, CLUSTER_NN)
+#else
+#define NN_CLUSTER
+#endif
+#if CLUSTER_TN > 0
+#define TN_CLUSTER __cluster_dims__(1, 1, CLUSTER_TN)
+#else
+#define TN_CLUSTER
+#endif
 
 #define EVAL_KERNEL(SUFFIX, MMA)                                                                  \
   __global__ void __launch_bounds__(GTHREADS) gemm_nn_bias_relu##SUFFIX(                            \
       GEMM_ARGS, const float* bias, float* ws, unsigned* counters) {                               \
-    gemm_tile<false, MMA, false, EPI_BIAS_RELU>(M, N, K, kchunk, A, B, C, bias, 0, 0.0f, 1.0f, ws,  \
-                                                counters);                                         \
+    gemm_tile<false, MMA, false, EPI_BIAS_RELU, 0>(M, N, K, kchunk, A, B, C, bias, 0, 0.0f, 1.0f,  \
+                                                   ws, counters);                                  \
   }
 
 extern "C" {
 
-GEMM_KERNELS(, true, false)
-GEMM_KERNELS(_simt, false, false)
-GEMM_KERNELS(_bf16, true, true)
+GEMM_KERNELS(, true, false, 0, 0, , )
+GEMM_KERNELS(_simt, false, false, 0, 0, , )
+#if __CUDA_ARCH__ >= 900  // the BF16 kernels (clusters): absent before Hopper
+GEMM_KERNELS(_bf16, true, true, CLUSTER_NN, CLUSTER_TN, NN_CLUSTER, TN_CLUSTER)
+#endif
 EVAL_KERNEL(, true)
 EVAL_KERNEL(_simt, false)
 
@@ -751,6 +840,20 @@ var kernelNames = []string{
 	"u8_to_f32", "u8_to_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2", "sgd_momentum",
 }
 
+// kernelDefines (flag -kdefine) are extra macro definitions for the kernel
+// source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.
+var kernelDefines string
+
+func defineOptions(defs string) []string {
+	var opts []string
+	for _, d := range strings.Split(defs, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			opts = append(opts, "-D"+d)
+		}
+	}
+	return opts
+}
+
 // The GEMM kernels' tiling (gemm_tile): GBM x GBN tiles of gemmThreads
 // threads, K split across blocks in chunks of a multiple of GBK.
 //
@@ -763,13 +866,23 @@ var (
 	gemmKChunkTN = 256
 )
 
+// The BF16 products split K across a thread block cluster per tile instead,
+// when these are not 0 (flags -cluster and -cluster-tn; CLUSTER_NN and
+// CLUSTER_TN in the source). The defaults are the fastest of a sweep on an
+// H200 (docs/gpu-runs.md, run 110): x W1 in clusters of 2, x^T da1 unsplit.
+var (
+	gemmClusterNN = 2
+	gemmClusterTN = 0
+)
+
 const (
 	gemmMI      = 1 // MI: m16 tiles per warp
 	gemmNJ      = 2 // NJ: n8 tiles per warp
 	gemmBM      = 32 * gemmMI
 	gemmBN      = 16 * gemmNJ
 	gemmBK      = 32
-	gemmStages  = 2 // NSTAGE
+	gemmStages  = 2 // NSTAGE: the FP32 kinds' ring
+	gemmStagesH = 8 // NSTAGE_H: the BF16 ring
 	gemmThreads = 128
 	dropDraws   = gemmMI * gemmNJ * 4 // dropout uniforms per RNG state: the elements of an epilogue thread
 	ceThreads   = 128                 // fwd2_ce's block (CE_THREADS)

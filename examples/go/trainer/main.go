@@ -53,6 +53,7 @@ type options struct {
 	seed                   uint64
 	save, resume, losses   string
 	eager, graph, blocking bool
+	overlapInput           bool
 	depth, producers       int
 	data                   string
 	gemm                   string
@@ -76,12 +77,16 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.eager, "eager", false, "launch the training step op by op (no graph)")
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
+	flag.BoolVar(&o.overlapInput, "overlap-input", true, "copy each batch on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
 	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
 	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
 	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32)")
 	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32)")
+	flag.IntVar(&gemmClusterNN, "cluster", gemmClusterNN, "cuda, bf16: blocks of the cluster that splits the K of x W1 (1, 2, 4 or 8; 0: split by -kchunk)")
+	flag.IntVar(&gemmClusterTN, "cluster-tn", gemmClusterTN, "cuda, bf16: blocks of the cluster that splits the K of x^T da1 (1, 2, 4 or 8; 0: split by -kchunk-tn)")
+	flag.StringVar(&kernelDefines, "kdefine", "", "cuda: extra macro definitions for the kernels, comma-separated (for example NSTAGE_H=4), for sweeps")
 	flag.Parse()
 	if o.eager {
 		o.graph = false
@@ -95,6 +100,8 @@ func parseFlags() (*options, error) {
 		return nil, errors.New("-dropout must be in [0, 1)")
 	case gemmKChunkNN < gemmBK || gemmKChunkNN%gemmBK != 0 || gemmKChunkTN < gemmBK || gemmKChunkTN%gemmBK != 0:
 		return nil, fmt.Errorf("-kchunk and -kchunk-tn must be positive multiples of %d", gemmBK)
+	case !validCluster(gemmClusterNN) || !validCluster(gemmClusterTN):
+		return nil, errors.New("-cluster and -cluster-tn must be 0, 1, 2, 4 or 8")
 	case o.depth < 1 || o.producers < 1:
 		return nil, errors.New("-depth and -producers must be positive")
 	case flag.NArg() > 0:
@@ -168,8 +175,17 @@ func run() error {
 		return err
 	}
 	defer evalS.Close()
+	// The batches' device-to-device copies run on a stream of their own, into
+	// the input buffers of the step after next (model.useInput), so a copy
+	// overlaps the step before it.
+	inS, err := dev.NewStream(sluice.StreamNonBlocking, 0)
+	if err != nil {
+		return err
+	}
+	defer inS.Close()
 	train.SetLabel("trainer: train")
 	evalS.SetLabel("trainer: eval")
+	inS.SetLabel("trainer: input")
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
 		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm}
@@ -272,6 +288,10 @@ func run() error {
 		te := time.Now()
 		var enqueue time.Duration // host time spent issuing the steps
 		for i := 0; i < smp.nb; i++ {
+			parity, copyS := 0, train
+			if o.overlapInput {
+				parity, copyS = m.useInput(e*smp.nb+i), inS
+			}
 			if o.blocking {
 				// Fill, then a synchronous copy that waits for the step that
 				// read the input buffers last: no overlap.
@@ -285,13 +305,13 @@ func run() error {
 			} else {
 				// One device-to-device copy from the batch's slot into the
 				// step's input buffers, ordered after the slot's H2D copy.
-				if _, err := pf.NextInto(train, []*sluice.Buffer{m.xu8, m.yu8}, sluice.WaitForever); err != nil {
+				if _, err := pf.NextInto(copyS, []*sluice.Buffer{m.xu8, m.yu8}, sluice.WaitForever); err != nil {
 					return err
 				}
 			}
 			ts := time.Now()
 			if cache != nil {
-				err = cache.Run(0, train, m.trainStep)
+				err = cache.Run(uint64(parity), train, m.trainStep)
 			} else {
 				err = m.trainStep(train)
 			}
@@ -450,3 +470,7 @@ func steadyRate(rates []float64) float64 {
 	}
 	return (r[len(r)/2-1] + r[len(r)/2]) / 2
 }
+
+// validCluster: 0 (no cluster), or a cluster whose blocks share a tile's 32
+// rows evenly, at most the portable cluster size of 8.
+func validCluster(n int) bool { return n == 0 || n == 1 || n == 2 || n == 4 || n == 8 }

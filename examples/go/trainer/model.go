@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
 )
@@ -44,7 +45,8 @@ type model struct {
 	wd      float32
 
 	// The batch (written by the prefetcher's NextInto or a blocking copy).
-	xu8, yu8 *sluice.Buffer
+	xu8, yu8  *sluice.Buffer       // the step's batch: batchBufs[useInput's parity]
+	batchBufs [2][2]*sluice.Buffer // two sets of (pixels, labels)
 	// Activations and gradients of one step. On the cuda backend a1 is the
 	// only hidden activation kept (the backward pass reads relu and dropout
 	// off a1 > 0); mask holds the host backend's dropout draws, z2 its logits.
@@ -137,12 +139,17 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	m.nParams = inputs*m.H + m.H + m.H*classes + classes
 	m.nStates = dropStates(m.B, m.H)
 	if !m.host {
-		if m.mod, err = compileModule(dev, kernelSource, "trainer.cu"); err != nil {
+		defs := fmt.Sprintf("CLUSTER_NN=%d,CLUSTER_TN=%d,%s", gemmClusterNN, gemmClusterTN, kernelDefines)
+		if m.mod, err = compileModule(dev, kernelSource, "trainer.cu", defineOptions(defs)...); err != nil {
 			return nil, fmt.Errorf("compiling the kernels: %w", err)
 		}
 		m.fns = make(map[string]*sluice.Function)
 		for _, n := range kernelNames {
-			if m.fns[n], err = m.mod.Function(n); err != nil {
+			f, err := m.mod.Function(n)
+			switch {
+			case err == nil:
+				m.fns[n] = f
+			case !strings.HasSuffix(n, "_bf16"): // the BF16 kernels need sm_90 (selfTest)
 				return nil, err
 			}
 		}
@@ -154,7 +161,8 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		n int // bytes
 	}
 	allocs := []alloc{
-		{&m.xu8, B * inputs}, {&m.yu8, B}, {&m.xf, 4 * B * inputs},
+		{&m.batchBufs[0][0], B * inputs}, {&m.batchBufs[0][1], B},
+		{&m.batchBufs[1][0], B * inputs}, {&m.batchBufs[1][1], B}, {&m.xf, 4 * B * inputs},
 		{&m.a1, 4 * B * H}, {&m.mask, 4 * dropDraws * m.nStates}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
 		{&m.params, 4 * m.nParams}, {&m.grads, 4 * m.nParams}, {&m.vel, 4 * m.nParams},
@@ -173,6 +181,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 			return nil, err
 		}
 	}
+	m.useInput(0)
 	if !m.host {
 		if err := sluice.Memset(s, m.gemmTickets, 0, 0, m.gemmTickets.Size()); err != nil {
 			return nil, err
@@ -206,7 +215,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 }
 
 func (m *model) Close() {
-	for _, b := range []*sluice.Buffer{m.xu8, m.yu8, m.xf, m.a1, m.mask, m.z2, m.dz2, m.da1,
+	for _, b := range []*sluice.Buffer{m.batchBufs[0][0], m.batchBufs[0][1], m.batchBufs[1][0], m.batchBufs[1][1], m.xf, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
 		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.xh, m.w1h, m.da1h} {
 		if b != nil {
@@ -314,7 +323,22 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	}
 	kchunk, z := g.K, 1
 	var ws, tickets uint64
-	if g.chunk > 0 {
+	suffix := g.suffix
+	if suffix == "" {
+		suffix = m.gemmSuffix
+	}
+	cluster := 0
+	if suffix == "_bf16" {
+		cluster = gemmClusterNN
+		if g.name == "gemm_tn" {
+			cluster = gemmClusterTN
+		}
+	}
+	if cluster > 0 {
+		// One cluster of z blocks per tile, K in chunks of whole stages.
+		z = cluster
+		kchunk = ceilDiv(ceilDiv(g.K, z), gemmBK) * gemmBK
+	} else if g.chunk > 0 {
 		kchunk, z = g.chunk, gemmSplits(g.K, g.chunk)
 		if z > 1 {
 			ws, tickets = m.gemmWS.DevicePtr(), m.gemmTickets.DevicePtr()
@@ -327,10 +351,6 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	}
 	args := []any{int32(g.M), int32(g.N), int32(g.K), int32(kchunk), g.A.ptr(), g.B.ptr(), g.C.ptr()}
 	args = append(append(args, g.extra...), ws, tickets)
-	suffix := g.suffix
-	if suffix == "" {
-		suffix = m.gemmSuffix
-	}
 	return m.fns[g.name+suffix].Launch(s, cfg, reads, writes, args...)
 }
 
@@ -387,6 +407,16 @@ func (m *model) halfWeights(s *sluice.Stream) error {
 	n := inputs * m.H
 	return m.run(s, "f32_to_bf16", grid1(n), syncs(m.params), syncs(m.w1h), nil,
 		m.w1h.DevicePtr(), m.w1(m.params).ptr(), uint32(n))
+}
+
+// useInput points the step at input set step % 2 and returns that parity.
+// The batch of a step is copied (on its own stream) while the step before
+// runs, into the set that step does not read; a graph is captured per set
+// (graph cache key = parity).
+func (m *model) useInput(step int) int {
+	p := step % 2
+	m.xu8, m.yu8 = m.batchBufs[p][0], m.batchBufs[p][1]
+	return p
 }
 
 // trainStep enqueues one training step on s over the current batch (xu8,
@@ -673,7 +703,9 @@ func (m *model) selfTest(s *sluice.Stream, want string) error {
 		fmt.Printf("kernel self-test: using the FP32 GEMMs without tensor cores (max error %.2g)\n", e)
 		m.gemmSuffix = "_simt"
 	}
-	if want == "bf16" {
+	if want == "bf16" && m.fns["gemm_tn_bf16"] == nil {
+		fmt.Println("kernel self-test: no BF16 GEMMs (they split K in thread block clusters: sm_90 and newer); the step uses the float ones")
+	} else if want == "bf16" {
 		e, err := worst("_bf16")
 		if err != nil {
 			return err
