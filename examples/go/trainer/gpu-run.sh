@@ -12,6 +12,8 @@
 #      from epoch to epoch; the eager step's host time varies between processes):
 #      graph replay against the eager step              RESULT steps_per_s graph=... eager=... ratio=...  (goal >= 2)
 #      prefetcher against a blocking copy               RESULT steps_per_s prefetch=... blocking=... ratio=...
+#      the step alone, after training, on the last batch
+#      without the input pipeline (-bench-steps)         RESULT step_only_steps_per_s graph=... eager=... ratio=...
 #
 # Exits non-zero if a run fails or the resumed run differs. Extra arguments go
 # to every trainer run (for example -hidden 256).
@@ -79,8 +81,10 @@ for rep in 1 2 3; do
 		args=(-epochs 8 -batch 256)
 		[[ $mode == eager_* ]] && args+=(-eager)
 		[[ $mode == *_blocking ]] && args+=(-blocking)
+		[[ $mode == *_prefetch ]] && args+=(-bench-steps 2340)
 		run "${mode}_$rep" "${args[@]}" >/dev/null
 		rates[$mode]+="$(field "${mode}_$rep" steps_per_s) "
+		[[ $mode == *_prefetch ]] && rates[${mode}_only]+="$(field "${mode}_$rep" step_only_steps_per_s) "
 	done
 done
 for mode in graph_prefetch eager_prefetch graph_blocking eager_blocking; do
@@ -94,6 +98,11 @@ echo "RESULT steps_per_s graph=$gp eager=$ep ratio=$(ratio "$gp" "$ep") (prefetc
 echo "RESULT steps_per_s graph_blocking=$gb eager_blocking=$eb ratio=$(ratio "$gb" "$eb") (blocking copies)"
 echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (graph)"
 echo "RESULT steps_per_s eager_prefetch=$ep eager_blocking=$eb ratio=$(ratio "$ep" "$eb") (eager)"
+echo "graph step only steps/s: ${rates[graph_prefetch_only]}"
+echo "eager step only steps/s: ${rates[eager_prefetch_only]}"
+go=$(echo "${rates[graph_prefetch_only]}" | median)
+eo=$(echo "${rates[eager_prefetch_only]}" | median)
+echo "RESULT step_only_steps_per_s graph=$go eager=$eo ratio=$(ratio "$go" "$eo") (the step alone, 2340 steps on one batch)"
 
 # 4. Where a step's device time goes: one eager epoch of 50 batches with a device
 # span on every op, summed per kernel (tools/sluice-trace --device-summary). The

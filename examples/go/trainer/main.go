@@ -54,6 +54,7 @@ type options struct {
 	save, resume, losses   string
 	eager, graph, blocking bool
 	overlapInput           bool
+	benchSteps             int
 	depth, producers       int
 	data                   string
 	gemm                   string
@@ -78,6 +79,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "copy each batch on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
+	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
@@ -281,6 +283,7 @@ func run() error {
 
 	var acc float64
 	var rates []float64 // steps/s of each epoch of this process
+	var batchWait time.Duration
 	for e := start; e < o.epochs; e++ {
 		if err := sluice.Memset(train, m.trainStats, 0, 0, 8); err != nil {
 			return err
@@ -353,9 +356,16 @@ func run() error {
 			return err
 		}
 		acc = float64(right) / float64(max(len(d.testY), 1))
-		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s, %.1f us/step issuing\n",
+		waiting := "" // the time this epoch's steps waited for the prefetcher's batches
+		if pf != nil {
+			if ps, err := pf.Stats(); err == nil {
+				waiting = fmt.Sprintf(", %.1f waiting for batches", (ps.ConsumerWait-batchWait).Seconds()*1e6/float64(smp.nb))
+				batchWait = ps.ConsumerWait
+			}
+		}
+		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s, %.1f us/step issuing%s\n",
 			e+1, o.epochs, sum/float64(smp.nb), float64(stats[1])/float64(nTrain), acc, smp.nb, el, lastRate,
-			enqueue.Seconds()*1e6/float64(smp.nb))
+			enqueue.Seconds()*1e6/float64(smp.nb), waiting)
 	}
 
 	if stopProducers != nil {
@@ -388,7 +398,42 @@ func run() error {
 	}
 	fmt.Printf("RESULT accuracy=%.4f\n", acc)
 	fmt.Printf("RESULT steps_per_s=%.1f mode=%s batch=%d hidden=%d (median of %d epochs)\n", steadyRate(rates), modeName(o), o.batch, o.hidden, max(len(rates)-1, 1))
+	if o.benchSteps > 0 {
+		rate, err := benchSteps(train, m, cache, o.benchSteps, smp.nb)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("RESULT step_only_steps_per_s=%.1f mode=%s (%d steps on the last batch, no input pipeline)\n", rate, modeName(o), o.benchSteps)
+	}
 	return nil
+}
+
+// benchSteps times n more training steps on the batch already in place, as
+// the epochs issue them (replayed or eager) but without the input pipeline:
+// the step's own rate. The losses' counter restarts every perEpoch steps, as
+// an epoch's does. The weights change: it runs after the checkpoint.
+func benchSteps(s *sluice.Stream, m *model, cache *sluice.GraphCache, n, perEpoch int) (float64, error) {
+	step := func() error {
+		if cache != nil {
+			return cache.Run(uint64(m.parity), s, m.trainStep)
+		}
+		return m.trainStep(s)
+	}
+	t0 := time.Now()
+	for done := 0; done < n; {
+		if err := sluice.Memset(s, m.trainStats, 0, 0, 8); err != nil {
+			return 0, err
+		}
+		for i := 0; i < perEpoch && done < n; i, done = i+1, done+1 {
+			if err := step(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(t0).Seconds(), nil
 }
 
 // save writes the checkpoint: the RNG's states are saved into rck in stream

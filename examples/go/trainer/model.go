@@ -47,6 +47,7 @@ type model struct {
 	// The batch (written by the prefetcher's NextInto or a blocking copy).
 	xu8, yu8  *sluice.Buffer       // the step's batch: batchBufs[useInput's parity]
 	batchBufs [2][2]*sluice.Buffer // two sets of (pixels, labels)
+	parity    int                  // the set in use
 	// Activations and gradients of one step. On the cuda backend a1 is the
 	// only hidden activation kept (the backward pass reads relu and dropout
 	// off a1 > 0); mask holds the host backend's dropout draws, z2 its logits.
@@ -415,7 +416,7 @@ func (m *model) halfWeights(s *sluice.Stream) error {
 // (graph cache key = parity).
 func (m *model) useInput(step int) int {
 	p := step % 2
-	m.xu8, m.yu8 = m.batchBufs[p][0], m.batchBufs[p][1]
+	m.xu8, m.yu8, m.parity = m.batchBufs[p][0], m.batchBufs[p][1], p
 	return p
 }
 
