@@ -54,7 +54,7 @@ type options struct {
 	save, resume, losses   string
 	eager, graph, blocking bool
 	overlapInput           bool
-	benchSteps             int
+	benchSteps, benchInput int
 	depth, producers       int
 	data                   string
 	gemm                   string
@@ -80,6 +80,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "copy each batch on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
+	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
@@ -226,6 +227,10 @@ func run() error {
 		defer f.Close()
 		lossOut = bufio.NewWriter(f)
 		defer lossOut.Flush()
+	}
+
+	if o.benchInput > 0 {
+		return benchInput(dev, inS, m, smp, o)
 	}
 
 	// The batches of epochs start..epochs-1, from the prefetcher or copied.
@@ -405,6 +410,33 @@ func run() error {
 		}
 		fmt.Printf("RESULT step_only_steps_per_s=%.1f mode=%s (%d steps on the last batch, no input pipeline)\n", rate, modeName(o), o.benchSteps)
 	}
+	return nil
+}
+
+// benchInput times o.benchInput batches through the input pipeline alone:
+// the producers fill them, and NextInto copies each into an input set, as the
+// training loop does, with no step.
+func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, o *options) error {
+	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * inputs, o.batch}})
+	if err != nil {
+		return err
+	}
+	wait := startProducers(pf, smp, o.producers, 0, o.benchInput)
+	t0 := time.Now()
+	for i := 0; i < o.benchInput && err == nil; i++ {
+		m.useInput(i)
+		_, err = pf.NextInto(inS, []*sluice.Buffer{m.xu8, m.yu8}, sluice.WaitForever)
+	}
+	if err == nil {
+		err = inS.Synchronize()
+	}
+	el := time.Since(t0).Seconds()
+	err = errors.Join(err, unlessClosed(pf.CloseInput()), wait(), pf.Close())
+	if err != nil {
+		return err
+	}
+	fmt.Printf("RESULT input_batches_per_s=%.1f producers=%d depth=%d batch=%d (%d batches, no step)\n",
+		float64(o.benchInput)/el, o.producers, o.depth, o.batch, o.benchInput)
 	return nil
 }
 
