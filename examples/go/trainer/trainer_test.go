@@ -109,3 +109,32 @@ func TestCorruptCheckpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestInputRoutingAndBenchModes: copying batches on the training stream into
+// one input set computes the same losses, bit for bit, as the default (an
+// input stream and two sets, a graph per set); -bench-steps and -bench-input
+// report a rate.
+func TestInputRoutingAndBenchModes(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.losses"), filepath.Join(dir, "b.losses")
+	out := trainer(t, "-epochs", "1", "-losses", a, "-bench-steps", "20")
+	trainer(t, "-epochs", "1", "-losses", b, "-overlap-input=false")
+	if la, lb := read(t, a), read(t, b); len(la) == 0 || !bytes.Equal(la, lb) {
+		t.Fatalf("losses differ between the input routings:\n%s\n%s", la, lb)
+	}
+	for _, c := range []struct {
+		out string
+		re  *regexp.Regexp
+	}{
+		{out, regexp.MustCompile(`RESULT step_only_steps_per_s=([0-9.]+)`)},
+		{trainer(t, "-bench-input", "40"), regexp.MustCompile(`RESULT input_batches_per_s=([0-9.]+)`)},
+	} {
+		m := c.re.FindStringSubmatch(c.out)
+		if m == nil {
+			t.Fatalf("no %v in:\n%s", c.re, c.out)
+		}
+		if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 {
+			t.Fatalf("%s: not a rate", m[0])
+		}
+	}
+}
