@@ -85,8 +85,8 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
 	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
-	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32)")
-	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32)")
+	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster 0)")
+	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster-tn 0)")
 	flag.IntVar(&gemmClusterNN, "cluster", gemmClusterNN, "cuda, bf16: blocks of the cluster that splits the K of x W1 (1, 2, 4 or 8; 0: split by -kchunk)")
 	flag.IntVar(&gemmClusterTN, "cluster-tn", gemmClusterTN, "cuda, bf16: blocks of the cluster that splits the K of x^T da1 (1, 2, 4 or 8; 0: split by -kchunk-tn)")
 	flag.StringVar(&kernelDefines, "kdefine", "", "cuda: extra macro definitions for the kernels, comma-separated (for example NSTAGE_H=4), for sweeps")
@@ -238,14 +238,8 @@ func run() error {
 	var pf *sluice.Prefetcher
 	var stopProducers func() error
 	if !o.blocking {
-		pf, err = sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * inputs, o.batch}})
-		if err != nil {
+		if pf, stopProducers, err = startInput(dev, smp, o, start*smp.nb, total); err != nil {
 			return err
-		}
-		wait := startProducers(pf, smp, o.producers, start*smp.nb, total)
-		stopProducers = func() error {
-			err := pf.CloseInput()
-			return errors.Join(unlessClosed(err), wait(), pf.Close())
 		}
 		defer func() {
 			if stopProducers != nil {
@@ -296,9 +290,10 @@ func run() error {
 		te := time.Now()
 		var enqueue time.Duration // host time spent issuing the steps
 		for i := 0; i < smp.nb; i++ {
-			parity, copyS := 0, train
+			copyS := train
 			if o.overlapInput {
-				parity, copyS = m.useInput(e*smp.nb+i), inS
+				m.useInput(e*smp.nb + i)
+				copyS = inS
 			}
 			if o.blocking {
 				// Fill, then a synchronous copy that waits for the step that
@@ -318,11 +313,7 @@ func run() error {
 				}
 			}
 			ts := time.Now()
-			if cache != nil {
-				err = cache.Run(uint64(parity), train, m.trainStep)
-			} else {
-				err = m.trainStep(train)
-			}
+			err = m.step(cache, train)
 			enqueue += time.Since(ts)
 			if err != nil {
 				return fmt.Errorf("epoch %d step %d: %w", e+1, i, err)
@@ -413,15 +404,26 @@ func run() error {
 	return nil
 }
 
+// startInput creates the prefetcher and starts its producers on the global
+// batches first..first+total-1; stop closes its input, waits for the
+// producers and closes it.
+func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int) (*sluice.Prefetcher, func() error, error) {
+	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * inputs, o.batch}})
+	if err != nil {
+		return nil, nil, err
+	}
+	wait := startProducers(pf, smp, o.producers, first, total)
+	return pf, func() error { return errors.Join(unlessClosed(pf.CloseInput()), wait(), pf.Close()) }, nil
+}
+
 // benchInput times o.benchInput batches through the input pipeline alone:
 // the producers fill them, and NextInto copies each into an input set, as the
 // training loop does, with no step.
 func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, o *options) error {
-	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * inputs, o.batch}})
+	pf, stop, err := startInput(dev, smp, o, 0, o.benchInput)
 	if err != nil {
 		return err
 	}
-	wait := startProducers(pf, smp, o.producers, 0, o.benchInput)
 	t0 := time.Now()
 	for i := 0; i < o.benchInput && err == nil; i++ {
 		m.useInput(i)
@@ -431,8 +433,7 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 		err = inS.Synchronize()
 	}
 	el := time.Since(t0).Seconds()
-	err = errors.Join(err, unlessClosed(pf.CloseInput()), wait(), pf.Close())
-	if err != nil {
+	if err = errors.Join(err, stop()); err != nil {
 		return err
 	}
 	fmt.Printf("RESULT input_batches_per_s=%.1f producers=%d depth=%d batch=%d (%d batches, no step)\n",
@@ -445,19 +446,13 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 // the step's own rate. The losses' counter restarts every perEpoch steps, as
 // an epoch's does. The weights change: it runs after the checkpoint.
 func benchSteps(s *sluice.Stream, m *model, cache *sluice.GraphCache, n, perEpoch int) (float64, error) {
-	step := func() error {
-		if cache != nil {
-			return cache.Run(uint64(m.parity), s, m.trainStep)
-		}
-		return m.trainStep(s)
-	}
 	t0 := time.Now()
 	for done := 0; done < n; {
 		if err := sluice.Memset(s, m.trainStats, 0, 0, 8); err != nil {
 			return 0, err
 		}
 		for i := 0; i < perEpoch && done < n; i, done = i+1, done+1 {
-			if err := step(); err != nil {
+			if err := m.step(cache, s); err != nil {
 				return 0, err
 			}
 		}

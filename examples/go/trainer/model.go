@@ -216,9 +216,11 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 }
 
 func (m *model) Close() {
-	for _, b := range []*sluice.Buffer{m.batchBufs[0][0], m.batchBufs[0][1], m.batchBufs[1][0], m.batchBufs[1][1], m.xf, m.a1, m.mask, m.z2, m.dz2, m.da1,
+	bufs := []*sluice.Buffer{m.xf, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
-		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.xh, m.w1h, m.da1h} {
+		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.xh, m.w1h, m.da1h}
+	bufs = append(append(bufs, m.batchBufs[0][:]...), m.batchBufs[1][:]...)
+	for _, b := range bufs {
 		if b != nil {
 			b.Close()
 		}
@@ -410,14 +412,21 @@ func (m *model) halfWeights(s *sluice.Stream) error {
 		m.w1h.DevicePtr(), m.w1(m.params).ptr(), uint32(n))
 }
 
-// useInput points the step at input set step % 2 and returns that parity.
-// The batch of a step is copied (on its own stream) while the step before
-// runs, into the set that step does not read; a graph is captured per set
-// (graph cache key = parity).
-func (m *model) useInput(step int) int {
+// useInput points the step at input set step % 2. The batch of a step is
+// copied (on its own stream) while the step before runs, into the set that
+// step does not read; a graph is captured per set (step's cache key).
+func (m *model) useInput(step int) {
 	p := step % 2
 	m.xu8, m.yu8, m.parity = m.batchBufs[p][0], m.batchBufs[p][1], p
-	return p
+}
+
+// step issues one training step on s: replayed from cache, keyed by the
+// input set, or eager when cache is nil.
+func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
+	if cache != nil {
+		return cache.Run(uint64(m.parity), s, m.trainStep)
+	}
+	return m.trainStep(s)
 }
 
 // trainStep enqueues one training step on s over the current batch (xu8,
