@@ -954,8 +954,9 @@ typedef struct sluice_prefetcher_stats_t {
    */
   uint64_t pinned_bytes;
   /**
-   * Host-to-device GB/s over the copies timed so far (a copy is timed when its
-   * slot is reused, so this trails by `depth` batches; 0 before that).
+   * Host-to-device GB/s over the copies timed so far: those of batches 0, 8,
+   * 16 and so on, each timed when its slot is reused (so this trails by
+   * `depth` batches; 0 before the first).
    */
   double copy_gbps;
 } sluice_prefetcher_stats_t;

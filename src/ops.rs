@@ -57,6 +57,44 @@ pub fn copy(
     Ok(())
 }
 
+/// Copies each `(dst, src, len)`, from offset 0 to offset 0, as one tracked op:
+/// one wait per conflicting earlier op and one recording for all of them (what
+/// `copy` per pair would issue once per pair). Checks every pair before enqueuing
+/// any; pairs of length 0 are skipped.
+pub fn copy_all(stream: &Stream, copies: &[(&Buffer, &Buffer, usize)]) -> Result<()> {
+    let mut ranges = Vec::with_capacity(copies.len());
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    let mut total = 0u64;
+    for &(dst, src, len) in copies {
+        check_pair(stream, &[dst, src])?;
+        let d = dst.range(0, len, "copy destination")?;
+        let s = src.range(0, len, "copy source")?;
+        if len == 0 {
+            continue;
+        }
+        if std::ptr::eq(dst, src) {
+            return Err(Error::invalid_argument(
+                "copy: source and destination ranges overlap",
+            ));
+        }
+        ranges.push((d, s, len));
+        reads.push(src.sync.clone());
+        writes.push(dst.sync.clone());
+        total += len as u64;
+    }
+    let Some(&(first_dst, first_src, _)) = copies.iter().find(|c| c.2 > 0) else {
+        return Ok(());
+    };
+    let backend = &stream.device.backend;
+    let kind = OpKind::Copy(CopyDir::of(first_src.kind, first_dst.kind), total);
+    engine::run_op(stream, kind, &sync::access_set(&reads, &writes), || {
+        ranges
+            .iter()
+            .try_for_each(|&(d, s, len)| backend.memcpy_async(d, s, len, stream.raw))
+    })?;
+    Ok(())
+}
+
 /// Copies from pageable host memory into `dst`. Returns once `src` may be reused.
 pub fn copy_from_host(stream: &Stream, dst: &Buffer, dst_off: usize, src: &[u8]) -> Result<()> {
     check_pair(stream, &[dst])?;

@@ -22,7 +22,7 @@ use crate::ops;
 use crate::stream::Stream;
 use crate::sync::SyncObject;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
 /// The most segments a batch may have.
@@ -104,8 +104,9 @@ pub struct PrefetchStats {
     pub consumer_wait_ns: u64,
     /// Pinned staging memory held (constant from create to destroy).
     pub pinned_bytes: u64,
-    /// Host-to-device GB/s over the copies timed so far (a copy is timed when its
-    /// slot is taken again, so this trails by `depth` batches; 0 before that).
+    /// Host-to-device GB/s over the copies timed so far: those of batches 0, 8,
+    /// 16 and so on, each timed when its slot is reused (so this trails by
+    /// `depth` batches; 0 before the first).
     pub copy_gbps: f64,
 }
 
@@ -123,7 +124,8 @@ unsafe impl Sync for SlotBuffers {}
 struct Slot {
     buffers: Arc<SlotBuffers>,
     generation: u32,
-    /// Timing recordings around the slot's last copies, until timed.
+    /// Timing recordings around the slot's last copies, until timed (one batch
+    /// in [`TIMED_EVERY`] has them).
     copied: Option<(RecRef, RecRef, u64)>,
 }
 
@@ -158,10 +160,17 @@ pub struct Prefetcher {
     state: Mutex<State>,
     slot_freed: Condvar,
     batch_ready: Condvar,
-    /// Keeps one batch's copies and timing recordings together on the copy stream.
-    copy_order: Mutex<()>,
+    /// Keeps a timed batch's copies alone between its timing recordings (written
+    /// by timed batches, read by the others).
+    copy_order: RwLock<()>,
     producers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
+
+/// One batch in this many has its copies timed: two timing recordings on the copy
+/// stream and an elapsed-time query. The others cost neither (3 driver calls of
+/// the 9 or so that a batch of two segments makes, with small batches bound by
+/// them).
+const TIMED_EVERY: u64 = 8;
 
 fn destroyed() -> Error {
     Error::new(ErrorCode::InvalidHandle, "the prefetcher was destroyed")
@@ -242,7 +251,7 @@ impl Prefetcher {
             }),
             slot_freed: Condvar::new(),
             batch_ready: Condvar::new(),
-            copy_order: Mutex::new(()),
+            copy_order: RwLock::new(()),
             producers: Mutex::new(Vec::new()),
         }))
     }
@@ -336,18 +345,16 @@ impl Prefetcher {
         let buffers = s.buffers.clone();
         let copied = s.copied.take();
         drop(st);
-        // The pinned memory is free once the slot's previous copies completed.
-        let mut timed = None;
-        if let Some((start, end, bytes)) = copied {
-            let waited = end.synchronize();
-            if let Err(e) = waited {
-                let _ = self.finish(ticket, Entry::Failed(e.clone()));
-                return Err(e);
-            }
-            if let Ok(ms) = start.elapsed_ms(&end) {
-                timed = Some((ms as f64 / 1e3, bytes));
-            }
+        // The pinned memory is free once the slot's previous copies, its only
+        // readers, completed.
+        if let Err(e) = buffers.pinned.iter().try_for_each(|p| p.sync.wait_write()) {
+            let _ = self.finish(ticket, Entry::Failed(e.clone()));
+            return Err(e);
         }
+        let timed = copied.and_then(|(start, end, bytes)| {
+            let ms = start.elapsed_ms(&end).ok()?;
+            Some((ms as f64 / 1e3, bytes))
+        });
         let mut st = self.lock();
         st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
         crate::trace::prefetch_waited(&self.device, false, t0);
@@ -444,12 +451,13 @@ impl Prefetcher {
             let _ = self.finish(ticket, Entry::Failed(e.clone()));
             return Err(e);
         }
-        match self.enqueue_copies(&buffers, lens) {
+        let timed = ticket.seq % TIMED_EVERY == 0;
+        match self.enqueue_copies(&buffers, lens, timed) {
             Ok(copied) => {
                 let mut st = self.lock();
                 self.check_open(&mut st, ticket)?;
-                st.stats.bytes += copied.2;
-                st.slots[ticket.slot as usize].copied = Some(copied);
+                st.stats.bytes += lens.iter().map(|&l| l as u64).sum::<u64>();
+                st.slots[ticket.slot as usize].copied = copied;
                 self.end_fill(&mut st, ticket, Entry::Ready(ticket.slot, lens.to_vec()));
                 drop(st);
                 crate::trace::prefetch_slot(&self.copy_stream, "submit", ticket.seq, ticket.slot);
@@ -483,26 +491,40 @@ impl Prefetcher {
         Ok(())
     }
 
-    /// Enqueues one batch's copies between two timing recordings, as one foreign op
-    /// on the copy stream: its waits (for the consumer's release) come before the
-    /// first recording, so the timing covers the copies alone.
-    fn enqueue_copies(&self, b: &SlotBuffers, lens: &[usize]) -> Result<(RecRef, RecRef, u64)> {
+    /// Enqueues one batch's copies as one foreign op on the copy stream; when
+    /// `timed`, between two timing recordings, after the op's waits (for the
+    /// consumer's release), so that the timing covers the copies alone.
+    fn enqueue_copies(
+        &self,
+        b: &SlotBuffers,
+        lens: &[usize],
+        timed: bool,
+    ) -> Result<Option<(RecRef, RecRef, u64)>> {
         let s = &self.copy_stream;
-        let _together = self.copy_order.lock().unwrap_or_else(|p| p.into_inner());
+        // A timed batch's copies alone between its two recordings; untimed batches
+        // may interleave (each op's end is recorded after its own copies).
+        let (_alone, _shared);
+        if timed {
+            _alone = self.copy_order.write().unwrap_or_else(|p| p.into_inner());
+        } else {
+            _shared = self.copy_order.read().unwrap_or_else(|p| p.into_inner());
+        }
         let reads = b.pinned.iter().map(|p| p.sync.clone()).collect();
         let writes = b.device.iter().map(|d| d.sync.clone()).collect();
         let op = ForeignOp::begin(s, reads, writes)?;
-        let start = s.record(true)?;
+        let start = if timed { Some(s.record(true)?) } else { None };
         for (i, &len) in lens.iter().enumerate() {
             if len > 0 {
                 let (dst, src) = (b.device[i].addr, b.pinned[i].addr);
                 s.push(|| s.device.backend.memcpy_async(dst, src, len, s.raw))?;
             }
         }
-        let end = s.record(true)?;
+        let timing = match start {
+            Some(start) => Some((start, s.record(true)?, lens.iter().map(|&l| l as u64).sum())),
+            None => None,
+        };
         op.end()?;
-        let bytes = lens.iter().map(|&l| l as u64).sum();
-        Ok((start, end, bytes))
+        Ok(timing)
     }
 
     /// Gives a filled slot back unused: its sequence number is skipped.
@@ -689,12 +711,12 @@ impl Prefetcher {
             Some(s) => s.buffers.clone(),
             None => return Err(destroyed().into()),
         };
-        let copied = (|| -> Result<()> {
-            for (i, &len) in lens.iter().enumerate() {
-                ops::copy(stream, dst[i], 0, &buffers.device[i], 0, len)?;
-            }
-            Ok(())
-        })();
+        let pairs: Vec<_> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| (dst[i], &*buffers.device[i], len))
+            .collect();
+        let copied = ops::copy_all(stream, &pairs);
         let mut st = self.lock();
         if st.destroyed {
             return Err(destroyed().into());

@@ -94,6 +94,62 @@ fn registered_host_memory_copies() {
 }
 
 #[test]
+fn copy_all_copies_every_pair_after_the_writer_on_another_stream() {
+    let k = kit();
+    let (a, b) = (k.stream(), k.stream());
+    let sizes = [4096usize, 0, 300];
+    let src: Vec<Arc<Buffer>> = sizes
+        .iter()
+        .map(|&n| Buffer::alloc(&a, n.max(1)).unwrap())
+        .collect();
+    let dst: Vec<Arc<Buffer>> = sizes
+        .iter()
+        .map(|&n| Buffer::alloc(&b, n.max(1)).unwrap())
+        .collect();
+    for round in 0..20u8 {
+        for (i, (&n, s)) in sizes.iter().zip(&src).enumerate() {
+            ops::copy_from_host(&a, s, 0, &pattern(n, round ^ i as u8)).unwrap();
+        }
+        let pairs: Vec<_> = (0..3).map(|i| (&*dst[i], &*src[i], sizes[i])).collect();
+        let waits0 = waits(&b);
+        ops::copy_all(&b, &pairs).unwrap();
+        assert!(waits(&b) > waits0, "stream b waited for a's writes");
+        for (i, &n) in sizes.iter().enumerate() {
+            let mut back = vec![0u8; n];
+            ops::copy_to_host(&b, &mut back, &dst[i], 0).unwrap();
+            assert_eq!(back, pattern(n, round ^ i as u8), "round {round} pair {i}");
+        }
+    }
+}
+
+#[test]
+fn copy_all_checks_every_pair_before_copying_any() {
+    let k = kit();
+    let s = k.stream();
+    let (x, y, small) = (
+        Buffer::alloc(&s, 1024).unwrap(),
+        Buffer::alloc(&s, 1024).unwrap(),
+        Buffer::alloc(&s, 16).unwrap(),
+    );
+    ops::copy_from_host(&s, &x, 0, &[1u8; 1024]).unwrap();
+    ops::copy_from_host(&s, &y, 0, &[2u8; 1024]).unwrap();
+    let e = ops::copy_all(&s, &[(&y, &x, 1024), (&small, &x, 17)]).unwrap_err();
+    assert_eq!(e.code, ErrorCode::OutOfRange);
+    assert!(e.message.contains("destination"), "{e}");
+    let e = ops::copy_all(&s, &[(&y, &x, 8), (&x, &x, 8)]).unwrap_err();
+    assert_eq!(
+        e.code,
+        ErrorCode::InvalidArgument,
+        "a pair within one buffer"
+    );
+    ops::copy_all(&s, &[]).unwrap();
+    ops::copy_all(&s, &[(&y, &x, 0)]).unwrap();
+    let mut back = vec![0u8; 1024];
+    ops::copy_to_host(&s, &mut back, &y, 0).unwrap();
+    assert!(back.iter().all(|&b| b == 2), "a refused copy_all copied");
+}
+
+#[test]
 fn out_of_range_copies_fail_and_change_nothing() {
     let k = kit();
     let s = k.stream();

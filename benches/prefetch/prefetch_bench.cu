@@ -13,6 +13,8 @@
 //   SLUICE_BENCH_WARMUP  warm-up batches per run before them (default 5, at least 1)
 //   SLUICE_BENCH_REPS    runs per variant and ratio; the median is reported (default 3)
 //   SLUICE_BENCH_MB      batch size in MiB (default 64)
+//   SLUICE_BENCH_KB      batch size in KiB, in place of SLUICE_BENCH_MB (small batches:
+//                        the trainer's are 200 KiB)
 //   SLUICE_BENCH_STRICT  1: exit 2 when a goal fails (errors always exit 1)
 //
 // Variants, each over WARMUP + N batches (ms per step = time between the ends of the
@@ -506,6 +508,7 @@ struct Ratio {
 int main() {
     Bench g;
     g.batch = (size_t)env_int("SLUICE_BENCH_MB", 64, 1) << 20;
+    if (env_int("SLUICE_BENCH_KB", 0, 1) > 0) g.batch = (size_t)env_int("SLUICE_BENCH_KB", 0, 1) << 10;
     g.words = g.batch / sizeof(uint32_t);
     g.n = env_int("SLUICE_BENCH_N", 60, 1);
     g.warm = env_int("SLUICE_BENCH_WARMUP", 5, 1);
@@ -571,10 +574,10 @@ int main() {
     g.stream_raw = (cudaStream_t)raw;
 
     printf("# sluice prefetcher benchmark (issue 12)\n\n");
-    printf("device: %s (sm_%d%d, %d SMs), sluice %s, batch %zu MiB, %d batches after %d "
+    printf("device: %s (sm_%d%d, %d SMs), sluice %s, batch %zu KiB, %d batches after %d "
            "warm-up, median of %d runs\n\n",
            props.name, props.compute_capability_major, props.compute_capability_minor, sms,
-           sluice_version(), g.batch >> 20, g.n, g.warm, g.reps);
+           sluice_version(), g.batch >> 10, g.n, g.warm, g.reps);
     fflush(stdout);
 
     // 1. The copy time and the calibrated compute.

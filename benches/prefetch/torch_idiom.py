@@ -21,7 +21,7 @@ them into a result tensor, checked at the end of every run.
 
 Run from the repository root: python3 benches/prefetch/torch_idiom.py
 Environment as prefetch_bench: SLUICE_BENCH_N (60), SLUICE_BENCH_WARMUP (5),
-SLUICE_BENCH_REPS (3), SLUICE_BENCH_MB (64). Prints a Markdown table and
+SLUICE_BENCH_REPS (3), SLUICE_BENCH_MB (64) or SLUICE_BENCH_KB. Prints a Markdown table and
 "RESULT torch_key=value" lines. Exits 1 on a failed data check.
 """
 
@@ -40,6 +40,8 @@ def env_int(name, default, minimum):
 
 
 BATCH = env_int("SLUICE_BENCH_MB", 64, 1) << 20
+if env_int("SLUICE_BENCH_KB", 0, 1) > 0:
+    BATCH = env_int("SLUICE_BENCH_KB", 0, 1) << 10
 N = env_int("SLUICE_BENCH_N", 60, 1)
 WARM = env_int("SLUICE_BENCH_WARMUP", 5, 1)
 REPS = env_int("SLUICE_BENCH_REPS", 3, 1)
@@ -194,7 +196,7 @@ def main():
     print("# PyTorch idiom (d): pinned double buffering, side-stream non_blocking copy, "
           "wait_stream, record_stream\n")
     print(f"device: {name}, torch {torch.__version__} (CUDA {torch.version.cuda}), batch "
-          f"{BATCH >> 20} MiB, {N} batches after {WARM} warm-up, median of {REPS} runs\n")
+          f"{BATCH >> 10} KiB, {N} batches after {WARM} warm-up, median of {REPS} runs\n")
     sys.stdout.flush()
 
     copy_ms = measure_copy(hosts[0], scratch, 20)

