@@ -186,11 +186,25 @@ impl Capture {
             enqueue,
             |rec, publish| publish_shadows(&mut t, set, &idx, me, rec, publish),
         );
-        drop(t);
-        if let Err(e) = &r {
-            self.op_failed(kind, e);
+        match &r {
+            Ok(_) => self.note_joins(&need),
+            Err(e) => self.op_failed(kind, e),
         }
+        drop(t);
         r
+    }
+
+    /// A captured op waited on `need`: each forked stream whose work it waited on
+    /// is joined back up to that work, as by an explicit event wait. (A fork still
+    /// takes an event: ops outside the capture use the objects' real state.)
+    fn note_joins(&self, need: &engine::Waits) {
+        let mut ctl = None;
+        for rec in need.recordings() {
+            let ctl = ctl.get_or_insert_with(|| self.ctl());
+            if let Some(f) = ctl.forks.iter_mut().find(|f| f.0.id == rec.stream_id()) {
+                f.1 = f.1.max(rec.seq);
+            }
+        }
     }
 
     /// An op of this capture failed: the graph would silently lack it, so ending
@@ -212,6 +226,7 @@ impl Capture {
         let mut push = stream.push_lock();
         let obs = trace::observe();
         let waits = engine::issue_waits(stream, &need)?;
+        self.note_joins(&need);
         if obs.on() {
             trace::op_done(&mut push, stream, obs, kind, Waited::Set(&need), None);
         }

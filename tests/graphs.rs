@@ -203,6 +203,45 @@ fn fork_join_capture_and_unjoined_fork_is_rejected() {
     a.synchronize().unwrap();
 }
 
+/// A fork joins back through sync objects too: a captured op on the origin that
+/// reads what the fork wrote waits for it, and that wait is the join.
+#[test]
+fn a_tracked_op_on_the_origin_joins_a_fork_back() {
+    let k = kit();
+    let (a, b) = (k.stream(), k.stream());
+    let x = k.buffer(&a, W);
+    let y = k.buffer(&a, W);
+    let z = k.buffer(&a, W);
+    capture::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    k.fill(&a, &x, 10, 0);
+    let fork = a.record(false).unwrap();
+    b.wait_event(&fork).unwrap();
+    k.copy(&b, &y, &x, 0);
+    k.add(&b, &y, &x, 0); // y = 20, on the fork
+    k.copy(&a, &z, &y, 0); // reads y: waits for the fork's add, joining it back
+    let exec = capture::capture_end(&a).unwrap().instantiate().unwrap();
+    assert!(!b.is_capturing());
+    for round in 0..3 {
+        k.fill(&a, &z, 0, 0);
+        exec.launch(&a).unwrap();
+        assert!(
+            k.read(&a, &z).iter().all(|&v| v == 20),
+            "replay {round} read y before the fork wrote it"
+        );
+    }
+
+    // Work on the fork after the origin's last wait on it is still unjoined.
+    capture::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    let fork = a.record(false).unwrap();
+    b.wait_event(&fork).unwrap();
+    k.fill(&b, &y, 1, 0);
+    k.copy(&a, &z, &y, 0);
+    k.fill(&b, &x, 2, 0);
+    let e = capture::capture_end(&a).err().unwrap();
+    assert!(e.message.contains("not joined back"), "{e}");
+    a.synchronize().unwrap();
+}
+
 /// Sync objects alone do not join a stream to a capture: an op on a stream outside
 /// it runs at once, after the objects' real work (not the captured ops), and a
 /// replay does not repeat it (the header's `sluice_graph_capture_begin` says so).

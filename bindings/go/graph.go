@@ -119,9 +119,10 @@ func (s *Stream) captureKeepObjects(xs ...any) {
 // BeginCapture begins capturing a graph on the stream: the ops issued on it
 // from now on are recorded into a graph instead of run, until EndCapture.
 // Other streams join the capture (fork) by waiting (WaitEvent) on an event
-// recorded on a capturing stream; each must be joined back (the origin
-// stream waits on an event recorded on the fork after its last op) before
-// EndCapture. Sync objects alone do not join a stream: an op on a stream
+// recorded on a capturing stream; each must be joined back before
+// EndCapture: the origin stream waits on an event recorded on the fork after
+// its last op, or runs an op whose reads or writes conflict with that op
+// (which waits for it). Sync objects alone do not join a stream: an op on a stream
 // outside the capture runs at once, ordered after the objects' real work, not
 // after the captured ops, and a replay does not repeat it.
 //

@@ -62,9 +62,11 @@ pub type sluice_graph_body_fn =
 
 /// Begins capturing `stream` with `mode` (`SLUICE_CAPTURE_*`; relaxed is the
 /// default). Other streams join by waiting on an event recorded on a capturing
-/// stream; they must be joined back before `sluice_graph_capture_end`. Sync objects
-/// alone do not join a stream: an op on a stream outside the capture runs at once,
-/// ordered after the objects' real work, not after the captured ops. While
+/// stream; they must be joined back before `sluice_graph_capture_end`: by the origin
+/// waiting on an event recorded on them, or by a captured op on the origin whose
+/// reads or writes conflict with their last captured op (the op then waits for it).
+/// Sync objects alone do not join a stream: an op on a stream outside the capture
+/// runs at once, ordered after the objects' real work, not after the captured ops. While
 /// capturing, host synchronisation and queries, host waits on sync objects that the
 /// capture uses, allocation, pageable copies and event queries are rejected with
 /// `SLUICE_ERROR_CAPTURE_UNSUPPORTED`; the capture then ends with an error.

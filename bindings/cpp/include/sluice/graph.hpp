@@ -14,8 +14,8 @@
 //   for (int i = 0; i < 3; ++i) exec.launch(stream);   // the callback runs 3 times
 //
 // Other streams join a capture by waiting on an event recorded on a capturing
-// stream (fork) and must be joined back (the origin waits on an event of theirs)
-// before the capture ends. While a stream captures, host synchronisation and
+// stream (fork) and must be joined back (the origin waits on an event of theirs,
+// or runs an op that conflicts with their last op) before the capture ends. While a stream captures, host synchronisation and
 // queries, allocation, pageable copies and event queries fail with
 // ErrorCode::capture_unsupported, and the capture then ends with
 // ErrorCode::capture_failed.
