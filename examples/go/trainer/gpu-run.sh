@@ -14,6 +14,7 @@
 #      prefetcher against a blocking copy               RESULT steps_per_s prefetch=... blocking=... ratio=...
 #      the step alone, after training, on the last batch
 #      without the input pipeline (-bench-steps)         RESULT step_only_steps_per_s graph=... eager=... ratio=...
+#      the input pipeline alone (-bench-input)            RESULT input_batches_per_s=... (time per phase)
 #
 # Exits non-zero if a run fails or the resumed run differs. Extra arguments go
 # to every trainer run (for example -hidden 256).
@@ -103,6 +104,11 @@ echo "eager step only steps/s: ${rates[eager_prefetch_only]}"
 go=$(echo "${rates[graph_prefetch_only]}" | median)
 eo=$(echo "${rates[eager_prefetch_only]}" | median)
 echo "RESULT step_only_steps_per_s graph=$go eager=$eo ratio=$(ratio "$go" "$eo") (the step alone, 2340 steps on one batch)"
+
+echo "== 3b. the input pipeline alone: 20000 batches through the prefetcher into the input sets, no step"
+if run input -bench-input 20000 >/dev/null; then
+	echo "RESULT input_batches_per_s=$(field input input_batches_per_s) ($(grep '^input phases' "$tmp/input.out"))"
+fi
 
 # 4. Where a step's device time goes: one eager epoch of 50 batches with a device
 # span on every op, summed per kernel (tools/sluice-trace --device-summary). The

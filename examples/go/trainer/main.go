@@ -54,6 +54,7 @@ type options struct {
 	save, resume, losses   string
 	eager, graph, blocking bool
 	overlapInput           bool
+	lossStream             bool
 	benchSteps, benchInput int
 	depth, producers       int
 	data                   string
@@ -79,6 +80,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "copy each batch on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
+	flag.BoolVar(&o.lossStream, "loss-stream", true, "replayed steps: store the loss on a stream of its own, a branch of the graph beside the backward pass (false: on the training stream)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
@@ -186,9 +188,16 @@ func run() error {
 		return err
 	}
 	defer inS.Close()
+	// loss_store's stream: in a captured step, a branch beside the backward pass.
+	lossS, err := dev.NewStream(sluice.StreamNonBlocking, 0)
+	if err != nil {
+		return err
+	}
+	defer lossS.Close()
 	train.SetLabel("trainer: train")
 	evalS.SetLabel("trainer: eval")
 	inS.SetLabel("trainer: input")
+	lossS.SetLabel("trainer: loss")
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
 		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm}
@@ -197,6 +206,11 @@ func run() error {
 		return err
 	}
 	defer m.Close()
+	if o.lossStream && o.graph {
+		// A branch pays off in a graph only; eagerly, the fork and the join
+		// would cost 4 more driver calls per step for a kernel of one block.
+		m.useLossStream(lossS)
+	}
 	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
 		inputs, o.hidden, classes, m.nParams, o.drop, o.lr, o.momentum, modeName(o))
 

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"unsafe"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
 )
@@ -39,10 +40,17 @@ type model struct {
 
 	B, H    int // batch rows, hidden units
 	nParams int
-	dropout float32
-	scale   float32 // 1/(1-dropout)
-	lr, mu  float32
-	wd      float32
+	// lossS, when set, runs loss_store beside the backward pass: a branch of
+	// the captured graph, forked by forkEv (a stream joins a capture only by
+	// waiting on an event recorded in it). joinReads is what the training
+	// stream waits on before the step ends: the branch's losses.
+	lossS     *sluice.Stream
+	forkEv    sluice.Event
+	joinReads []sluice.Syncable
+	dropout   float32
+	scale     float32 // 1/(1-dropout)
+	lr, mu    float32
+	wd        float32
 
 	// The batch (written by the prefetcher's NextInto or a blocking copy).
 	xu8, yu8  *sluice.Buffer       // the step's batch: batchBufs[useInput's parity]
@@ -228,6 +236,7 @@ func (m *model) Close() {
 	if m.rng != nil {
 		m.rng.Close()
 	}
+	m.forkEv.Close()
 	for _, f := range m.fns {
 		f.Close()
 	}
@@ -499,7 +508,15 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				uint32(B), uint32(H), inv, int32(1))
 		},
 		func() error {
-			return m.run(s, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
+			if m.lossS != nil {
+				if err := s.RecordInto(&m.forkEv, 0); err != nil {
+					return err
+				}
+				if err := m.lossS.WaitEvent(&m.forkEv); err != nil {
+					return err
+				}
+			}
+			return m.run(m.lossStream(s), "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
 				syncs(m.rowloss), syncs(m.losses, m.trainStats),
 				func() { hostLossStore(rowloss.f, losses.f, stats.u) },
 				rowloss.ptr(), losses.ptr(), stats.ptr(), uint32(B))
@@ -536,7 +553,26 @@ func (m *model) trainStep(s *sluice.Stream) error {
 			return err
 		}
 	}
-	return nil
+	if m.lossS == nil {
+		return nil
+	}
+	// The step ends on s once the losses are stored: s waits for the loss
+	// stream's last op (in a capture, the branch joins back).
+	return s.RunOp(m.joinReads, nil, func(unsafe.Pointer) error { return nil })
+}
+
+// lossStream is the stream loss_store runs on: lossS, or s.
+func (m *model) lossStream(s *sluice.Stream) *sluice.Stream {
+	if m.lossS != nil {
+		return m.lossS
+	}
+	return s
+}
+
+// useLossStream runs loss_store on ls from now on, beside the backward pass,
+// which does not read the losses.
+func (m *model) useLossStream(ls *sluice.Stream) {
+	m.lossS, m.joinReads = ls, syncs(m.losses)
 }
 
 // evaluate counts the test images the model classifies right, on stream s:

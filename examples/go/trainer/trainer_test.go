@@ -112,8 +112,9 @@ func TestCorruptCheckpoint(t *testing.T) {
 
 // TestInputRoutingAndBenchModes: copying batches on the training stream into
 // one input set computes the same losses, bit for bit, as the default (an
-// input stream and two sets, a graph per set); -bench-steps and -bench-input
-// report a rate.
+// input stream and two sets, a graph per set), and so does storing the loss
+// on the training stream instead of a branch of the graph; -bench-steps and
+// -bench-input report a rate.
 func TestInputRoutingAndBenchModes(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.losses"), filepath.Join(dir, "b.losses")
@@ -121,6 +122,11 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 	trainer(t, "-epochs", "1", "-losses", b, "-overlap-input=false")
 	if la, lb := read(t, a), read(t, b); len(la) == 0 || !bytes.Equal(la, lb) {
 		t.Fatalf("losses differ between the input routings:\n%s\n%s", la, lb)
+	}
+	// The loss stored on the training stream, not in a branch of the graph.
+	trainer(t, "-epochs", "1", "-losses", b, "-loss-stream=false")
+	if la, lb := read(t, a), read(t, b); !bytes.Equal(la, lb) {
+		t.Fatalf("losses differ with the loss kernel on the training stream:\n%s\n%s", la, lb)
 	}
 	for _, c := range []struct {
 		out string
