@@ -430,6 +430,36 @@ fn pinned_memory_stays_flat_over_many_batches() {
     pf.close();
 }
 
+/// One batch in 8 is timed (batch 0 first), and its timing is taken when its slot is
+/// reused: the statistic appears once batch `depth` has taken batch 0's slot.
+#[test]
+fn copy_rate_comes_from_the_timed_batches() {
+    let _alone = alone();
+    let k = kit();
+    const MIB: usize = 1 << 20;
+    let pf = Prefetcher::create(&k.dev, 2, &[MIB]).unwrap();
+    let s = k.stream();
+    let batch = vec![7u8; MIB];
+    for i in 0..2u64 {
+        assert_eq!(pf.push(&[&batch], None).unwrap(), i);
+        let v = pf.next(&s, None).unwrap();
+        pf.release(v.seq).unwrap();
+    }
+    assert_eq!(pf.stats().copy_gbps, 0.0, "no slot reused yet");
+    for _ in 0..2 {
+        pf.push(&[&batch], None).unwrap(); // batch 2 reuses batch 0's slot
+        let v = pf.next(&s, None).unwrap();
+        pf.release(v.seq).unwrap();
+    }
+    let st = pf.stats();
+    assert_eq!(st.bytes, 4 * MIB as u64, "every batch's bytes count");
+    assert!(
+        st.copy_gbps > 0.0 && st.copy_gbps.is_finite(),
+        "batch 0 was timed: {st:?}"
+    );
+    pf.close();
+}
+
 #[test]
 fn bad_arguments_get_clear_errors() {
     let _alone = alone();
