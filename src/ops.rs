@@ -64,7 +64,7 @@ pub fn copy(
 pub fn copy_all(stream: &Stream, copies: &[(&Buffer, &Buffer, usize)]) -> Result<()> {
     let mut ranges = Vec::with_capacity(copies.len());
     let (mut reads, mut writes) = (Vec::new(), Vec::new());
-    let mut total = 0u64;
+    let (mut total, mut dir) = (0u64, None);
     for &(dst, src, len) in copies {
         check_pair(stream, &[dst, src])?;
         let d = dst.range(0, len, "copy destination")?;
@@ -81,12 +81,11 @@ pub fn copy_all(stream: &Stream, copies: &[(&Buffer, &Buffer, usize)]) -> Result
         reads.push(src.sync.clone());
         writes.push(dst.sync.clone());
         total += len as u64;
+        dir.get_or_insert(CopyDir::of(src.kind, dst.kind));
     }
-    let Some(&(first_dst, first_src, _)) = copies.iter().find(|c| c.2 > 0) else {
-        return Ok(());
-    };
+    let Some(dir) = dir else { return Ok(()) };
     let backend = &stream.device.backend;
-    let kind = OpKind::Copy(CopyDir::of(first_src.kind, first_dst.kind), total);
+    let kind = OpKind::Copy(dir, total);
     engine::run_op(stream, kind, &sync::access_set(&reads, &writes), || {
         ranges
             .iter()

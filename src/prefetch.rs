@@ -453,11 +453,12 @@ impl Prefetcher {
         }
         let timed = ticket.seq % TIMED_EVERY == 0;
         match self.enqueue_copies(&buffers, lens, timed) {
-            Ok(copied) => {
+            Ok(timing) => {
+                let bytes = lens.iter().map(|&l| l as u64).sum::<u64>();
                 let mut st = self.lock();
                 self.check_open(&mut st, ticket)?;
-                st.stats.bytes += lens.iter().map(|&l| l as u64).sum::<u64>();
-                st.slots[ticket.slot as usize].copied = copied;
+                st.stats.bytes += bytes;
+                st.slots[ticket.slot as usize].copied = timing.map(|(a, b)| (a, b, bytes));
                 self.end_fill(&mut st, ticket, Entry::Ready(ticket.slot, lens.to_vec()));
                 drop(st);
                 crate::trace::prefetch_slot(&self.copy_stream, "submit", ticket.seq, ticket.slot);
@@ -499,7 +500,7 @@ impl Prefetcher {
         b: &SlotBuffers,
         lens: &[usize],
         timed: bool,
-    ) -> Result<Option<(RecRef, RecRef, u64)>> {
+    ) -> Result<Option<(RecRef, RecRef)>> {
         let s = &self.copy_stream;
         // A timed batch's copies alone between its two recordings; untimed batches
         // may interleave (each op's end is recorded after its own copies).
@@ -520,7 +521,7 @@ impl Prefetcher {
             }
         }
         let timing = match start {
-            Some(start) => Some((start, s.record(true)?, lens.iter().map(|&l| l as u64).sum())),
+            Some(start) => Some((start, s.record(true)?)),
             None => None,
         };
         op.end()?;

@@ -170,34 +170,19 @@ func run() error {
 	fmt.Printf("MNIST from %s: %d training images (%d batches of %d), %d test images, loaded in %.2fs\n",
 		dir, len(d.trainY), smp.nb, o.batch, len(d.testY), time.Since(t0).Seconds())
 
-	train, err := dev.NewStream(sluice.StreamNonBlocking, 0)
-	if err != nil {
-		return err
+	// The streams: training; evaluation; the batches' device-to-device copies,
+	// into the input buffers of the step after next (model.useInput), so a
+	// copy overlaps the step before it; and loss_store's, a branch of the
+	// captured step beside the backward pass.
+	var streams [4]*sluice.Stream
+	for i, label := range []string{"train", "eval", "input", "loss"} {
+		if streams[i], err = dev.NewStream(sluice.StreamNonBlocking, 0); err != nil {
+			return err
+		}
+		defer streams[i].Close()
+		streams[i].SetLabel("trainer: " + label)
 	}
-	defer train.Close()
-	evalS, err := dev.NewStream(sluice.StreamNonBlocking, 0)
-	if err != nil {
-		return err
-	}
-	defer evalS.Close()
-	// The batches' device-to-device copies run on a stream of their own, into
-	// the input buffers of the step after next (model.useInput), so a copy
-	// overlaps the step before it.
-	inS, err := dev.NewStream(sluice.StreamNonBlocking, 0)
-	if err != nil {
-		return err
-	}
-	defer inS.Close()
-	// loss_store's stream: in a captured step, a branch beside the backward pass.
-	lossS, err := dev.NewStream(sluice.StreamNonBlocking, 0)
-	if err != nil {
-		return err
-	}
-	defer lossS.Close()
-	train.SetLabel("trainer: train")
-	evalS.SetLabel("trainer: eval")
-	inS.SetLabel("trainer: input")
-	lossS.SetLabel("trainer: loss")
+	train, evalS, inS, lossS := streams[0], streams[1], streams[2], streams[3]
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
 		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm}
@@ -209,7 +194,7 @@ func run() error {
 	if o.lossStream && o.graph {
 		// A branch pays off in a graph only; eagerly, the fork and the join
 		// would cost 4 more driver calls per step for a kernel of one block.
-		m.useLossStream(lossS)
+		m.lossS = lossS
 	}
 	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
 		inputs, o.hidden, classes, m.nParams, o.drop, o.lr, o.momentum, modeName(o))

@@ -40,17 +40,15 @@ type model struct {
 
 	B, H    int // batch rows, hidden units
 	nParams int
-	// lossS, when set, runs loss_store beside the backward pass: a branch of
-	// the captured graph, forked by forkEv (a stream joins a capture only by
-	// waiting on an event recorded in it). joinReads is what the training
-	// stream waits on before the step ends: the branch's losses.
-	lossS     *sluice.Stream
-	forkEv    sluice.Event
-	joinReads []sluice.Syncable
-	dropout   float32
-	scale     float32 // 1/(1-dropout)
-	lr, mu    float32
-	wd        float32
+	// lossS, when set, runs loss_store beside the backward pass, which does
+	// not read the losses: a branch of the captured graph, forked by forkEv (a
+	// stream joins a capture only by waiting on an event recorded in it).
+	lossS   *sluice.Stream
+	forkEv  sluice.Event
+	dropout float32
+	scale   float32 // 1/(1-dropout)
+	lr, mu  float32
+	wd      float32
 
 	// The batch (written by the prefetcher's NextInto or a blocking copy).
 	xu8, yu8  *sluice.Buffer       // the step's batch: batchBufs[useInput's parity]
@@ -508,6 +506,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				uint32(B), uint32(H), inv, int32(1))
 		},
 		func() error {
+			ls := s
 			if m.lossS != nil {
 				if err := s.RecordInto(&m.forkEv, 0); err != nil {
 					return err
@@ -515,8 +514,9 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				if err := m.lossS.WaitEvent(&m.forkEv); err != nil {
 					return err
 				}
+				ls = m.lossS
 			}
-			return m.run(m.lossStream(s), "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
+			return m.run(ls, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
 				syncs(m.rowloss), syncs(m.losses, m.trainStats),
 				func() { hostLossStore(rowloss.f, losses.f, stats.u) },
 				rowloss.ptr(), losses.ptr(), stats.ptr(), uint32(B))
@@ -558,21 +558,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	}
 	// The step ends on s once the losses are stored: s waits for the loss
 	// stream's last op (in a capture, the branch joins back).
-	return s.RunOp(m.joinReads, nil, func(unsafe.Pointer) error { return nil })
-}
-
-// lossStream is the stream loss_store runs on: lossS, or s.
-func (m *model) lossStream(s *sluice.Stream) *sluice.Stream {
-	if m.lossS != nil {
-		return m.lossS
-	}
-	return s
-}
-
-// useLossStream runs loss_store on ls from now on, beside the backward pass,
-// which does not read the losses.
-func (m *model) useLossStream(ls *sluice.Stream) {
-	m.lossS, m.joinReads = ls, syncs(m.losses)
+	return s.RunOp(syncs(m.losses), nil, func(unsafe.Pointer) error { return nil })
 }
 
 // evaluate counts the test images the model classifies right, on stream s:
