@@ -8,15 +8,19 @@ import "strings"
 // is summed in a fixed order, so that a resumed run is bit-identical to an
 // uninterrupted one (the integer counters use atomicAdd, which is exact).
 //
-// A training step is 7 kernels (model.trainStep):
+// The input stage (model.loadInput), on the input stream beside the step
+// before: input_bf16 (or input_f32) turns a batch's pixels into x and copies
+// its labels into an input set. A training step is then 5 kernels
+// (model.trainStep):
 //
-//	u8_to_f32            the batch's pixels to floats                  x
 //	gemm_nn_bias_relu_drop  a1 = dropout(relu(x W1 + b1)), split-K     a1, RNG states
 //	fwd2_ce              logits = a1 W2 + b2, softmax cross-entropy    dz2, rowloss, right
 //	loss_store           the batch's mean loss, in a fixed order       losses[step]
-//	bwd2                 da1, dW2, db2, db1 (column blocks)            da1, grads
-//	gemm_tn              dW1 = x^T da1, split-K                        grads
-//	sgd_momentum         all parameters                                params, momentum
+//	bwd2                 da1, dW2, db2, db1 (column blocks), then      da1, b1, W2, b2,
+//	                     SGD with momentum of b1, W2 and b2            their momentum
+//	gemm_tn_sgd          dW1 = x^T da1, then SGD with momentum of W1   W1, its momentum
+//
+// The two SGD steps are the products' epilogues: no gradient is written out.
 //
 // The two large products (x W1: 256x512x784, and x^T da1: 784x512x256) run
 // on the tensor cores with FP32 accumulation: in BF16 (mma.sync m16n8k16,
@@ -54,6 +58,7 @@ const kernelSource = `
 #define EPI_STORE 0           // C = acc
 #define EPI_BIAS_RELU 1       // C = relu(acc + bias[n])
 #define EPI_BIAS_RELU_DROP 2  // C = relu(acc + bias[n]) * mask, mask from the thread's RNG state
+#define EPI_SGD 3             // acc is the gradient of the parameters C: an SGD-momentum step (sgd1)
 
 // d += A(16x8, row) * B(8x8, col), TF32 inputs, FP32 accumulators. Fragments
 // (PTX ISA, mma.m16n8k8 .tf32), g = lane / 4, t = lane % 4:
@@ -387,6 +392,79 @@ __device__ __forceinline__ float epilogue(float v, const float* __restrict__ bia
   return v;
 }
 
+// SGD with momentum and weight decay of one parameter p (velocity v) by its gradient g.
+__device__ __forceinline__ void sgd1(float& p, float& v, float g, float lr, float mu, float wd) {
+  const float gi = g + wd * p;
+  const float vi = mu * v + gi;
+  v = vi;
+  p = p - lr * vi;
+}
+
+// EPI_SGD's arguments: the velocities (laid out as C), the bf16 copy of the
+// updated parameters (when not null) and the hyperparameters.
+struct SgdArgs {
+  float* v;
+  unsigned short* ph;
+  float lr, mu, wd;
+};
+
+// Stores element idx (column n) of the output, summed to v: the epilogue's
+// value, or for EPI_SGD the step of parameter C[idx] by the gradient v.
+template <int EPI>
+__device__ __forceinline__ void store(float* __restrict__ C, unsigned long long idx, float v,
+                                      const float* __restrict__ bias, int n, float m, const SgdArgs& sg) {
+  if (EPI == EPI_SGD) {
+    float p = C[idx], vel = sg.v[idx];
+    sgd1(p, vel, v, sg.lr, sg.mu, sg.wd);
+    C[idx] = p;
+    sg.v[idx] = vel;
+    if (sg.ph != 0) sg.ph[idx] = f2bf(p);
+  } else {
+    C[idx] = epilogue<EPI>(v, bias, n, m);
+  }
+}
+
+// EPI_SGD's epilogue of a thread's accumulators (the gradient): its elements
+// go in pairs of adjacent columns (c = 0, 1 and 2, 3 of an m16n8 tile, at row
+// r0 + 16 i, + 8, and column c0 + 8 j), every parameter and velocity loaded
+// before any is stepped, as float2 where the pair is in range and aligned.
+__device__ __forceinline__ void sgd_epilogue(const float (&acc)[MI][NJ][4], float* __restrict__ C, int M,
+                                             int N, int r0, int c0, const SgdArgs& sg) {
+  constexpr int PAIRS = MI * NJ * 2;
+  float* __restrict__ V = sg.v;
+  float2 p[PAIRS], v[PAIRS];
+  bool vec[PAIRS];
+#pragma unroll
+  for (int q = 0; q < PAIRS; ++q) {
+    const int i = q / (NJ * 2), j = (q / 2) % NJ, h = q % 2;
+    const int gm = r0 + 16 * i + 8 * h, gn = c0 + 8 * j;
+    const unsigned long long idx = (unsigned long long)gm * N + gn;
+    vec[q] = gm < M && gn + 1 < N && (N % 2) == 0;
+    if (vec[q]) {
+      p[q] = *reinterpret_cast<const float2*>(C + idx);
+      v[q] = *reinterpret_cast<const float2*>(V + idx);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < PAIRS; ++q) {
+    const int i = q / (NJ * 2), j = (q / 2) % NJ, h = q % 2;
+    const int gm = r0 + 16 * i + 8 * h, gn = c0 + 8 * j;
+    const unsigned long long idx = (unsigned long long)gm * N + gn;
+    const float g0 = acc[i][j][2 * h], g1 = acc[i][j][2 * h + 1];
+    if (vec[q]) {
+      sgd1(p[q].x, v[q].x, g0, sg.lr, sg.mu, sg.wd);
+      sgd1(p[q].y, v[q].y, g1, sg.lr, sg.mu, sg.wd);
+      *reinterpret_cast<float2*>(C + idx) = p[q];
+      *reinterpret_cast<float2*>(V + idx) = v[q];
+      if (sg.ph != 0)
+        *reinterpret_cast<unsigned*>(sg.ph + idx) = (unsigned)f2bf(p[q].x) | ((unsigned)f2bf(p[q].y) << 16);
+    } else if (gm < M) {
+      if (gn < N) store<EPI_SGD>(C, idx, g0, 0, gn, 1.0f, sg);
+      if (gn + 1 < N) store<EPI_SGD>(C, idx + 1, g1, 0, gn + 1, 1.0f, sg);
+    }
+  }
+}
+
 // C[M,N] = op(A)[M,K] * B[K,N] (+ epilogue), row-major: op(A)[m,k] is
 // A[k*M+m] when TA, else A[m*K+k]; B[k,n] is B[k*N+n]; A and B are floats, or
 // bf16 values when HALF. Block (x, y, z): the tile of rows GBM y.., columns
@@ -404,7 +482,8 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                           const void* __restrict__ A, const void* __restrict__ B,
                                           float* __restrict__ C, const float* __restrict__ bias,
                                           sluice_rng_state* __restrict__ states, float p, float scale,
-                                          float* __restrict__ ws, unsigned* __restrict__ counters) {
+                                          float* __restrict__ ws, unsigned* __restrict__ counters,
+                                          const SgdArgs sg = SgdArgs{}) {
   __shared__ __align__(16) float smem[HALF ? SMEM_BF16 : SMEM_F32];
   __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -486,7 +565,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
 #pragma unroll
       for (int q = 1; q < CL; ++q) v += ld_cluster(red + off, q);
       const float m = drop ? ld_cluster(msk + off, 0) : 1.0f;
-      if (gm < M && gn < N) C[(unsigned long long)gm * N + gn] = epilogue<EPI>(v, bias, gn, m);
+      if (gm < M && gn < N) store<EPI>(C, (unsigned long long)gm * N + gn, v, bias, gn, m, sg);
     }
     cluster_sync();  // no block leaves while another reads its shared memory
     return;
@@ -531,13 +610,17 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
     }
   }
 
+  if (EPI == EPI_SGD) {
+    sgd_epilogue(acc, C, M, N, m0 + wm + g, n0 + wn + 2 * t, sg);
+    return;
+  }
 #pragma unroll
   for (int u = 0; u < MI * NJ * 4; ++u) {
     ACC_IJC;
     const int gm = ACC_GM, gn = ACC_GN;
     if (gm >= M || gn >= N) continue;
     const unsigned long long idx = (unsigned long long)gm * N + gn;
-    C[idx] = epilogue<EPI>(acc[i][j][c], bias, gn, drop ? drop_m[i][j][c] : 1.0f);
+    store<EPI>(C, idx, acc[i][j][c], bias, gn, drop ? drop_m[i][j][c] : 1.0f, sg);
   }
 #undef ACC_IJC
 #undef ACC_GM
@@ -559,6 +642,12 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
       gemm_tn##SUFFIX(GEMM_ARGS, float* ws, unsigned* counters) {                                  \
     gemm_tile<true, MMA, HALF, EPI_STORE, CLT>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws,     \
                                                counters);                                          \
+  }                                                                                                \
+  __global__ void ATTRT __launch_bounds__(GTHREADS) gemm_tn_sgd##SUFFIX(                           \
+      GEMM_ARGS, float* v, unsigned short* ph, float lr, float mu, float wd, float* ws,            \
+      unsigned* counters) {                                                                        \
+    gemm_tile<true, MMA, HALF, EPI_SGD, CLT>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws,       \
+                                             counters, SgdArgs{v, ph, lr, mu, wd});                \
   }                                                                                                \
   __global__ void ATTRN __launch_bounds__(GTHREADS) gemm_nn_bias_relu_drop##SUFFIX(  \
       GEMM_ARGS, const float* bias, sluice_rng_state* states, float p, float scale, float* ws,     \
@@ -707,12 +796,17 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
 //     (a1 > 0 exactly where relu passed and dropout kept: the mask is scale there)
 //   dW2[c,j] = sum_r a1[r,c] dz2[r,j]    db1[c] = sum_r da1[r,c]
 // and unit c == hid is the bias of the second layer: db2[j] = sum_r dz2[r,j].
-// The 64 partial sums of each unit are added in a fixed order.
+// The 64 partial sums of each unit are added in a fixed order. Those
+// gradients then step their parameters by SGD with momentum (sgd1): p1 and v1
+// are the parameters and velocities from b1 on ([b1 (hid), W2 (hid x 10),
+// b2 (10)]). A block reads only its own units' rows of W2, all before it
+// updates them.
 #define BWD2_UNITS 4
 #define BWD2_SLOTS 64
 __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, const float* w2,
-                                            float* da1, unsigned short* da1h, float* gw2, float* gb1,
-                                            float* gb2, unsigned rows, unsigned hid, float scale) {
+                                            float* da1, unsigned short* da1h, float* p1, float* v1,
+                                            unsigned rows, unsigned hid, float scale, float lr,
+                                            float mu, float wd) {
   __shared__ float part[256 / 32][BWD2_UNITS][11];
   const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
   const unsigned c = blockIdx.x * BWD2_UNITS + col;
@@ -762,58 +856,16 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
     part[warp][lane][10] = gb;
   }
   __syncthreads();
-  if (threadIdx.x < BWD2_UNITS && c <= hid) {
-    float sum[11];
+  // One thread per parameter: unit u's W2[u, q] (b2[q] for u == hid) for q <
+  // 10, b1[u] for q == 10.
+  const unsigned u = blockIdx.x * BWD2_UNITS + threadIdx.x / 11, q = threadIdx.x % 11;
+  if (threadIdx.x < BWD2_UNITS * 11 && u <= hid && (q < 10 || u < hid)) {
+    const unsigned uc = threadIdx.x / 11;
+    float sum = part[0][uc][q];
 #pragma unroll
-    for (int q = 0; q < 11; ++q) {
-      sum[q] = part[0][col][q];
-#pragma unroll
-      for (int w = 1; w < 256 / 32; ++w) sum[q] += part[w][col][q];
-    }
-    if (c < hid) {
-#pragma unroll
-      for (int j = 0; j < 10; ++j) gw2[(unsigned long long)c * 10 + j] = sum[j];
-      gb1[c] = sum[10];
-    } else {
-#pragma unroll
-      for (int j = 0; j < 10; ++j) gb2[j] = sum[j];
-    }
-  }
-}
-
-// SGD with momentum and weight decay over all parameters at once, four per thread.
-__device__ __forceinline__ void sgd1(float& p, float& v, float g, float lr, float mu, float wd) {
-  const float gi = g + wd * p;
-  const float vi = mu * v + gi;
-  v = vi;
-  p = p - lr * vi;
-}
-// ph, when not null, gets the bf16 of the first nh updated parameters (W1's
-// copy for the BF16 products).
-__global__ void sgd_momentum(float* p, float* v, const float* g, unsigned n, float lr, float mu,
-                             float wd, unsigned short* ph, unsigned nh) {
-  const unsigned i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
-  if (i >= n) return;
-  if (i + 3 < n && (((unsigned long long)p | (unsigned long long)v | (unsigned long long)g) & 15) == 0) {
-    float4 P = *reinterpret_cast<float4*>(p + i), V = *reinterpret_cast<float4*>(v + i);
-    const float4 G = *reinterpret_cast<const float4*>(g + i);
-    sgd1(P.x, V.x, G.x, lr, mu, wd);
-    sgd1(P.y, V.y, G.y, lr, mu, wd);
-    sgd1(P.z, V.z, G.z, lr, mu, wd);
-    sgd1(P.w, V.w, G.w, lr, mu, wd);
-    *reinterpret_cast<float4*>(p + i) = P;
-    *reinterpret_cast<float4*>(v + i) = V;
-    if (ph != 0) {
-      const float q[4] = {P.x, P.y, P.z, P.w};
-#pragma unroll
-      for (unsigned j = 0; j < 4; ++j)
-        if (i + j < nh) ph[i + j] = f2bf(q[j]);
-    }
-  } else {
-    for (unsigned j = i; j < n && j < i + 4; ++j) {
-      sgd1(p[j], v[j], g[j], lr, mu, wd);
-      if (ph != 0 && j < nh) ph[j] = f2bf(p[j]);
-    }
+    for (int w = 1; w < 256 / 32; ++w) sum += part[w][uc][q];
+    const unsigned long long k = q < 10 ? hid + (unsigned long long)u * 10 + q : u;
+    sgd1(p1[k], v1[k], sum, lr, mu, wd);
   }
 }
 
@@ -823,10 +875,21 @@ __global__ void f32_to_bf16(unsigned short* out, const float* in, unsigned n) {
   if (i < n) out[i] = f2bf(in[i]);
 }
 
-// out[i] = bf16(in[i] / 255), as u8_to_f32's value rounded.
-__global__ void u8_to_bf16(unsigned short* out, const unsigned char* in, unsigned n) {
+// The input stage: x[i] = bf16(px[i] / 255) (u8_to_f32's value rounded),
+// and the rows' labels copied, y[r] = lb[r].
+__global__ void input_bf16(unsigned short* x, unsigned char* y, const unsigned char* px,
+                           const unsigned char* lb, unsigned n, unsigned rows) {
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = f2bf((float)in[i] * (1.0f / 255.0f));
+  if (i < n) x[i] = f2bf((float)px[i] * (1.0f / 255.0f));
+  if (i < rows) y[i] = lb[i];
+}
+
+// The same in floats, four pixels per thread.
+__global__ void input_f32(float* x, unsigned char* y, const unsigned char* px, const unsigned char* lb,
+                          unsigned n, unsigned rows) {
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  for (unsigned i = 4 * t; i < n && i < 4 * t + 4; ++i) x[i] = (float)px[i] * (1.0f / 255.0f);
+  if (t < rows) y[t] = lb[t];
 }
 
 }  // extern "C"
@@ -836,8 +899,8 @@ __global__ void u8_to_bf16(unsigned short* out, const unsigned char* in, unsigne
 var kernelNames = []string{
 	"gemm_nn", "gemm_tn", "gemm_nn_bias_relu", "gemm_nn_bias_relu_drop",
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
-	"gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16",
-	"u8_to_f32", "u8_to_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2", "sgd_momentum",
+	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
+	"u8_to_f32", "input_f32", "input_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2",
 }
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel

@@ -4,12 +4,13 @@
 //
 // It uses the library as a Go trainer would, with no LockOSThread:
 //   - the prefetcher: producer goroutines fill shuffled batches in place in
-//     its pinned slots (Acquire/Submit), and the training stream takes each
-//     one with NextInto, into the fixed input buffers of the step;
+//     its pinned slots (Acquire/Submit), and an input stream takes each one
+//     with Next: one kernel reads the batch in its slot into the fixed input
+//     buffers of the step after next (x / 255 and the labels), then Release;
 //   - the RNG: the weights are drawn from it (normal, scaled), and dropout
 //     draws from its per-element states inside the kernel (<sluice/rng.cuh>);
 //     its checkpoint is saved with the weights;
-//   - a GraphCache: the training step (7 kernels) is captured once
+//   - a GraphCache: the training step (5 kernels) is captured once
 //     and replayed for every batch (-eager: launched op by op);
 //   - sync objects for all ordering: every kernel names the buffers it
 //     reads and writes, and evaluation runs on a second stream that reads
@@ -79,11 +80,11 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.eager, "eager", false, "launch the training step op by op (no graph)")
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
-	flag.BoolVar(&o.overlapInput, "overlap-input", true, "copy each batch on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
+	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
 	flag.BoolVar(&o.lossStream, "loss-stream", true, "replayed steps: store the loss on a stream of its own, a branch of the graph beside the backward pass (false: on the training stream)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
-	flag.IntVar(&o.depth, "depth", 4, "prefetcher slots")
+	flag.IntVar(&o.depth, "depth", 16, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 4, "producer goroutines (each gathers its batches from the shuffled images)")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
 	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
@@ -170,9 +171,9 @@ func run() error {
 	fmt.Printf("MNIST from %s: %d training images (%d batches of %d), %d test images, loaded in %.2fs\n",
 		dir, len(d.trainY), smp.nb, o.batch, len(d.testY), time.Since(t0).Seconds())
 
-	// The streams: training; evaluation; the batches' device-to-device copies,
-	// into the input buffers of the step after next (model.useInput), so a
-	// copy overlaps the step before it; and loss_store's, a branch of the
+	// The streams: training; evaluation; the input stage, which reads each
+	// batch into the input buffers of the step after next (model.useInput),
+	// beside the step before it; and loss_store's, a branch of the
 	// captured step beside the backward pass.
 	var streams [4]*sluice.Stream
 	for i, label := range []string{"train", "eval", "input", "loss"} {
@@ -298,18 +299,17 @@ func run() error {
 				// Fill, then a synchronous copy that waits for the step that
 				// read the input buffers last: no overlap.
 				smp.fill(hostX, hostY, e*smp.nb+i)
-				if err := sluice.CopyFromHost(train, m.xu8, 0, hostX); err != nil {
+				if err := sluice.CopyFromHost(train, m.stageX, 0, hostX); err != nil {
 					return err
 				}
-				if err := sluice.CopyFromHost(train, m.yu8, 0, hostY); err != nil {
+				if err := sluice.CopyFromHost(train, m.stageY, 0, hostY); err != nil {
 					return err
 				}
-			} else {
-				// One device-to-device copy from the batch's slot into the
-				// step's input buffers, ordered after the slot's H2D copy.
-				if _, err := pf.NextInto(copyS, []*sluice.Buffer{m.xu8, m.yu8}, sluice.WaitForever); err != nil {
+				if err := m.loadInput(train, m.staged()); err != nil {
 					return err
 				}
+			} else if err := nextInput(pf, copyS, m); err != nil {
+				return err
 			}
 			ts := time.Now()
 			err = m.step(cache, train)
@@ -415,9 +415,24 @@ func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int, 
 	return pf, func() error { return errors.Join(unlessClosed(pf.CloseInput()), wait(), pf.Close()) }, nil
 }
 
+// nextInput leases the next batch from the prefetcher and runs the input
+// stage over it on s (model.loadInput), which reads the batch's slot in
+// place; the slot is refilled once that kernel is done.
+func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model) error {
+	b, err := pf.Next(s, sluice.WaitForever)
+	if err != nil {
+		return err
+	}
+	src, err := m.prefetched(b)
+	if err == nil {
+		err = m.loadInput(s, src)
+	}
+	return errors.Join(err, b.Release())
+}
+
 // benchInput times o.benchInput batches through the input pipeline alone:
-// the producers fill them, and NextInto copies each into an input set, as the
-// training loop does, with no step.
+// the producers fill them, and the input stage reads each into an input
+// set, as the training loop does, with no step.
 func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, o *options) error {
 	var times producerTimes
 	pf, stop, err := startInput(dev, smp, o, 0, o.benchInput, &times)
@@ -425,12 +440,12 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 		return err
 	}
 	t0 := time.Now()
-	var nextInto time.Duration
+	var consumer time.Duration
 	for i := 0; i < o.benchInput && err == nil; i++ {
 		m.useInput(i)
 		t := time.Now()
-		_, err = pf.NextInto(inS, []*sluice.Buffer{m.xu8, m.yu8}, sluice.WaitForever)
-		nextInto += time.Since(t)
+		err = nextInput(pf, inS, m)
+		consumer += time.Since(t)
 	}
 	if err == nil {
 		err = inS.Synchronize()
@@ -443,8 +458,8 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 	n := float64(o.benchInput)
 	fmt.Printf("RESULT input_batches_per_s=%.1f producers=%d depth=%d batch=%d (%d batches, no step)\n",
 		n/el, o.producers, o.depth, o.batch, o.benchInput)
-	fmt.Printf("input phases, us per batch: producers %v; consumer NextInto %.1f (waiting %.1f)\n",
-		&times, nextInto.Seconds()*1e6/n, st.ConsumerWait.Seconds()*1e6/n)
+	fmt.Printf("input phases, us per batch: producers %v; consumer Next, input stage and Release %.1f (waiting %.1f)\n",
+		&times, consumer.Seconds()*1e6/n, st.ConsumerWait.Seconds()*1e6/n)
 	return nil
 }
 

@@ -50,23 +50,26 @@ type model struct {
 	lr, mu  float32
 	wd      float32
 
-	// The batch (written by the prefetcher's NextInto or a blocking copy).
-	xu8, yu8  *sluice.Buffer       // the step's batch: batchBufs[useInput's parity]
-	batchBufs [2][2]*sluice.Buffer // two sets of (pixels, labels)
-	parity    int                  // the set in use
+	// The input sets, written by the input stage (loadInput): each a batch's
+	// pixels as the products' x operand (bf16 when half, else floats) and
+	// its labels. A step reads set parity (useInput).
+	inX, inY [2]*sluice.Buffer
+	parity   int
+	// The blocking path's batch (pixels and labels), copied from Go memory.
+	stageX, stageY *sluice.Buffer
 	// Activations and gradients of one step. On the cuda backend a1 is the
 	// only hidden activation kept (the backward pass reads relu and dropout
 	// off a1 > 0); mask holds the host backend's dropout draws, z2 its logits.
-	xf, a1, mask, z2, dz2, da1, rowloss *sluice.Buffer
+	a1, mask, z2, dz2, da1, rowloss *sluice.Buffer
 	// cuda: the split-K GEMMs' partial tiles and per-tile tickets (zero
 	// between launches), used by the training stream only.
 	gemmWS, gemmTickets *sluice.Buffer
 	gemmSuffix          string // "" (TF32 tensor cores) or "_simt" (FP32), from selfTest
 	// cuda, half: the training step's products take bf16 operands (selfTest):
-	// x as xh (u8_to_bf16), W1 as w1h (written by sgd_momentum, and by
+	// x in the input sets, W1 as w1h (written by gemm_tn_sgd, and by
 	// halfWeights from the parameters), da1 as da1h (written by bwd2).
-	half          bool
-	xh, w1h, da1h *sluice.Buffer
+	half      bool
+	w1h, da1h *sluice.Buffer
 	// Parameters [W1 (inputs x H), b1 (H), W2 (H x classes), b2 (classes)],
 	// their gradients and the momentum, in one layout.
 	params, grads, vel *sluice.Buffer
@@ -168,8 +171,9 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		n int // bytes
 	}
 	allocs := []alloc{
-		{&m.batchBufs[0][0], B * inputs}, {&m.batchBufs[0][1], B},
-		{&m.batchBufs[1][0], B * inputs}, {&m.batchBufs[1][1], B}, {&m.xf, 4 * B * inputs},
+		// An input set's pixels take floats' room, or bf16 (selfTest decides).
+		{&m.inX[0], 4 * B * inputs}, {&m.inY[0], B}, {&m.inX[1], 4 * B * inputs}, {&m.inY[1], B},
+		{&m.stageX, B * inputs}, {&m.stageY, B},
 		{&m.a1, 4 * B * H}, {&m.mask, 4 * dropDraws * m.nStates}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
 		{&m.params, 4 * m.nParams}, {&m.grads, 4 * m.nParams}, {&m.vel, 4 * m.nParams},
@@ -181,7 +185,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		zs := max(gemmSplits(inputs, gemmKChunkNN)*B*H, gemmSplits(B, gemmKChunkTN)*inputs*H)
 		tiles := max(ceilDiv(B, gemmBM), ceilDiv(inputs, gemmBM)) * ceilDiv(H, gemmBN)
 		allocs = append(allocs, alloc{&m.gemmWS, 4 * zs}, alloc{&m.gemmTickets, 4 * tiles},
-			alloc{&m.xh, 2 * B * inputs}, alloc{&m.w1h, 2 * inputs * H}, alloc{&m.da1h, 2 * B * H})
+			alloc{&m.w1h, 2 * inputs * H}, alloc{&m.da1h, 2 * B * H})
 	}
 	for _, a := range allocs {
 		if *a.p, err = s.Alloc(a.n); err != nil {
@@ -222,10 +226,9 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 }
 
 func (m *model) Close() {
-	bufs := []*sluice.Buffer{m.xf, m.a1, m.mask, m.z2, m.dz2, m.da1,
+	bufs := []*sluice.Buffer{m.inX[0], m.inY[0], m.inX[1], m.inY[1], m.stageX, m.stageY, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
-		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.xh, m.w1h, m.da1h}
-	bufs = append(append(bufs, m.batchBufs[0][:]...), m.batchBufs[1][:]...)
+		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.w1h, m.da1h}
 	for _, b := range bufs {
 		if b != nil {
 			b.Close()
@@ -340,7 +343,7 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	cluster := 0
 	if suffix == "_bf16" {
 		cluster = gemmClusterNN
-		if g.name == "gemm_tn" {
+		if strings.HasPrefix(g.name, "gemm_tn") {
 			cluster = gemmClusterTN
 		}
 	}
@@ -409,7 +412,7 @@ func (m *model) initParams(s *sluice.Stream) error {
 }
 
 // halfWeights writes W1's bf16 copy from the parameters (after initParams
-// or a resume); from then on sgd_momentum keeps it. A no-op unless half.
+// or a resume); from then on gemm_tn_sgd keeps it. A no-op unless half.
 func (m *model) halfWeights(s *sluice.Stream) error {
 	if !m.half {
 		return nil
@@ -422,9 +425,56 @@ func (m *model) halfWeights(s *sluice.Stream) error {
 // useInput points the step at input set step % 2. The batch of a step is
 // copied (on its own stream) while the step before runs, into the set that
 // step does not read; a graph is captured per set (step's cache key).
-func (m *model) useInput(step int) {
-	p := step % 2
-	m.xu8, m.yu8, m.parity = m.batchBufs[p][0], m.batchBufs[p][1], p
+func (m *model) useInput(step int) { m.parity = step % 2 }
+
+// batchSource is a batch of u8 pixels and labels in device memory: a
+// prefetcher's batch, or the blocking path's staging buffers.
+type batchSource struct {
+	x, y   uint64            // device addresses
+	syncs  []sluice.Syncable // their sync objects
+	hx, hy []byte            // the host backend's views of them
+}
+
+// prefetched is the source of a batch leased from the prefetcher.
+func (m *model) prefetched(b *sluice.Batch) (batchSource, error) {
+	src := batchSource{x: b.DevicePtr(0), y: b.DevicePtr(1), syncs: []sluice.Syncable{b.Sync(0), b.Sync(1)}}
+	if m.host {
+		var err error
+		if src.hx, err = b.HostBytes(0); err != nil {
+			return src, err
+		}
+		if src.hy, err = b.HostBytes(1); err != nil {
+			return src, err
+		}
+	}
+	return src, nil
+}
+
+// staged is the source of the blocking path's batch.
+func (m *model) staged() batchSource {
+	src := batchSource{x: m.stageX.DevicePtr(), y: m.stageY.DevicePtr(), syncs: syncs(m.stageX, m.stageY)}
+	if m.host {
+		src.hx, src.hy = m.hostBytes(m.stageX), m.hostBytes(m.stageY)
+	}
+	return src
+}
+
+// loadInput is the input stage: one kernel on s turns the batch's pixels
+// into the products' x operand (x / 255, as bf16 when half) and copies its
+// labels, into the input set in use. It runs beside the step before (on the
+// input stream), outside the captured step.
+func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
+	n := m.B * inputs
+	x, y := m.inX[m.parity], m.inY[m.parity]
+	writes := syncs(x, y)
+	if m.half {
+		return m.run(s, "input_bf16", grid1(n), src.syncs, writes, nil,
+			x.DevicePtr(), y.DevicePtr(), src.x, src.y, uint32(n), uint32(m.B))
+	}
+	xf, yb := m.f32(x, 0, n), m.u8(y, 0, m.B)
+	return m.run(s, "input_f32", grid4(n), src.syncs, writes,
+		func() { hostU8ToF32(xf.f, src.hx); copy(yb.b, src.hy) },
+		x.DevicePtr(), y.DevicePtr(), src.x, src.y, uint32(n), uint32(m.B))
 }
 
 // step issues one training step on s: replayed from cache, keyed by the
@@ -436,15 +486,15 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 	return m.trainStep(s)
 }
 
-// trainStep enqueues one training step on s over the current batch (xu8,
-// yu8): forward, loss, backward and the SGD update, each a tracked op whose
-// reads and writes order it (7 kernels, listed in kernels.go). It issues the
+// trainStep enqueues one training step on s over the input set in use
+// (loadInput wrote it): forward, loss, backward and the SGD update, each a tracked op whose
+// reads and writes order it (5 kernels, listed in kernels.go). It issues the
 // same ops every time, so a graph captured from it can be replayed for every
 // step (the step index lives in trainStats on the device).
 func (m *model) trainStep(s *sluice.Stream) error {
 	B, H := m.B, m.H
-	xu8, yu8 := m.u8(m.xu8, 0, B*inputs), m.u8(m.yu8, 0, B)
-	xf := m.f32(m.xf, 0, B*inputs)
+	xin, yin := m.inX[m.parity], m.inY[m.parity]
+	yu8, xf := m.u8(yin, 0, B), m.f32(xin, 0, B*inputs)
 	a1, da1 := m.f32(m.a1, 0, B*H), m.f32(m.da1, 0, B*H)
 	draws := m.f32(m.mask, 0, dropDraws*m.nStates)
 	z2, dz2 := m.f32(m.z2, 0, B*classes), m.f32(m.dz2, 0, B*classes)
@@ -453,25 +503,29 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	w1, b1, w2, b2 := m.w1(m.params), m.b1(m.params), m.w2(m.params), m.b2(m.params)
 	gw1, gb1, gw2, gb2 := m.w1(m.grads), m.b1(m.grads), m.w2(m.grads), m.b2(m.grads)
 	p, scale := m.dropout, m.scale
+	lr, mu, wd := m.lr, m.mu, m.wd
+	// The parameters, velocities and gradients from b1 on ([b1, W2, b2]),
+	// which bwd2 steps; gemm_tn_sgd steps W1.
+	nW1 := inputs * H
+	rest := func(b *sluice.Buffer) arr { return m.f32(b, nW1, m.nParams-nW1) }
+	pRest, vRest, gRest := rest(m.params), rest(m.vel), rest(m.grads)
+	pW1, vW1 := w1, m.w1(m.vel)
+	// The host backend's gradients (the kernels step the parameters from
+	// their own sums, without writing gradients out).
+	var hostGrads []sluice.Syncable
+	if m.host {
+		hostGrads = syncs(m.grads)
+	}
 	inv := 1 / float32(B)
 	// The products' operands: x, W1 and da1 as floats, or their bf16 copies.
 	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
-	var da1h, w1h uint64 // bwd2's and sgd_momentum's bf16 outputs (0: none)
+	var da1h, w1h uint64 // bwd2's and gemm_tn_sgd's bf16 outputs (0: none)
 	if m.half {
-		x, w1op, da1op = arr{buf: m.xh}, arr{buf: m.w1h}, arr{buf: m.da1h}
+		x, w1op, da1op = arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
 		da1h, w1h, gemmSuffix = m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
 	}
 
 	steps := []func() error{
-		// x = pixels / 255
-		func() error {
-			if m.half {
-				return m.run(s, "u8_to_bf16", grid1(B*inputs), syncs(m.xu8), syncs(m.xh), nil,
-					x.ptr(), xu8.ptr(), uint32(B*inputs))
-			}
-			return m.run(s, "u8_to_f32", grid4(B*inputs), syncs(m.xu8), syncs(m.xf),
-				func() { hostU8ToF32(xf.f, xu8.b) }, xf.ptr(), xu8.ptr(), uint32(B*inputs))
-		},
 		// a1 = dropout(relu(x W1 + b1))
 		func() error {
 			if m.host && p > 0 {
@@ -496,7 +550,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		},
 		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses, right predictions
 		func() error {
-			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, m.yu8), syncs(m.z2, m.dz2, m.rowloss, m.trainStats),
+			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, yin), syncs(m.z2, m.dz2, m.rowloss, m.trainStats),
 				func() {
 					hostGemm(false, false, B, classes, H, a1.f, w2.f, z2.f)
 					hostBiasAdd(z2.f, b2.f)
@@ -521,31 +575,30 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				func() { hostLossStore(rowloss.f, losses.f, stats.u) },
 				rowloss.ptr(), losses.ptr(), stats.ptr(), uint32(B))
 		},
-		// da1, dW2, db2, db1
+		// da1, dW2, db2, db1, and the SGD step of b1, W2 and b2
 		func() error {
 			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(ceilDiv(H+1, bwd2Units))}, Block: sluice.Dim3{X: 256}}
-			return m.run(s, "bwd2", cfg, syncs(m.a1, m.dz2, m.params), syncs(da1op.buf, m.grads),
-				func() { hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale) },
-				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), da1h, gw2.ptr(), gb1.ptr(), gb2.ptr(), uint32(B), uint32(H), scale)
+			return m.run(s, "bwd2", cfg, syncs(m.a1, m.dz2), append(syncs(da1op.buf, m.params, m.vel), hostGrads...),
+				func() {
+					hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale)
+					hostSGD(pRest.f, vRest.f, gRest.f, lr, mu, wd)
+				},
+				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), da1h, pRest.ptr(), vRest.ptr(), uint32(B), uint32(H), scale, lr, mu, wd)
 		},
-		// dW1 = x^T da1
+		// dW1 = x^T da1, and the SGD step of W1 (and its bf16 copy)
 		func() error {
-			return m.gemm(s, gemmOp{
-				name: "gemm_tn", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: gw1,
-				writes: syncs(m.grads),
-				host:   func() { hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f) },
-			})
-		},
-		func() error {
-			pa, va, ga := m.f32(m.params, 0, m.nParams), m.f32(m.vel, 0, m.nParams), m.f32(m.grads, 0, m.nParams)
-			lr, mu, wd := m.lr, m.mu, m.wd
-			writes := syncs(m.params, m.vel)
+			writes := append(syncs(m.vel), hostGrads...)
 			if m.half {
 				writes = append(writes, m.w1h)
 			}
-			return m.run(s, "sgd_momentum", grid4(m.nParams), syncs(m.grads), writes,
-				func() { hostSGD(pa.f, va.f, ga.f, lr, mu, wd) },
-				pa.ptr(), va.ptr(), ga.ptr(), uint32(m.nParams), lr, mu, wd, w1h, uint32(inputs*H))
+			return m.gemm(s, gemmOp{
+				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: pW1,
+				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, writes: writes,
+				host: func() {
+					hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f)
+					hostSGD(pW1.f, vW1.f, gw1.f, lr, mu, wd)
+				},
+			})
 		},
 	}
 	for _, st := range steps {
