@@ -1923,6 +1923,24 @@ struct sluice_error_t *sluice_module_get_function(struct sluice_module_t module,
 struct sluice_error_t *sluice_function_destroy(struct sluice_function_t function);
 
 /**
+ * Lets the launches of `function` start before the kernel ahead of them on their
+ * stream completes, so that the kernel's launch and prologue overlap that kernel's
+ * tail (programmatic dependent launch, compute capability 9.0 and newer; in a
+ * captured graph, a programmatic edge). The kernel must then wait for the kernel
+ * ahead itself, with `griddepcontrol.wait` (`cudaGridDependencySynchronize()`),
+ * before it reads what that kernel wrote or writes what it reads; it may call
+ * `griddepcontrol.launch_dependents` (`cudaTriggerProgrammaticLaunchCompletion()`)
+ * to let the kernel after it start sooner. Ordering against other streams and
+ * against sync objects' recordings is unchanged. `enabled = false` restores plain
+ * launches. Applies to the launches made after the call, from any thread.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `function`);
+ * `SLUICE_ERROR_UNSUPPORTED` (`enabled` on a device below compute capability 9.0).
+ */
+struct sluice_error_t *sluice_function_set_programmatic_launch(struct sluice_function_t function,
+                                                               bool enabled);
+
+/**
  * Launches `function` on `stream` as one tracked op over `reads` and `writes`.
  * `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`, and
  * `num_args` is its length. Where the driver reports a kernel's parameters

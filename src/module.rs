@@ -4,6 +4,7 @@
 use crate::device::Device;
 use crate::error::{Error, Result};
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// A loaded PTX, cubin or fatbin image.
@@ -24,6 +25,9 @@ pub struct Function {
     pub param_count: Option<usize>,
     /// Its name in traces, interned at its first traced launch.
     pub(crate) span_name: crate::trace::KernelName,
+    /// Launched with programmatic stream serialization
+    /// ([`Function::set_programmatic_launch`]).
+    programmatic: AtomicBool,
 }
 
 impl Module {
@@ -54,11 +58,38 @@ impl Module {
             raw,
             name: name.to_string_lossy().into_owned(),
             span_name: Default::default(),
+            programmatic: AtomicBool::new(false),
         }))
     }
 }
 
 impl Function {
+    /// Lets this kernel's launches start before the kernel ahead of them on their
+    /// stream completes (programmatic dependent launch, compute capability 9.0 and
+    /// newer): the kernel itself must wait for that kernel's results
+    /// (`griddepcontrol.wait`, `cudaGridDependencySynchronize`) before it reads what
+    /// that kernel wrote or writes what it reads. Devices below 9.0 give `Unsupported`.
+    pub fn set_programmatic_launch(&self, enabled: bool) -> Result<()> {
+        let (major, minor) = self.device.props()?.compute_capability;
+        if enabled && major < 9 {
+            return Err(Error::new(
+                crate::error::ErrorCode::Unsupported,
+                format!(
+                    "programmatic dependent launch needs compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
+                    self.name
+                ),
+            ));
+        }
+        self.programmatic.store(enabled, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether launches use programmatic stream serialization.
+    #[inline(always)]
+    pub fn programmatic_launch(&self) -> bool {
+        self.programmatic.load(Ordering::Relaxed)
+    }
+
     /// Checks `given` launch arguments against the kernel's parameters, where the
     /// driver reports their number (`cuFuncGetParamInfo`, CUDA 12.4+).
     pub fn check_arg_count(&self, given: usize) -> Result<()> {

@@ -229,7 +229,7 @@ pub(crate) unsafe fn launch_set(
         #[inline(always)]
         || {
             // SAFETY: forwarded from the caller's contract.
-            unsafe { stream.drv_launch_kernel(func.raw, dims, args) }
+            unsafe { stream.drv_launch_kernel(func.raw, dims, func.programmatic_launch(), args) }
                 .map_err(|e| e.context(format!("launch of '{}'", func.name)))
         },
     )?;

@@ -214,13 +214,14 @@ impl Stream {
         &self,
         func: u64,
         dims: crate::backend::LaunchDims,
+        programmatic: bool,
         args: *mut *mut std::ffi::c_void,
     ) -> Result<()> {
         // SAFETY: forwarded from the caller's contract.
         unsafe {
             self.device
                 .backend
-                .launch_kernel(func, dims, args, self.raw)
+                .launch_kernel(func, dims, programmatic, args, self.raw)
         }
     }
 

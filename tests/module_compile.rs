@@ -38,6 +38,17 @@ extern \"C\" __global__ void first_draws(unsigned int* out, unsigned long long s
 }
 ";
 
+/// p[i] = 3 p[i] + 1 once the kernel ahead on the stream completed: written for
+/// programmatic dependent launch (it lets the next kernel start at once, then waits).
+const BUMP: &CStr = c"
+extern \"C\" __global__ void bump(unsigned int* p, unsigned int n) {
+    asm volatile(\"griddepcontrol.launch_dependents;\");
+    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = p[i] * 3u + 1u;
+}
+";
+
 const N: usize = 10_007;
 
 fn dims(n: usize) -> LaunchDims {
@@ -263,4 +274,72 @@ fn the_kernel_cache_hits_and_refuses_bad_entries() {
     let n = std::fs::read_dir(&dir).expect("dir").count();
     assert_eq!(n, 2, "no temporary files left, one entry per key");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Launches with programmatic stream serialization (`set_programmatic_launch`):
+/// a chain of kernels that each wait for the one ahead (`griddepcontrol.wait`)
+/// gives the serial result, eagerly and replayed from a captured graph; the switch
+/// turns off again. On a device below compute capability 9.0 turning it on is
+/// `Unsupported`.
+#[test]
+fn programmatic_launch_keeps_a_chain_in_order() {
+    use sluice::backend::CaptureMode;
+    use sluice::capture;
+    let k = kit();
+    if !k.is_cuda() {
+        return;
+    }
+    let s = k.stream();
+    let m = Module::compile(&k.dev, BUMP, None, &[]).expect("compile");
+    let f = m.function(c"bump").expect("bump");
+    assert!(!f.programmatic_launch());
+    let (major, _) = k.dev.props().unwrap().compute_capability;
+    if major < 9 {
+        let e = f.set_programmatic_launch(true).expect_err("below 9.0");
+        assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+        return;
+    }
+    f.set_programmatic_launch(true).unwrap();
+    assert!(f.programmatic_launch());
+    const WORDS: usize = 1 << 20;
+    const CHAIN: usize = 40;
+    let p = k.buffer(&s, WORDS);
+    let start: Vec<u32> = (0..WORDS as u32).collect();
+    k.write(&s, &p, &start);
+    let bump_all = |s: &Stream| {
+        let (mut pp, mut n) = (p.addr, WORDS as u32);
+        let mut args = [
+            &mut pp as *mut u64 as *mut c_void,
+            &mut n as *mut u32 as *mut c_void,
+        ];
+        let w = [p.sync.clone()];
+        // SAFETY: args match bump(unsigned int*, unsigned int).
+        unsafe { ops::launch(s, &f, dims(WORDS), &mut args, &[], &w) }.unwrap();
+    };
+    let serial = |times: usize| -> Vec<u32> {
+        start
+            .iter()
+            .map(|&v| (0..times).fold(v, |x, _| x.wrapping_mul(3).wrapping_add(1)))
+            .collect()
+    };
+    for _ in 0..CHAIN {
+        bump_all(&s);
+    }
+    assert!(k.read(&s, &p) == serial(CHAIN), "eager chain");
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    for _ in 0..CHAIN {
+        bump_all(&s);
+    }
+    let exec = capture::capture_end(&s).unwrap().instantiate().unwrap();
+    for _ in 0..3 {
+        exec.launch(&s).unwrap();
+    }
+    assert!(k.read(&s, &p) == serial(4 * CHAIN), "replayed chain");
+    f.set_programmatic_launch(false).unwrap();
+    assert!(!f.programmatic_launch());
+    bump_all(&s);
+    assert!(
+        k.read(&s, &p) == serial(4 * CHAIN + 1),
+        "plain launch after"
+    );
 }

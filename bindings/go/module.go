@@ -166,6 +166,25 @@ func (f *Function) Name() string { return f.name }
 // Module returns the function's module.
 func (f *Function) Module() *Module { return f.mod }
 
+// SetProgrammaticLaunch turns programmatic dependent launch on or off for
+// the function's later launches (compute capability 9.0 and newer; below
+// that, enabling fails with ErrUnsupported): a launch may then start before
+// the kernel ahead of it on its stream completes, so its launch and prologue
+// overlap that kernel's tail (in a captured graph, a programmatic edge). The
+// kernel must wait for the kernel ahead itself, with griddepcontrol.wait
+// (cudaGridDependencySynchronize), before it reads what that kernel wrote or
+// writes what it reads. Ordering against other streams and sync objects is
+// unchanged.
+func (f *Function) SetProgrammaticLaunch(enabled bool) error {
+	h, err := f.h.raw("Function.SetProgrammaticLaunch")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_function_set_programmatic_launch(h, C.bool(enabled))
+	runtime.KeepAlive(f)
+	return check(e, &f.h)
+}
+
 // Dim3 is a 3-D size. A zero component counts as 1.
 type Dim3 struct{ X, Y, Z uint32 }
 

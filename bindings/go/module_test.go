@@ -145,6 +145,16 @@ func TestCompileModule(t *testing.T) {
 		f, err := m.Function("scale_offset")
 		must(t, err)
 		cfg := LaunchConfig{Grid: Dim3{X: (n + 255) / 256}, Block: Dim3{X: 256}}
+		// Programmatic dependent launch from compute capability 9.0 (this
+		// kernel does not wait for the one ahead: off again before it runs).
+		props, err := d.Props()
+		must(t, err)
+		if err := f.SetProgrammaticLaunch(true); props.ComputeCapabilityMajor >= 9 {
+			must(t, err)
+		} else {
+			wantCode(t, err, ErrUnsupported)
+		}
+		must(t, f.SetProgrammaticLaunch(false))
 		must(t, f.Launch(s, cfg, []Syncable{xb}, []Syncable{yb}, yb, xb, float32(3), uint32(n)))
 		y := make([]float32, n)
 		must(t, CopyToHostSlice(s, y, yb, 0))
@@ -154,6 +164,9 @@ func TestCompileModule(t *testing.T) {
 			}
 		}
 		must(t, f.Close())
+		if err := f.SetProgrammaticLaunch(true); !errors.Is(err, ErrClosed) {
+			t.Fatalf("SetProgrammaticLaunch after Close: %v", err)
+		}
 		must(t, m.Close())
 	}
 	entries, err := filepath.Glob(filepath.Join(cache, "*.sluicebin"))
@@ -188,6 +201,7 @@ func TestLaunchUnknownFunction(t *testing.T) {
 		err := f.Launch(s, cfg, []Syncable{x}, []Syncable{y}, args...)
 		wantCode(t, err, ErrInvalidHandle)
 	}
+	wantCode(t, f.SetProgrammaticLaunch(true), ErrInvalidHandle)
 }
 
 // More arguments than Launch keeps on its stack (a pooled buffer), of every

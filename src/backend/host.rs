@@ -627,6 +627,7 @@ impl ModuleApi for HostDevice {
         &self,
         _func: u64,
         _dims: LaunchDims,
+        _programmatic: bool,
         _args: *mut *mut c_void,
         _stream: u64,
     ) -> Result<()> {

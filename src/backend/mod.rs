@@ -280,10 +280,13 @@ backend_api! {
         unsafe {
             /// # Safety
             /// `args` must point to one valid pointer per kernel parameter.
+            /// `programmatic`: with programmatic stream serialization (the kernel
+            /// may start before the one ahead of it on the stream completes).
             fn launch_kernel(
                 &self,
                 func: u64,
                 dims: LaunchDims,
+                programmatic: bool,
                 args: *mut *mut c_void,
                 stream: u64,
             ) -> Result<()>;

@@ -87,6 +87,16 @@ TEST(module_compile_runs_a_kernel_on_cuda) {
     unsigned n = N;
     void *args[] = {&py, &px, &a, &n};
     sluice_launch_dims_t dims = {{(N + 255) / 256, 1, 1}, {256, 1, 1}, 0};
+    /* Programmatic dependent launch: on from compute capability 9.0 (this kernel
+       does not wait for the one ahead, so it is turned off again before use). */
+    sluice_device_props_t props;
+    CHECK_OK(sluice_device_props(d, &props));
+    if (props.compute_capability_major >= 9) {
+        CHECK_OK(sluice_function_set_programmatic_launch(f, true));
+    } else {
+        CHECK_ERR(sluice_function_set_programmatic_launch(f, true), SLUICE_ERROR_UNSUPPORTED);
+    }
+    CHECK_OK(sluice_function_set_programmatic_launch(f, false));
     CHECK_OK(sluice_stream_launch(s, f, &dims, args, 4, &xs, 1, &ys, 1));
     memset(host, 0, sizeof host);
     CHECK_OK(sluice_stream_copy_to_host(s, host, y, 0, sizeof host));

@@ -321,6 +321,8 @@ TEST(errors_module_log_trace_counters) {
     CHECK_ERR(sluice_module_get_function(m, "k", &f), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_module_unload(m), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_function_destroy((sluice_function_t){0}), SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_ERR(sluice_function_set_programmatic_launch((sluice_function_t){0}, true),
+              SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_log_set_level(99), SLUICE_ERROR_INVALID_ARGUMENT);
     CHECK_ERR(sluice_trace_start(NULL), SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_ERR(sluice_trace_start(""), SLUICE_ERROR_INVALID_ARGUMENT);

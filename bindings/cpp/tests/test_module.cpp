@@ -26,6 +26,8 @@ TEST_F(SluiceTest, LaunchWithoutAFunction) {
                       ErrorCode::invalid_handle);
   sluice::Module m;
   EXPECT_EQ(m.function(std::nothrow, "k").code(), ErrorCode::invalid_handle);
+  EXPECT_EQ(none.set_programmatic_launch(std::nothrow, true).code(), ErrorCode::invalid_handle);
+  EXPECT_SLUICE_THROW(none.set_programmatic_launch(false), ErrorCode::invalid_handle);
 }
 
 TEST(LaunchDims, Linear) {
@@ -79,6 +81,12 @@ TEST(ModuleCompile, RunsAKernelOnCuda) {
   sluice::SyncObject ys = yb.sync();
   std::uint64_t py = yb.info().device_ptr;
   std::uint64_t px = xb.info().device_ptr;
+  // Programmatic dependent launch from compute capability 9.0 (this kernel does
+  // not wait for the one ahead: off again before it runs).
+  auto pdl = f.set_programmatic_launch(std::nothrow, true);
+  EXPECT_EQ(pdl.code(), dev.props().compute_capability_major >= 9 ? ErrorCode::ok
+                                                                  : ErrorCode::unsupported);
+  f.set_programmatic_launch(false);
   sluice::launch(s, f, sluice::LaunchDims::linear(n, 256), {xs}, {ys}, py, px, 2.0f, n);
   std::vector<float> y(n);
   sluice::copy_to_host(s, y, yb, 0);

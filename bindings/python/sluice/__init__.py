@@ -515,3 +515,9 @@ class Function(_Owned):
     def __init__(self, handle, name):
         self.name = name
         self._own(handle, lib.sluice_function_destroy)
+
+    def set_programmatic_launch(self, enabled):
+        """Programmatic dependent launch (compute capability 9.0+): later launches may
+        start before the kernel ahead of them on their stream completes; the kernel
+        waits for it itself with griddepcontrol.wait before touching its data."""
+        _check(lib.sluice_function_set_programmatic_launch(self.handle, bool(enabled)))

@@ -64,6 +64,12 @@ def test_errors_carry_code_and_message(dev, stream):
         sluice.Module(dev, b"// not PTX\n")
     assert ei.value.code == sluice.ERROR_UNSUPPORTED
     assert "host" in ei.value.message
+    # A function handle that names no function: the C call refuses it.
+    stale = sluice.Function(sluice._lib.FunctionH(0xDEAD_BEEF_0000_0001), "stale")
+    with pytest.raises(sluice.SluiceError) as ei:
+        stale.set_programmatic_launch(True)
+    assert ei.value.code == sluice.ERROR_INVALID_HANDLE
+    stale._h = None  # not ours to destroy
 
 
 def test_numpy_reads_a_buffer_through_dlpack(stream):

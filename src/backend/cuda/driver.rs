@@ -133,6 +133,7 @@ driver_api! {
         CUstream, *mut *mut c_void, *mut *mut c_void,
     );
     cuMemcpyAsync: fn(CUdeviceptr, CUdeviceptr, usize, CUstream);
+    cuLaunchKernelEx: fn(*const sys::CUlaunchConfig, CUfunction, *mut *mut c_void, *mut *mut c_void);
     cuMemAllocAsync: fn(*mut CUdeviceptr, usize, CUstream);
     cuMemFreeAsync: fn(CUdeviceptr, CUstream);
     cuStreamIsCapturing: fn(CUstream, *mut c_uint);

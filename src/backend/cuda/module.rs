@@ -6,7 +6,7 @@ use super::image::prepare_image;
 use super::nvrtc::nvrtc;
 use crate::backend::{BuiltinHeader, CompilePlan, LaunchDims, ModuleApi};
 use crate::error::{ErrorCode, Result};
-use cudarc::driver::sys::{CUfunction, CUmodule};
+use cudarc::driver::sys::{self, CUfunction, CUmodule};
 use std::ffi::{c_uint, c_void, CStr};
 use std::ptr::null_mut;
 
@@ -126,12 +126,16 @@ impl ModuleApi for CudaDevice {
         &self,
         func: u64,
         dims: LaunchDims,
+        programmatic: bool,
         args: *mut *mut c_void,
         stream: u64,
     ) -> Result<()> {
         let d = self.bind()?;
         let [gx, gy, gz] = dims.grid;
         let [bx, by, bz] = dims.block;
+        if programmatic {
+            return unsafe { launch_programmatic(d, func, dims, args, stream) };
+        }
         // SAFETY: the caller guarantees args matches the kernel's parameters.
         let res = unsafe {
             (self.hot.launch_kernel)(
@@ -150,4 +154,41 @@ impl ModuleApi for CudaDevice {
         };
         d.check(res, "cuLaunchKernel")
     }
+}
+
+/// `cuLaunchKernelEx` with programmatic stream serialization: the kernel may start
+/// before the kernel ahead of it on the stream completes.
+///
+/// # Safety
+/// As for [`ModuleApi::launch_kernel`].
+#[cold]
+unsafe fn launch_programmatic(
+    d: &Driver,
+    func: u64,
+    dims: LaunchDims,
+    args: *mut *mut c_void,
+    stream: u64,
+) -> Result<()> {
+    // SAFETY: an all-zero attribute is valid plain data; its value is set below.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let [gx, gy, gz] = dims.grid;
+    let [bx, by, bz] = dims.block;
+    let config = sys::CUlaunchConfig {
+        gridDimX: gx,
+        gridDimY: gy,
+        gridDimZ: gz,
+        blockDimX: bx,
+        blockDimY: by,
+        blockDimZ: bz,
+        sharedMemBytes: dims.shared_mem_bytes,
+        hStream: h(stream),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: the config and its one attribute outlive the call; the caller
+    // guarantees args matches the kernel's parameters.
+    let res = unsafe { (d.cuLaunchKernelEx)(&config, h(func), args, null_mut()) };
+    d.check(res, "cuLaunchKernelEx")
 }

@@ -146,7 +146,7 @@ fn gpu_smoke() {
         shared_mem_bytes: 0,
     };
     // SAFETY: two args matching fill(u64, u32).
-    unsafe { dev.launch_kernel(f, dims, args.as_mut_ptr(), s) }.expect("launch");
+    unsafe { dev.launch_kernel(f, dims, false, args.as_mut_ptr(), s) }.expect("launch");
     dev.memcpy_async(pinned as u64, buf, n, s).expect("d2h");
     dev.stream_synchronize(s).expect("sync");
     // SAFETY: as above.

@@ -56,7 +56,22 @@ struct LaunchDims {
 /// A kernel of a module. Move-only; keeps its module loaded. Made by
 /// Module::function(), or by adopt() from a C handle.
 class Function
-    : public detail::Owner<Function, sluice_function_t, sluice_function_destroy> {};
+    : public detail::Owner<Function, sluice_function_t, sluice_function_destroy> {
+ public:
+  /// Programmatic dependent launch (compute capability 9.0+): later launches may
+  /// start before the kernel ahead of them on their stream completes, and the
+  /// kernel waits for it itself with `griddepcontrol.wait`
+  /// (`cudaGridDependencySynchronize()`) before touching its data. See
+  /// sluice_function_set_programmatic_launch.
+  Result<void> set_programmatic_launch(std::nothrow_t, bool enabled) const {
+    return detail::check(sluice_function_set_programmatic_launch(raw(), enabled));
+  }
+#if SLUICE_CPP_EXCEPTIONS
+  void set_programmatic_launch(bool enabled) const {
+    set_programmatic_launch(std::nothrow, enabled).value();
+  }
+#endif
+};
 
 /// A loaded module (PTX text, cubin or fatbin). Move-only; it unloads once this
 /// handle and its functions are destroyed.
