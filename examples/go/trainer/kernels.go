@@ -133,6 +133,30 @@ __device__ __forceinline__ void stage_ring(int nk, Issue issue, Ahead ahead, Com
   cp_async_wait<0>();
 }
 
+// Programmatic dependent launch (sm_90; the model turns it on for the step's
+// kernels): pdl_enter waits until the kernel ahead on the stream completed,
+// before the kernel touches any data; pdl_trigger lets the next kernel start.
+// PDL_TRIGGER: 0 never triggers (the next kernel's blocks start as this
+// one's end, without waiting for its completion and flush), 1 triggers on
+// entry, 2 on entry but in the products after their main loop. On an H200
+// the step alone ran at 1.037x (0), 0.978x (1) and 1.030x (2) the rate
+// without PDL (docs/gpu-runs.md, run 141): early blocks spinning in the
+// wait cost more than they save. Without PDL both are no-ops.
+#ifndef PDL_TRIGGER
+#define PDL_TRIGGER 0
+#endif
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_enter(bool product = false) {
+  if (PDL_TRIGGER == 1 || (PDL_TRIGGER == 2 && !product)) pdl_trigger();
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // BF16: a float to its nearest bf16 (ties to even), as the 16 bits of a
 // unsigned short; NaNs stay NaNs.
 __device__ __forceinline__ unsigned short f2bf(float f) {
@@ -484,6 +508,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                           sluice_rng_state* __restrict__ states, float p, float scale,
                                           float* __restrict__ ws, unsigned* __restrict__ counters,
                                           const SgdArgs sg = SgdArgs{}) {
+  pdl_enter(true);
   __shared__ __align__(16) float smem[HALF ? SMEM_BF16 : SMEM_F32];
   __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -539,6 +564,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   else
     mainloop_f32<TA, MMA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const float*>(A),
                           static_cast<const float*>(B), draw);
+  if (PDL_TRIGGER == 2) pdl_trigger();
 
   if (CL > 0) {
     static_assert(CL == 0 || (GBM % CL == 0 && GBM * GBN % (GTHREADS * (CL > 0 ? CL : 1)) == 0),
@@ -714,6 +740,7 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
                                                       const unsigned char* labels, float* dlogits,
                                                       float* rowloss, unsigned* right, unsigned rows,
                                                       unsigned hid, float inv_rows, int train) {
+  pdl_enter();
   __shared__ float s_part[CE_THREADS / 32][10];
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x;
   if (r >= rows) return;  // the same for the whole block
@@ -773,6 +800,7 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
 // rows k, k+256, ..., then a fixed tree); ++*counter.
 __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* losses,
                                                   unsigned* counter, unsigned rows) {
+  pdl_enter();
   __shared__ float sh[256];
   float s = 0.0f;
   for (unsigned r = threadIdx.x; r < rows; r += 256) s += rowloss[r];
@@ -807,6 +835,7 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
                                             float* da1, unsigned short* da1h, float* p1, float* v1,
                                             unsigned rows, unsigned hid, float scale, float lr,
                                             float mu, float wd) {
+  pdl_enter();
   __shared__ float part[256 / 32][BWD2_UNITS][11];
   const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
   const unsigned c = blockIdx.x * BWD2_UNITS + col;
@@ -879,6 +908,7 @@ __global__ void f32_to_bf16(unsigned short* out, const float* in, unsigned n) {
 // and the rows' labels copied, y[r] = lb[r].
 __global__ void input_bf16(unsigned short* x, unsigned char* y, const unsigned char* px,
                            const unsigned char* lb, unsigned n, unsigned rows) {
+  pdl_enter();
   const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] = f2bf((float)px[i] * (1.0f / 255.0f));
   if (i < rows) y[i] = lb[i];
@@ -887,6 +917,7 @@ __global__ void input_bf16(unsigned short* x, unsigned char* y, const unsigned c
 // The same in floats, four pixels per thread.
 __global__ void input_f32(float* x, unsigned char* y, const unsigned char* px, const unsigned char* lb,
                           unsigned n, unsigned rows) {
+  pdl_enter();
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
   for (unsigned i = 4 * t; i < n && i < 4 * t + 4; ++i) x[i] = (float)px[i] * (1.0f / 255.0f);
   if (t < rows) y[t] = lb[t];
@@ -902,6 +933,10 @@ var kernelNames = []string{
 	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
 	"u8_to_f32", "input_f32", "input_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2",
 }
+
+// pdlKernels are the prefixes of the kernels launched with programmatic
+// dependent launch (flag -pdl): the step's and the input stage's.
+var pdlKernels = []string{"gemm_nn_bias_relu_drop", "gemm_tn_sgd", "fwd2_ce", "loss_store", "bwd2", "input_"}
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel
 // source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.

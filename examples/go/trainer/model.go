@@ -40,15 +40,19 @@ type model struct {
 
 	B, H    int // batch rows, hidden units
 	nParams int
-	// lossS, when set, runs loss_store beside the backward pass, which does
-	// not read the losses: a branch of the captured graph, forked by forkEv (a
-	// stream joins a capture only by waiting on an event recorded in it).
-	lossS   *sluice.Stream
-	forkEv  sluice.Event
-	dropout float32
-	scale   float32 // 1/(1-dropout)
-	lr, mu  float32
-	wd      float32
+	// lossS, when set, runs the next batch's input stage and loss_store
+	// beside the step, which reads neither: a branch of the captured graph,
+	// forked by forkEv (a stream joins a capture only by waiting on an event
+	// recorded in it).
+	lossS  *sluice.Stream
+	forkEv sluice.Event
+	// stageInGraph: replayed steps capture the next batch's input stage on
+	// the loss stream's branch (stepNext).
+	stageInGraph bool
+	dropout      float32
+	scale        float32 // 1/(1-dropout)
+	lr, mu       float32
+	wd           float32
 
 	// The input sets, written by the input stage (loadInput): each a batch's
 	// pixels as the products' x operand (bf16 when half, else floats) and
@@ -134,6 +138,7 @@ type hyper struct {
 	lr, mu, wd    float32
 	rngSeed       uint64
 	gemm          string // cuda: "bf16", "tf32" or "fp32" (selfTest falls back in that order)
+	pdl           bool   // cuda, compute capability 9.0+: programmatic dependent launch of the step's kernels
 }
 
 func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, testX, testY []byte) (*model, error) {
@@ -162,6 +167,9 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 			case !strings.HasSuffix(n, "_bf16"): // the BF16 kernels need sm_90 (selfTest)
 				return nil, err
 			}
+		}
+		if err := m.programmaticLaunch(hp.pdl); err != nil {
+			return nil, err
 		}
 	}
 	B, H := m.B, m.H
@@ -223,6 +231,26 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		}
 	}
 	return m, nil
+}
+
+// programmaticLaunch lets each of the step's kernels start while the kernel
+// ahead of it finishes (each begins with pdl_enter), on devices of compute
+// capability 9.0 and newer.
+func (m *model) programmaticLaunch(on bool) error {
+	props, err := m.dev.Props()
+	if err != nil || !on || props.ComputeCapabilityMajor < 9 {
+		return err
+	}
+	for name, f := range m.fns {
+		for _, k := range pdlKernels {
+			if strings.HasPrefix(name, k) {
+				if err := f.SetProgrammaticLaunch(true); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }
 
 func (m *model) Close() {
@@ -461,11 +489,12 @@ func (m *model) staged() batchSource {
 
 // loadInput is the input stage: one kernel on s turns the batch's pixels
 // into the products' x operand (x / 255, as bf16 when half) and copies its
-// labels, into the input set in use. It runs beside the step before (on the
-// input stream), outside the captured step.
-func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
+// labels, into input set `set`. It runs beside the step before it: in the
+// graph of that step, on its branch (stepNext), or eagerly on the input
+// stream.
+func (m *model) loadInput(s *sluice.Stream, src batchSource, set int) error {
 	n := m.B * inputs
-	x, y := m.inX[m.parity], m.inY[m.parity]
+	x, y := m.inX[set], m.inY[set]
 	writes := syncs(x, y)
 	if m.half {
 		return m.run(s, "input_bf16", grid1(n), src.syncs, writes, nil,
@@ -480,10 +509,37 @@ func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 // step issues one training step on s: replayed from cache, keyed by the
 // input set, or eager when cache is nil.
 func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
-	if cache != nil {
-		return cache.Run(uint64(m.parity), s, m.trainStep)
+	return m.stepNext(cache, s, nil, nil)
+}
+
+// stagesInGraph reports whether stepNext captures the next batch's input
+// stage with the step: replayed steps with the loss stream, whose branch
+// runs it (unless -stage-in-graph=false).
+func (m *model) stagesInGraph(cache *sluice.GraphCache) bool {
+	return cache != nil && m.lossS != nil && m.stageInGraph
+}
+
+// stepNext issues the step over the input set in use and, when next is not
+// nil, the input stage of the following step's batch into the other set.
+// Replayed with the loss stream, both are one graph, keyed by the parity and
+// next's slot (its address): the stage runs on the step's branch, beside the
+// forward pass. Otherwise the stage runs first, eagerly, on inS.
+func (m *model) stepNext(cache *sluice.GraphCache, s, inS *sluice.Stream, next *batchSource) error {
+	if next != nil && !m.stagesInGraph(cache) {
+		if err := m.loadInput(inS, *next, 1-m.parity); err != nil {
+			return err
+		}
+		next = nil
 	}
-	return m.trainStep(s)
+	body := func(s *sluice.Stream) error { return m.trainStep(s, next) }
+	if cache == nil {
+		return body(s)
+	}
+	key := uint64(m.parity)
+	if next != nil {
+		key += 2 * next.x
+	}
+	return cache.Run(key, s, body)
 }
 
 // trainStep enqueues one training step on s over the input set in use
@@ -491,7 +547,7 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 // reads and writes order it (5 kernels, listed in kernels.go). It issues the
 // same ops every time, so a graph captured from it can be replayed for every
 // step (the step index lives in trainStats on the device).
-func (m *model) trainStep(s *sluice.Stream) error {
+func (m *model) trainStep(s *sluice.Stream, next *batchSource) error {
 	B, H := m.B, m.H
 	xin, yin := m.inX[m.parity], m.inY[m.parity]
 	yu8, xf := m.u8(yin, 0, B), m.f32(xin, 0, B*inputs)
@@ -562,12 +618,6 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		func() error {
 			ls := s
 			if m.lossS != nil {
-				if err := s.RecordInto(&m.forkEv, 0); err != nil {
-					return err
-				}
-				if err := m.lossS.WaitEvent(&m.forkEv); err != nil {
-					return err
-				}
 				ls = m.lossS
 			}
 			return m.run(ls, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
@@ -601,6 +651,22 @@ func (m *model) trainStep(s *sluice.Stream) error {
 			})
 		},
 	}
+	if m.lossS != nil {
+		// The branch: forked from s at the start (a stream joins a capture
+		// by waiting on an event recorded in it), it stages the next batch,
+		// then stores the loss once fwd2_ce wrote it.
+		if err := s.RecordInto(&m.forkEv, 0); err != nil {
+			return err
+		}
+		if err := m.lossS.WaitEvent(&m.forkEv); err != nil {
+			return err
+		}
+		if next != nil {
+			if err := m.loadInput(m.lossS, *next, 1-m.parity); err != nil {
+				return err
+			}
+		}
+	}
 	for _, st := range steps {
 		if err := st(); err != nil {
 			return err
@@ -609,9 +675,13 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	if m.lossS == nil {
 		return nil
 	}
-	// The step ends on s once the losses are stored: s waits for the loss
-	// stream's last op (in a capture, the branch joins back).
-	return s.RunOp(syncs(m.losses), nil, func(unsafe.Pointer) error { return nil })
+	// The step ends on s once the branch's work is done: s waits for its
+	// last ops (in a capture, the branch joins back).
+	joins := syncs(m.losses)
+	if next != nil {
+		joins = append(joins, m.inX[1-m.parity], m.inY[1-m.parity])
+	}
+	return s.RunOp(joins, nil, func(unsafe.Pointer) error { return nil })
 }
 
 // evaluate counts the test images the model classifies right, on stream s:
