@@ -56,7 +56,6 @@ type options struct {
 	eager, graph, blocking bool
 	overlapInput           bool
 	lossStream             bool
-	stageInGraph           bool
 	pdl                    bool
 	benchSteps, benchInput int
 	depth, producers       int
@@ -89,7 +88,6 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.depth, "depth", 16, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 4, "producer goroutines (each gathers its batches from the shuffled images)")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
-	flag.BoolVar(&o.stageInGraph, "stage-in-graph", true, "replayed steps with -loss-stream: capture the next batch's input stage in the step's graph, on its branch (false: launch it on the input stream before the step)")
 	flag.BoolVar(&o.pdl, "pdl", true, "cuda, compute capability 9.0+: launch the step's kernels with programmatic dependent launch (each may start while the one ahead finishes)")
 	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
 	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster 0)")
@@ -200,7 +198,6 @@ func run() error {
 		// A branch pays off in a graph only; eagerly, the fork and the join
 		// would cost 4 more driver calls per step for a kernel of one block.
 		m.lossS = lossS
-		m.stageInGraph = o.stageInGraph
 	}
 	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
 		inputs, o.hidden, classes, m.nParams, o.drop, o.lr, o.momentum, modeName(o))
@@ -288,15 +285,6 @@ func run() error {
 	var acc float64
 	var rates []float64 // steps/s of each epoch of this process
 	var batchWait time.Duration
-	pipelined := !o.blocking && o.overlapInput
-	if pipelined && total > 0 {
-		// The first batch is staged before the loop; each step then stages
-		// the next one (stepAndStageNext).
-		m.useInput(0)
-		if err := nextInput(pf, inS, m, 0); err != nil {
-			return err
-		}
-	}
 	for e := start; e < o.epochs; e++ {
 		if err := sluice.Memset(train, m.trainStats, 0, 0, 8); err != nil {
 			return err
@@ -304,16 +292,10 @@ func run() error {
 		te := time.Now()
 		var enqueue time.Duration // host time spent issuing the steps
 		for i := 0; i < smp.nb; i++ {
-			g := (e-start)*smp.nb + i // this process's step
-			if pipelined {
-				m.useInput(g)
-				ts := time.Now()
-				err := stepAndStageNext(pf, m, cache, train, inS, g+1 < total)
-				enqueue += time.Since(ts)
-				if err != nil {
-					return fmt.Errorf("epoch %d step %d: %w", e+1, i, err)
-				}
-				continue
+			copyS := train
+			if o.overlapInput {
+				m.useInput(e*smp.nb + i)
+				copyS = inS
 			}
 			if o.blocking {
 				// Fill, then a synchronous copy that waits for the step that
@@ -325,10 +307,10 @@ func run() error {
 				if err := sluice.CopyFromHost(train, m.stageY, 0, hostY); err != nil {
 					return err
 				}
-				if err := m.loadInput(train, m.staged(), m.parity); err != nil {
+				if err := m.loadInput(train, m.staged()); err != nil {
 					return err
 				}
-			} else if err := nextInput(pf, train, m, m.parity); err != nil {
+			} else if err := nextInput(pf, copyS, m); err != nil {
 				return err
 			}
 			ts := time.Now()
@@ -436,39 +418,16 @@ func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int, 
 }
 
 // nextInput leases the next batch from the prefetcher and runs the input
-// stage over it on s into input set `set` (model.loadInput), which reads the
-// batch's slot in place; the slot is refilled once that kernel is done.
-func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, set int) error {
+// stage over it on s (model.loadInput), which reads the batch's slot in
+// place; the slot is refilled once that kernel is done.
+func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model) error {
 	b, err := pf.Next(s, sluice.WaitForever)
 	if err != nil {
 		return err
 	}
 	src, err := m.prefetched(b)
 	if err == nil {
-		err = m.loadInput(s, src, set)
-	}
-	return errors.Join(err, b.Release())
-}
-
-// stepAndStageNext issues the step over the input set staged for it and,
-// when more, leases the next batch and stages it into the other set
-// (model.stepNext): in the step's graph when replayed, on inS otherwise. The
-// batch is leased to the stream that reads it.
-func stepAndStageNext(pf *sluice.Prefetcher, m *model, cache *sluice.GraphCache, train, inS *sluice.Stream, more bool) error {
-	if !more {
-		return m.stepNext(cache, train, inS, nil)
-	}
-	consumer := inS
-	if m.stagesInGraph(cache) {
-		consumer = train
-	}
-	b, err := pf.Next(consumer, sluice.WaitForever)
-	if err != nil {
-		return err
-	}
-	src, err := m.prefetched(b)
-	if err == nil {
-		err = m.stepNext(cache, train, inS, &src)
+		err = m.loadInput(s, src)
 	}
 	return errors.Join(err, b.Release())
 }
@@ -485,8 +444,9 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 	t0 := time.Now()
 	var consumer time.Duration
 	for i := 0; i < o.benchInput && err == nil; i++ {
+		m.useInput(i)
 		t := time.Now()
-		err = nextInput(pf, inS, m, i%2)
+		err = nextInput(pf, inS, m)
 		consumer += time.Since(t)
 	}
 	if err == nil {

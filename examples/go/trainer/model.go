@@ -40,19 +40,15 @@ type model struct {
 
 	B, H    int // batch rows, hidden units
 	nParams int
-	// lossS, when set, runs the next batch's input stage and loss_store
-	// beside the step, which reads neither: a branch of the captured graph,
-	// forked by forkEv (a stream joins a capture only by waiting on an event
-	// recorded in it).
-	lossS  *sluice.Stream
-	forkEv sluice.Event
-	// stageInGraph: replayed steps capture the next batch's input stage on
-	// the loss stream's branch (stepNext).
-	stageInGraph bool
-	dropout      float32
-	scale        float32 // 1/(1-dropout)
-	lr, mu       float32
-	wd           float32
+	// lossS, when set, runs loss_store beside the backward pass, which does
+	// not read the losses: a branch of the captured graph, forked by forkEv (a
+	// stream joins a capture only by waiting on an event recorded in it).
+	lossS   *sluice.Stream
+	forkEv  sluice.Event
+	dropout float32
+	scale   float32 // 1/(1-dropout)
+	lr, mu  float32
+	wd      float32
 
 	// The input sets, written by the input stage (loadInput): each a batch's
 	// pixels as the products' x operand (bf16 when half, else floats) and
@@ -489,12 +485,11 @@ func (m *model) staged() batchSource {
 
 // loadInput is the input stage: one kernel on s turns the batch's pixels
 // into the products' x operand (x / 255, as bf16 when half) and copies its
-// labels, into input set `set`. It runs beside the step before it: in the
-// graph of that step, on its branch (stepNext), or eagerly on the input
-// stream.
-func (m *model) loadInput(s *sluice.Stream, src batchSource, set int) error {
+// labels, into the input set in use. It runs beside the step before (on the
+// input stream), outside the captured step.
+func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 	n := m.B * inputs
-	x, y := m.inX[set], m.inY[set]
+	x, y := m.inX[m.parity], m.inY[m.parity]
 	writes := syncs(x, y)
 	if m.half {
 		return m.run(s, "input_bf16", grid1(n), src.syncs, writes, nil,
@@ -509,37 +504,10 @@ func (m *model) loadInput(s *sluice.Stream, src batchSource, set int) error {
 // step issues one training step on s: replayed from cache, keyed by the
 // input set, or eager when cache is nil.
 func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
-	return m.stepNext(cache, s, nil, nil)
-}
-
-// stagesInGraph reports whether stepNext captures the next batch's input
-// stage with the step: replayed steps with the loss stream, whose branch
-// runs it (unless -stage-in-graph=false).
-func (m *model) stagesInGraph(cache *sluice.GraphCache) bool {
-	return cache != nil && m.lossS != nil && m.stageInGraph
-}
-
-// stepNext issues the step over the input set in use and, when next is not
-// nil, the input stage of the following step's batch into the other set.
-// Replayed with the loss stream, both are one graph, keyed by the parity and
-// next's slot (its address): the stage runs on the step's branch, beside the
-// forward pass. Otherwise the stage runs first, eagerly, on inS.
-func (m *model) stepNext(cache *sluice.GraphCache, s, inS *sluice.Stream, next *batchSource) error {
-	if next != nil && !m.stagesInGraph(cache) {
-		if err := m.loadInput(inS, *next, 1-m.parity); err != nil {
-			return err
-		}
-		next = nil
+	if cache != nil {
+		return cache.Run(uint64(m.parity), s, m.trainStep)
 	}
-	body := func(s *sluice.Stream) error { return m.trainStep(s, next) }
-	if cache == nil {
-		return body(s)
-	}
-	key := uint64(m.parity)
-	if next != nil {
-		key += 2 * next.x
-	}
-	return cache.Run(key, s, body)
+	return m.trainStep(s)
 }
 
 // trainStep enqueues one training step on s over the input set in use
@@ -547,7 +515,7 @@ func (m *model) stepNext(cache *sluice.GraphCache, s, inS *sluice.Stream, next *
 // reads and writes order it (5 kernels, listed in kernels.go). It issues the
 // same ops every time, so a graph captured from it can be replayed for every
 // step (the step index lives in trainStats on the device).
-func (m *model) trainStep(s *sluice.Stream, next *batchSource) error {
+func (m *model) trainStep(s *sluice.Stream) error {
 	B, H := m.B, m.H
 	xin, yin := m.inX[m.parity], m.inY[m.parity]
 	yu8, xf := m.u8(yin, 0, B), m.f32(xin, 0, B*inputs)
@@ -618,6 +586,12 @@ func (m *model) trainStep(s *sluice.Stream, next *batchSource) error {
 		func() error {
 			ls := s
 			if m.lossS != nil {
+				if err := s.RecordInto(&m.forkEv, 0); err != nil {
+					return err
+				}
+				if err := m.lossS.WaitEvent(&m.forkEv); err != nil {
+					return err
+				}
 				ls = m.lossS
 			}
 			return m.run(ls, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
@@ -651,22 +625,6 @@ func (m *model) trainStep(s *sluice.Stream, next *batchSource) error {
 			})
 		},
 	}
-	if m.lossS != nil {
-		// The branch: forked from s at the start (a stream joins a capture
-		// by waiting on an event recorded in it), it stages the next batch,
-		// then stores the loss once fwd2_ce wrote it.
-		if err := s.RecordInto(&m.forkEv, 0); err != nil {
-			return err
-		}
-		if err := m.lossS.WaitEvent(&m.forkEv); err != nil {
-			return err
-		}
-		if next != nil {
-			if err := m.loadInput(m.lossS, *next, 1-m.parity); err != nil {
-				return err
-			}
-		}
-	}
 	for _, st := range steps {
 		if err := st(); err != nil {
 			return err
@@ -675,13 +633,9 @@ func (m *model) trainStep(s *sluice.Stream, next *batchSource) error {
 	if m.lossS == nil {
 		return nil
 	}
-	// The step ends on s once the branch's work is done: s waits for its
-	// last ops (in a capture, the branch joins back).
-	joins := syncs(m.losses)
-	if next != nil {
-		joins = append(joins, m.inX[1-m.parity], m.inY[1-m.parity])
-	}
-	return s.RunOp(joins, nil, func(unsafe.Pointer) error { return nil })
+	// The step ends on s once the losses are stored: s waits for the loss
+	// stream's last op (in a capture, the branch joins back).
+	return s.RunOp(syncs(m.losses), nil, func(unsafe.Pointer) error { return nil })
 }
 
 // evaluate counts the test images the model classifies right, on stream s:
