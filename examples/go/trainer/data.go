@@ -172,10 +172,10 @@ func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int, time
 					return
 				}
 				t1 := time.Now()
-				x, y := slot.Segment(0), slot.Segment(1)
-				s.fill(x, y, first+int(slot.Seq))
-				slot.SetLen(0, s.B*inputs)
-				slot.SetLen(1, s.B)
+				// One segment: the pixels, then the labels.
+				seg := slot.Segment(0)
+				s.fill(seg[:s.B*inputs], seg[s.B*inputs:], first+int(slot.Seq))
+				slot.SetLen(0, s.B*(inputs+1))
 				t2 := time.Now()
 				if err := slot.Submit(); err != nil {
 					errs[p] = unlessClosed(err)

@@ -409,7 +409,7 @@ func run() error {
 // batches first..first+total-1; stop closes its input, waits for the
 // producers and closes it.
 func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int, times *producerTimes) (*sluice.Prefetcher, func() error, error) {
-	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * inputs, o.batch}})
+	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * (inputs + 1)}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -459,17 +459,17 @@ type batchSource struct {
 	hx, hy []byte            // the host backend's views of them
 }
 
-// prefetched is the source of a batch leased from the prefetcher.
+// prefetched is the source of a batch leased from the prefetcher: one
+// segment, the pixels then the labels (one copy per batch).
 func (m *model) prefetched(b *sluice.Batch) (batchSource, error) {
-	src := batchSource{x: b.DevicePtr(0), y: b.DevicePtr(1), syncs: []sluice.Syncable{b.Sync(0), b.Sync(1)}}
+	n := m.B * inputs
+	src := batchSource{x: b.DevicePtr(0), y: b.DevicePtr(0) + uint64(n), syncs: []sluice.Syncable{b.Sync(0)}}
 	if m.host {
-		var err error
-		if src.hx, err = b.HostBytes(0); err != nil {
+		hb, err := b.HostBytes(0)
+		if err != nil {
 			return src, err
 		}
-		if src.hy, err = b.HostBytes(1); err != nil {
-			return src, err
-		}
+		src.hx, src.hy = hb[:n], hb[n:n+m.B]
 	}
 	return src, nil
 }
