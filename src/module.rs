@@ -2,7 +2,7 @@
 //! Launches are tracked operations, in [`crate::ops`].
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -73,7 +73,7 @@ impl Function {
         let (major, minor) = self.device.props()?.compute_capability;
         if enabled && major < 9 {
             return Err(Error::new(
-                crate::error::ErrorCode::Unsupported,
+                ErrorCode::Unsupported,
                 format!(
                     "programmatic dependent launch needs compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
                     self.name

@@ -131,11 +131,12 @@ impl ModuleApi for CudaDevice {
         stream: u64,
     ) -> Result<()> {
         let d = self.bind()?;
-        let [gx, gy, gz] = dims.grid;
-        let [bx, by, bz] = dims.block;
         if programmatic {
+            // SAFETY: forwarded from the caller's contract.
             return unsafe { launch_programmatic(d, func, dims, args, stream) };
         }
+        let [gx, gy, gz] = dims.grid;
+        let [bx, by, bz] = dims.block;
         // SAFETY: the caller guarantees args matches the kernel's parameters.
         let res = unsafe {
             (self.hot.launch_kernel)(
