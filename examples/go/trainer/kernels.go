@@ -134,24 +134,14 @@ __device__ __forceinline__ void stage_ring(int nk, Issue issue, Ahead ahead, Com
 }
 
 // Programmatic dependent launch (sm_90; the model turns it on for the step's
-// kernels): pdl_enter waits until the kernel ahead on the stream completed,
-// before the kernel touches any data; pdl_trigger lets the next kernel start.
-// PDL_TRIGGER: 0 never triggers (the next kernel's blocks start as this
-// one's end, without waiting for its completion and flush), 1 triggers on
-// entry, 2 on entry but in the products after their main loop. On an H200
-// the step alone ran at 1.037x (0), 0.978x (1) and 1.030x (2) the rate
-// without PDL (docs/gpu-runs.md, run 141): early blocks spinning in the
-// wait cost more than they save. Without PDL both are no-ops.
-#ifndef PDL_TRIGGER
-#define PDL_TRIGGER 0
-#endif
-__device__ __forceinline__ void pdl_trigger() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-__device__ __forceinline__ void pdl_enter(bool product = false) {
-  if (PDL_TRIGGER == 1 || (PDL_TRIGGER == 2 && !product)) pdl_trigger();
+// kernels): wait until the kernel ahead on the stream completed, before the
+// kernel touches any data; a no-op without PDL. No kernel triggers its
+// dependents early (griddepcontrol.launch_dependents): on an H200 the step
+// alone ran at 1.037x the rate without PDL when none did, 0.978x when each
+// did on entry and 1.030x when the products did after their main loop
+// (docs/gpu-runs.md, run 141): early blocks spin on SMs the kernel ahead
+// still uses.
+__device__ __forceinline__ void pdl_enter() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
@@ -508,7 +498,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                           sluice_rng_state* __restrict__ states, float p, float scale,
                                           float* __restrict__ ws, unsigned* __restrict__ counters,
                                           const SgdArgs sg = SgdArgs{}) {
-  pdl_enter(true);
+  pdl_enter();
   __shared__ __align__(16) float smem[HALF ? SMEM_BF16 : SMEM_F32];
   __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -564,7 +554,6 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   else
     mainloop_f32<TA, MMA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const float*>(A),
                           static_cast<const float*>(B), draw);
-  if (PDL_TRIGGER == 2) pdl_trigger();
 
   if (CL > 0) {
     static_assert(CL == 0 || (GBM % CL == 0 && GBM * GBN % (GTHREADS * (CL > 0 ? CL : 1)) == 0),
@@ -636,17 +625,17 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
     }
   }
 
-  if (EPI == EPI_SGD) {
+  if constexpr (EPI == EPI_SGD) {
     sgd_epilogue(acc, C, M, N, m0 + wm + g, n0 + wn + 2 * t, sg);
-    return;
-  }
+  } else {
 #pragma unroll
-  for (int u = 0; u < MI * NJ * 4; ++u) {
-    ACC_IJC;
-    const int gm = ACC_GM, gn = ACC_GN;
-    if (gm >= M || gn >= N) continue;
-    const unsigned long long idx = (unsigned long long)gm * N + gn;
-    store<EPI>(C, idx, acc[i][j][c], bias, gn, drop ? drop_m[i][j][c] : 1.0f, sg);
+    for (int u = 0; u < MI * NJ * 4; ++u) {
+      ACC_IJC;
+      const int gm = ACC_GM, gn = ACC_GN;
+      if (gm >= M || gn >= N) continue;
+      const unsigned long long idx = (unsigned long long)gm * N + gn;
+      store<EPI>(C, idx, acc[i][j][c], bias, gn, drop ? drop_m[i][j][c] : 1.0f, sg);
+    }
   }
 #undef ACC_IJC
 #undef ACC_GM
