@@ -1,0 +1,229 @@
+package main
+
+// kernelLayers is the part of kernelSource outside the products: the input
+// stage, the second layer with the loss, the loss of the batch, the
+// backward pass of the second layer with its SGD step, and the element-wise
+// kernels of initialisation and evaluation.
+const kernelLayers = `
+extern "C" {
+
+// out[i] = in[i] / 255, four per thread.
+__global__ void u8_to_f32(float* out, const unsigned char* in, unsigned n) {
+  const unsigned i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  if (i >= n) return;
+  if (i + 3 < n && ((unsigned long long)in & 3) == 0 && ((unsigned long long)out & 15) == 0) {
+    const uchar4 u = *reinterpret_cast<const uchar4*>(in + i);
+    *reinterpret_cast<float4*>(out + i) =
+        make_float4((float)u.x * (1.0f / 255.0f), (float)u.y * (1.0f / 255.0f),
+                    (float)u.z * (1.0f / 255.0f), (float)u.w * (1.0f / 255.0f));
+  } else {
+    for (unsigned j = i; j < n && j < i + 4; ++j) out[j] = (float)in[j] * (1.0f / 255.0f);
+  }
+}
+
+// dst[i] = src[i] * s
+__global__ void scale_copy(float* dst, const float* src, unsigned n, float s) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = src[i] * s;
+}
+
+// A block of 128 threads (4 warps) per row r of a1 (hid units): the logits
+// l = a1[r] W2 + b2 (thread k sums units k, k+128, ..., each warp adds its
+// lanes by a xor butterfly, then the 4 warps' sums in warp order), a right
+// prediction counted in *right; when train, also the row's loss and the
+// gradient (softmax - onehot) * inv_rows.
+#define CE_THREADS 128
+__global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const float* w2, const float* b2,
+                                                      const unsigned char* labels, float* dlogits,
+                                                      float* rowloss, unsigned* right, unsigned rows,
+                                                      unsigned hid, float inv_rows, int train) {
+  pdl_enter();
+  __shared__ float s_part[CE_THREADS / 32][10];
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x;
+  if (r >= rows) return;  // the same for the whole block
+  float acc[10];
+#pragma unroll
+  for (int j = 0; j < 10; ++j) acc[j] = 0.0f;
+  const float* a = a1 + (unsigned long long)r * hid;
+  for (unsigned c = threadIdx.x; c < hid; c += CE_THREADS) {
+    const float av = a[c];
+    const float* w = w2 + (unsigned long long)c * 10;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) acc[j] += av * w[j];
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+    for (int j = 0; j < 10; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+  if (lane < 10) {
+#pragma unroll
+    for (int j = 0; j < 10; ++j)
+      if ((int)lane == j) s_part[warp][j] = acc[j];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+  float l[10];
+#pragma unroll
+  for (int j = 0; j < 10; ++j) {
+    float v = s_part[0][j];
+#pragma unroll
+    for (int w = 1; w < CE_THREADS / 32; ++w) v += s_part[w][j];
+    l[j] = v + b2[j];
+  }
+  float mx = l[0];
+  int arg = 0;
+#pragma unroll
+  for (int j = 1; j < 10; ++j)
+    if (l[j] > mx) { mx = l[j]; arg = j; }
+  const int y = labels[r];
+  if (train) {
+    float e[10], sum = 0.0f, ly = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) {
+      e[j] = expf(l[j] - mx);
+      sum += e[j];
+      if (j == y) ly = l[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma unroll
+    for (int j = 0; j < 10; ++j)
+      if ((int)lane == j) dlogits[r * 10 + j] = (e[j] * inv - (j == y ? 1.0f : 0.0f)) * inv_rows;
+    if (lane == 0) rowloss[r] = logf(sum) - (ly - mx);
+  }
+  if (lane == 0 && arg == y) atomicAdd(right, 1u);
+}
+
+// One block of 256 threads: losses[*counter] = mean of rowloss (thread k sums
+// rows k, k+256, ..., then a fixed tree); ++*counter.
+__global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* losses,
+                                                  unsigned* counter, unsigned rows) {
+  pdl_enter();
+  __shared__ float sh[256];
+  float s = 0.0f;
+  for (unsigned r = threadIdx.x; r < rows; r += 256) s += rowloss[r];
+  sh[threadIdx.x] = s;
+  __syncthreads();
+  for (unsigned w = 128; w > 0; w >>= 1) {
+    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    losses[*counter] = sh[0] / (float)rows;
+    *counter += 1;
+  }
+}
+
+// The backward pass of the second layer and of the hidden activation, 4
+// hidden units per block of 256 threads (thread: unit c = 4 * block + tid %
+// 4, rows tid / 4, tid / 4 + 64, ...):
+//   da1[r,c] = a1[r,c] > 0 ? scale * sum_j dz2[r,j] W2[c,j] : 0
+//     (written to da1h in bf16 instead when da1h is not null)
+//     (a1 > 0 exactly where relu passed and dropout kept: the mask is scale there)
+//   dW2[c,j] = sum_r a1[r,c] dz2[r,j]    db1[c] = sum_r da1[r,c]
+// and unit c == hid is the bias of the second layer: db2[j] = sum_r dz2[r,j].
+// The 64 partial sums of each unit are added in a fixed order. Those
+// gradients then step their parameters by SGD with momentum (sgd1): p1 and v1
+// are the parameters and velocities from b1 on ([b1 (hid), W2 (hid x 10),
+// b2 (10)]). A block reads only its own units' rows of W2, all before it
+// updates them.
+#define BWD2_UNITS 4
+#define BWD2_SLOTS 64
+__global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, const float* w2,
+                                            float* da1, unsigned short* da1h, float* p1, float* v1,
+                                            unsigned rows, unsigned hid, float scale, float lr,
+                                            float mu, float wd) {
+  pdl_enter();
+  __shared__ float part[256 / 32][BWD2_UNITS][11];
+  const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
+  const unsigned c = blockIdx.x * BWD2_UNITS + col;
+  float gw[10], gb = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 10; ++j) gw[j] = 0.0f;
+  if (c < hid) {
+    float wc[10];
+#pragma unroll
+    for (int j = 0; j < 10; ++j) wc[j] = w2[(unsigned long long)c * 10 + j];
+    for (unsigned r = slot; r < rows; r += BWD2_SLOTS) {
+      const float* d = dz2 + (unsigned long long)r * 10;
+      float dz[10];
+#pragma unroll
+      for (int j = 0; j < 10; ++j) dz[j] = d[j];
+      const float a = a1[(unsigned long long)r * hid + c];
+      float s = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
+      const float v = a > 0.0f ? s * scale : 0.0f;
+      if (da1h != 0)
+        da1h[(unsigned long long)r * hid + c] = f2bf(v);
+      else
+        da1[(unsigned long long)r * hid + c] = v;
+      gb += v;
+#pragma unroll
+      for (int j = 0; j < 10; ++j) gw[j] += a * dz[j];
+    }
+  } else if (c == hid) {
+    for (unsigned r = slot; r < rows; r += BWD2_SLOTS) {
+#pragma unroll
+      for (int j = 0; j < 10; ++j) gw[j] += dz2[(unsigned long long)r * 10 + j];
+    }
+  }
+  // The 8 slots of a warp (lanes col, col + 4, ..., col + 28) by a xor
+  // butterfly, then the 8 warps in warp order: a fixed order.
+#pragma unroll
+  for (int off = BWD2_UNITS; off < 32; off <<= 1) {
+#pragma unroll
+    for (int j = 0; j < 10; ++j) gw[j] += __shfl_xor_sync(0xffffffffu, gw[j], off);
+    gb += __shfl_xor_sync(0xffffffffu, gb, off);
+  }
+  const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane < BWD2_UNITS) {
+#pragma unroll
+    for (int j = 0; j < 10; ++j) part[warp][lane][j] = gw[j];
+    part[warp][lane][10] = gb;
+  }
+  __syncthreads();
+  // One thread per parameter: unit u's W2[u, q] (b2[q] for u == hid) for q <
+  // 10, b1[u] for q == 10.
+  const unsigned u = blockIdx.x * BWD2_UNITS + threadIdx.x / 11, q = threadIdx.x % 11;
+  if (threadIdx.x < BWD2_UNITS * 11 && u <= hid && (q < 10 || u < hid)) {
+    const unsigned uc = threadIdx.x / 11;
+    float sum = part[0][uc][q];
+#pragma unroll
+    for (int w = 1; w < 256 / 32; ++w) sum += part[w][uc][q];
+    const unsigned long long k = q < 10 ? hid + (unsigned long long)u * 10 + q : u;
+    sgd1(p1[k], v1[k], sum, lr, mu, wd);
+  }
+}
+
+// out[i] = bf16(in[i])
+__global__ void f32_to_bf16(unsigned short* out, const float* in, unsigned n) {
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = f2bf(in[i]);
+}
+
+// The input stage: x[i] = bf16(px[i] / 255) (u8_to_f32's value rounded),
+// and the rows' labels copied, y[r] = lb[r].
+__global__ void input_bf16(unsigned short* x, unsigned char* y, const unsigned char* px,
+                           const unsigned char* lb, unsigned n, unsigned rows) {
+  pdl_enter();
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = f2bf((float)px[i] * (1.0f / 255.0f));
+  if (i < rows) y[i] = lb[i];
+}
+
+// The same in floats, four pixels per thread.
+__global__ void input_f32(float* x, unsigned char* y, const unsigned char* px, const unsigned char* lb,
+                          unsigned n, unsigned rows) {
+  pdl_enter();
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
+  for (unsigned i = 4 * t; i < n && i < 4 * t + 4; ++i) x[i] = (float)px[i] * (1.0f / 255.0f);
+  if (t < rows) y[t] = lb[t];
+}
+
+}  // extern "C"
+`
+
+const (
+	ceThreads = 128 // fwd2_ce's block (CE_THREADS)
+	bwd2Units = 4   // hidden units per bwd2 block (BWD2_UNITS)
+)
