@@ -47,7 +47,7 @@ func mmaAccumulate(d *[32][4]float32, kd int, A func(r, k int) float32, B func(k
 	}
 }
 
-// gemmSim runs gemm_tile of kernels.go (EPI_STORE) sequentially on the host,
+// gemmSim runs gemm_tile of kernels_gemm.go (EPI_STORE) sequentially on the host,
 // block by block in the given order and thread by thread: its ring of stages
 // in shared memory, the tensor-core fragments (mma) or the FP32 fallback, the
 // split-K workspace and the tickets of the last block per tile. It checks the

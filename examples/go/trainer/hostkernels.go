@@ -2,7 +2,7 @@ package main
 
 import "math"
 
-// The host backend cannot run the CUDA C of kernels.go: these are the same
+// The host backend cannot run the CUDA C of kernels*.go: these are the same
 // kernels in Go, run as host callbacks on the sluice streams over the host
 // backend's "device" memory. They are serial and in float32, each output
 // summed in a fixed order, so a run is deterministic (bit-identical from one

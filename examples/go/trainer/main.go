@@ -16,7 +16,7 @@
 //     reads and writes, and evaluation runs on a second stream that reads
 //     the parameters while the next epoch's updates wait for it.
 //
-// On the cuda backend the kernels are CUDA C (kernels.go) compiled at
+// On the cuda backend the kernels are CUDA C (kernels*.go) compiled at
 // start-up with NVRTC. On the host backend, which cannot run kernels, the
 // same math runs in Go as host callbacks on the same streams
 // (hostkernels.go), deterministically.
