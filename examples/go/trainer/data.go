@@ -136,8 +136,10 @@ func (s *sampler) perm(epoch int) []int {
 	return p
 }
 
-// fill writes global batch g into x (B images) and y (B labels).
-func (s *sampler) fill(x, y []byte, g int) {
+// fillBatch writes global batch g into b as one batch of the input stage
+// reads it (batchSource): its B images, then their B labels.
+func (s *sampler) fillBatch(b []byte, g int) {
+	x, y := b[:s.B*inputs], b[s.B*inputs:]
 	idx := s.perm(g / s.nb)[(g%s.nb)*s.B:][:s.B]
 	for i, j := range idx {
 		copy(x[i*inputs:(i+1)*inputs], s.d.trainX[j*inputs:(j+1)*inputs])
@@ -172,9 +174,7 @@ func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int, time
 					return
 				}
 				t1 := time.Now()
-				// One segment: the pixels, then the labels.
-				seg := slot.Segment(0)
-				s.fill(seg[:s.B*inputs], seg[s.B*inputs:], first+int(slot.Seq))
+				s.fillBatch(slot.Segment(0), first+int(slot.Seq))
 				slot.SetLen(0, s.B*(inputs+1))
 				t2 := time.Now()
 				if err := slot.Submit(); err != nil {

@@ -249,7 +249,7 @@ func run() error {
 			}
 		}()
 	}
-	hostX, hostY := make([]byte, o.batch*inputs), make([]byte, o.batch)
+	hostBatch := make([]byte, o.batch*(inputs+1)) // the blocking path's: pixels, then labels
 	var cache *sluice.GraphCache
 	if o.graph {
 		if cache, err = sluice.NewGraphCache(dev); err != nil {
@@ -300,11 +300,8 @@ func run() error {
 			if o.blocking {
 				// Fill, then a synchronous copy that waits for the step that
 				// read the input buffers last: no overlap.
-				smp.fill(hostX, hostY, e*smp.nb+i)
-				if err := sluice.CopyFromHost(train, m.stageX, 0, hostX); err != nil {
-					return err
-				}
-				if err := sluice.CopyFromHost(train, m.stageY, 0, hostY); err != nil {
+				smp.fillBatch(hostBatch, e*smp.nb+i)
+				if err := sluice.CopyFromHost(train, m.stage, 0, hostBatch); err != nil {
 					return err
 				}
 				if err := m.loadInput(train, m.staged()); err != nil {

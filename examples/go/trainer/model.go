@@ -55,8 +55,9 @@ type model struct {
 	// its labels. A step reads set parity (useInput).
 	inX, inY [2]*sluice.Buffer
 	parity   int
-	// The blocking path's batch (pixels and labels), copied from Go memory.
-	stageX, stageY *sluice.Buffer
+	// The blocking path's batch, copied from Go memory, laid out as a
+	// prefetched one (batchSource).
+	stage *sluice.Buffer
 	// Activations and gradients of one step. On the cuda backend a1 is the
 	// only hidden activation kept (the backward pass reads relu and dropout
 	// off a1 > 0); mask holds the host backend's dropout draws, z2 its logits.
@@ -71,7 +72,9 @@ type model struct {
 	half      bool
 	w1h, da1h *sluice.Buffer
 	// Parameters [W1 (inputs x H), b1 (H), W2 (H x classes), b2 (classes)],
-	// their gradients and the momentum, in one layout.
+	// the momentum, and on the host backend the gradients, in one layout (the
+	// kernels step the parameters from their own sums: no gradient is
+	// written out).
 	params, grads, vel *sluice.Buffer
 	// trainStats: [0] steps of the epoch so far, [1] right predictions;
 	// losses: the loss of each step of the epoch.
@@ -177,15 +180,17 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	allocs := []alloc{
 		// An input set's pixels take floats' room, or bf16 (selfTest decides).
 		{&m.inX[0], 4 * B * inputs}, {&m.inY[0], B}, {&m.inX[1], 4 * B * inputs}, {&m.inY[1], B},
-		{&m.stageX, B * inputs}, {&m.stageY, B},
+		{&m.stage, B * (inputs + 1)},
 		{&m.a1, 4 * B * H}, {&m.mask, 4 * dropDraws * m.nStates}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
-		{&m.params, 4 * m.nParams}, {&m.grads, 4 * m.nParams}, {&m.vel, 4 * m.nParams},
+		{&m.params, 4 * m.nParams}, {&m.vel, 4 * m.nParams},
 		{&m.trainStats, 8}, {&m.losses, 4 * max(maxSteps, 1)},
 		{&m.testX, max(len(testX), 1)}, {&m.testY, max(len(testY), 1)},
 		{&m.exf, 4 * B * inputs}, {&m.ez1, 4 * B * H}, {&m.ez2, 4 * B * classes}, {&m.evalStat, 4},
 	}
-	if !m.host {
+	if m.host {
+		allocs = append(allocs, alloc{&m.grads, 4 * m.nParams})
+	} else {
 		zs := max(gemmSplits(inputs, gemmKChunkNN)*B*H, gemmSplits(B, gemmKChunkTN)*inputs*H)
 		tiles := max(ceilDiv(B, gemmBM), ceilDiv(inputs, gemmBM)) * ceilDiv(H, gemmBN)
 		allocs = append(allocs, alloc{&m.gemmWS, 4 * zs}, alloc{&m.gemmTickets, 4 * tiles},
@@ -250,7 +255,7 @@ func (m *model) programmaticLaunch(on bool) error {
 }
 
 func (m *model) Close() {
-	bufs := []*sluice.Buffer{m.inX[0], m.inY[0], m.inX[1], m.inY[1], m.stageX, m.stageY, m.a1, m.mask, m.z2, m.dz2, m.da1,
+	bufs := []*sluice.Buffer{m.inX[0], m.inY[0], m.inX[1], m.inY[1], m.stage, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
 		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.w1h, m.da1h}
 	for _, b := range bufs {
@@ -451,34 +456,31 @@ func (m *model) halfWeights(s *sluice.Stream) error {
 // step does not read; a graph is captured per set (step's cache key).
 func (m *model) useInput(step int) { m.parity = step % 2 }
 
-// batchSource is a batch of u8 pixels and labels in device memory: a
-// prefetcher's batch, or the blocking path's staging buffers.
+// batchSource is a batch in device memory, B rows of u8 pixels then their B
+// labels: a prefetcher's batch (one segment, so one copy per batch), or the
+// blocking path's staging buffer.
 type batchSource struct {
-	x, y   uint64            // device addresses
-	syncs  []sluice.Syncable // their sync objects
-	hx, hy []byte            // the host backend's views of them
+	addr uint64          // device address
+	sync sluice.Syncable // its sync object
+	host []byte          // the host backend's view of it
 }
 
-// prefetched is the source of a batch leased from the prefetcher: one
-// segment, the pixels then the labels (one copy per batch).
+// prefetched is the source of a batch leased from the prefetcher.
 func (m *model) prefetched(b *sluice.Batch) (batchSource, error) {
-	n := m.B * inputs
-	src := batchSource{x: b.DevicePtr(0), y: b.DevicePtr(0) + uint64(n), syncs: []sluice.Syncable{b.Sync(0)}}
+	src := batchSource{addr: b.DevicePtr(0), sync: b.Sync(0)}
 	if m.host {
-		hb, err := b.HostBytes(0)
-		if err != nil {
-			return src, err
-		}
-		src.hx, src.hy = hb[:n], hb[n:n+m.B]
+		var err error
+		src.host, err = b.HostBytes(0)
+		return src, err
 	}
 	return src, nil
 }
 
 // staged is the source of the blocking path's batch.
 func (m *model) staged() batchSource {
-	src := batchSource{x: m.stageX.DevicePtr(), y: m.stageY.DevicePtr(), syncs: syncs(m.stageX, m.stageY)}
+	src := batchSource{addr: m.stage.DevicePtr(), sync: m.stage}
 	if m.host {
-		src.hx, src.hy = m.hostBytes(m.stageX), m.hostBytes(m.stageY)
+		src.host = m.hostBytes(m.stage)
 	}
 	return src
 }
@@ -490,15 +492,16 @@ func (m *model) staged() batchSource {
 func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 	n := m.B * inputs
 	x, y := m.inX[m.parity], m.inY[m.parity]
-	writes := syncs(x, y)
+	reads, writes := []sluice.Syncable{src.sync}, syncs(x, y)
+	px, labels := src.addr, src.addr+uint64(n)
 	if m.half {
-		return m.run(s, "input_bf16", grid1(n), src.syncs, writes, nil,
-			x.DevicePtr(), y.DevicePtr(), src.x, src.y, uint32(n), uint32(m.B))
+		return m.run(s, "input_bf16", grid1(n), reads, writes, nil,
+			x.DevicePtr(), y.DevicePtr(), px, labels, uint32(n), uint32(m.B))
 	}
 	xf, yb := m.f32(x, 0, n), m.u8(y, 0, m.B)
-	return m.run(s, "input_f32", grid4(n), src.syncs, writes,
-		func() { hostU8ToF32(xf.f, src.hx); copy(yb.b, src.hy) },
-		x.DevicePtr(), y.DevicePtr(), src.x, src.y, uint32(n), uint32(m.B))
+	return m.run(s, "input_f32", grid4(n), reads, writes,
+		func() { hostU8ToF32(xf.f, src.host[:n]); copy(yb.b, src.host[n:]) },
+		x.DevicePtr(), y.DevicePtr(), px, labels, uint32(n), uint32(m.B))
 }
 
 // step issues one training step on s: replayed from cache, keyed by the
@@ -534,8 +537,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	rest := func(b *sluice.Buffer) arr { return m.f32(b, nW1, m.nParams-nW1) }
 	pRest, vRest, gRest := rest(m.params), rest(m.vel), rest(m.grads)
 	pW1, vW1 := w1, m.w1(m.vel)
-	// The host backend's gradients (the kernels step the parameters from
-	// their own sums, without writing gradients out).
+	// The host backend's gradients.
 	var hostGrads []sluice.Syncable
 	if m.host {
 		hostGrads = syncs(m.grads)
