@@ -31,21 +31,47 @@ __global__ void scale_copy(float* dst, const float* src, unsigned n, float s) {
 // l = a1[r] W2 + b2 (thread k sums units k, k+128, ..., each warp adds its
 // lanes by a xor butterfly, then the 4 warps' sums in warp order), a right
 // prediction counted in *right; when train, also the row's loss and the
-// gradient (softmax - onehot) * inv_rows.
+// gradient (softmax - onehot) * inv_rows. The rows of W2 of a thread's first
+// CE_UNITS units and b2 load before pdl_enter (the kernel ahead writes a1,
+// never W2; through L1, as every block reads all of W2), then those units'
+// a1 all at once.
 #define CE_THREADS 128
+#define CE_UNITS 4
 __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const float* w2, const float* b2,
                                                       const unsigned char* labels, float* dlogits,
                                                       float* rowloss, unsigned* right, unsigned rows,
                                                       unsigned hid, float inv_rows, int train) {
-  pdl_enter();
   __shared__ float s_part[CE_THREADS / 32][10];
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x;
+  float w[CE_UNITS][10], bias[10];
+#pragma unroll
+  for (int k = 0; k < CE_UNITS; ++k) {
+    const unsigned c = threadIdx.x + k * CE_THREADS;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) w[k][j] = c < hid ? w2[(unsigned long long)c * 10 + j] : 0.0f;
+  }
+#pragma unroll
+  for (int j = 0; j < 10; ++j) bias[j] = b2[j];
+  pdl_enter();
   if (r >= rows) return;  // the same for the whole block
   float acc[10];
 #pragma unroll
   for (int j = 0; j < 10; ++j) acc[j] = 0.0f;
   const float* a = a1 + (unsigned long long)r * hid;
-  for (unsigned c = threadIdx.x; c < hid; c += CE_THREADS) {
+  float av[CE_UNITS];
+#pragma unroll
+  for (int k = 0; k < CE_UNITS; ++k) {
+    const unsigned c = threadIdx.x + k * CE_THREADS;
+    av[k] = c < hid ? a[c] : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < CE_UNITS; ++k) {
+    if (threadIdx.x + k * CE_THREADS < hid) {
+#pragma unroll
+      for (int j = 0; j < 10; ++j) acc[j] += av[k] * w[k][j];
+    }
+  }
+  for (unsigned c = threadIdx.x + CE_UNITS * CE_THREADS; c < hid; c += CE_THREADS) {
     const float av = a[c];
     const float* w = w2 + (unsigned long long)c * 10;
 #pragma unroll
@@ -68,7 +94,7 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
     float v = s_part[0][j];
 #pragma unroll
     for (int w = 1; w < CE_THREADS / 32; ++w) v += s_part[w][j];
-    l[j] = v + b2[j];
+    l[j] = v + bias[j];
   }
   float mx = l[0];
   int arg = 0;
@@ -125,41 +151,71 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
 // gradients then step their parameters by SGD with momentum (sgd1): p1 and v1
 // are the parameters and velocities from b1 on ([b1 (hid), W2 (hid x 10),
 // b2 (10)]). A block reads only its own units' rows of W2, all before it
-// updates them.
+// updates them. Before pdl_enter (the kernel ahead writes dz2; a1, W2 and
+// the parameters come from earlier kernels) a thread loads its unit's row of
+// W2, its first BWD2_ROWS rows of a1 and the parameter it steps; after it,
+// those rows of dz2 all at once.
 #define BWD2_UNITS 4
 #define BWD2_SLOTS 64
+#define BWD2_ROWS 4
 __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, const float* w2,
                                             float* da1, unsigned short* da1h, float* p1, float* v1,
                                             unsigned rows, unsigned hid, float scale, float lr,
                                             float mu, float wd) {
-  pdl_enter();
   __shared__ float part[256 / 32][BWD2_UNITS][11];
   const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
   const unsigned c = blockIdx.x * BWD2_UNITS + col;
+  float wc[10], a[BWD2_ROWS];
+#pragma unroll
+  for (int j = 0; j < 10; ++j) wc[j] = c < hid ? w2[(unsigned long long)c * 10 + j] : 0.0f;
+#pragma unroll
+  for (int k = 0; k < BWD2_ROWS; ++k) {
+    const unsigned r = slot + k * BWD2_SLOTS;
+    a[k] = c < hid && r < rows ? __ldcg(a1 + (unsigned long long)r * hid + c) : 0.0f;
+  }
+  // The parameter this thread steps at the end (see there): index pk.
+  const unsigned u = blockIdx.x * BWD2_UNITS + threadIdx.x / 11, q = threadIdx.x % 11;
+  const bool stepper = threadIdx.x < BWD2_UNITS * 11 && u <= hid && (q < 10 || u < hid);
+  const unsigned long long pk = q < 10 ? hid + (unsigned long long)u * 10 + q : u;
+  float pp = 0.0f, pv = 0.0f;
+  if (stepper) {
+    pp = __ldcg(p1 + pk);
+    pv = __ldcg(v1 + pk);
+  }
+  pdl_enter();
   float gw[10], gb = 0.0f;
 #pragma unroll
   for (int j = 0; j < 10; ++j) gw[j] = 0.0f;
+  // Row r of the thread's unit: da1, and the sums.
+  auto row = [&](unsigned r, float av, const float (&dz)[10]) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
+    const float v = av > 0.0f ? s * scale : 0.0f;
+    if (da1h != 0)
+      da1h[(unsigned long long)r * hid + c] = f2bf(v);
+    else
+      da1[(unsigned long long)r * hid + c] = v;
+    gb += v;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) gw[j] += av * dz[j];
+  };
   if (c < hid) {
-    float wc[10];
+    float dz[BWD2_ROWS][10];
 #pragma unroll
-    for (int j = 0; j < 10; ++j) wc[j] = w2[(unsigned long long)c * 10 + j];
-    for (unsigned r = slot; r < rows; r += BWD2_SLOTS) {
-      const float* d = dz2 + (unsigned long long)r * 10;
-      float dz[10];
+    for (int k = 0; k < BWD2_ROWS; ++k) {
+      const unsigned r = slot + k * BWD2_SLOTS;
 #pragma unroll
-      for (int j = 0; j < 10; ++j) dz[j] = d[j];
-      const float a = a1[(unsigned long long)r * hid + c];
-      float s = 0.0f;
+      for (int j = 0; j < 10; ++j) dz[k][j] = r < rows ? dz2[(unsigned long long)r * 10 + j] : 0.0f;
+    }
 #pragma unroll
-      for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
-      const float v = a > 0.0f ? s * scale : 0.0f;
-      if (da1h != 0)
-        da1h[(unsigned long long)r * hid + c] = f2bf(v);
-      else
-        da1[(unsigned long long)r * hid + c] = v;
-      gb += v;
+    for (int k = 0; k < BWD2_ROWS; ++k)
+      if (slot + k * BWD2_SLOTS < rows) row(slot + k * BWD2_SLOTS, a[k], dz[k]);
+    for (unsigned r = slot + BWD2_ROWS * BWD2_SLOTS; r < rows; r += BWD2_SLOTS) {
+      float d[10];
 #pragma unroll
-      for (int j = 0; j < 10; ++j) gw[j] += a * dz[j];
+      for (int j = 0; j < 10; ++j) d[j] = dz2[(unsigned long long)r * 10 + j];
+      row(r, a1[(unsigned long long)r * hid + c], d);
     }
   } else if (c == hid) {
     for (unsigned r = slot; r < rows; r += BWD2_SLOTS) {
@@ -184,14 +240,14 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
   __syncthreads();
   // One thread per parameter: unit u's W2[u, q] (b2[q] for u == hid) for q <
   // 10, b1[u] for q == 10.
-  const unsigned u = blockIdx.x * BWD2_UNITS + threadIdx.x / 11, q = threadIdx.x % 11;
-  if (threadIdx.x < BWD2_UNITS * 11 && u <= hid && (q < 10 || u < hid)) {
+  if (stepper) {
     const unsigned uc = threadIdx.x / 11;
     float sum = part[0][uc][q];
 #pragma unroll
     for (int w = 1; w < 256 / 32; ++w) sum += part[w][uc][q];
-    const unsigned long long k = q < 10 ? hid + (unsigned long long)u * 10 + q : u;
-    sgd1(p1[k], v1[k], sum, lr, mu, wd);
+    sgd1(pp, pv, sum, lr, mu, wd);
+    p1[pk] = pp;
+    v1[pk] = pv;
   }
 }
 

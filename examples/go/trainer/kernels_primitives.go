@@ -83,15 +83,23 @@ __device__ __forceinline__ void stage_ring(int nk, Issue issue, Ahead ahead, Com
 
 // Programmatic dependent launch (sm_90; the model turns it on for the step's
 // kernels): wait until the kernel ahead on the stream completed, before the
-// kernel touches any data; a no-op without PDL. No kernel triggers its
-// dependents early (griddepcontrol.launch_dependents): on an H200 the step
-// alone ran at 1.037x the rate without PDL when none did, 0.978x when each
-// did on entry and 1.030x when the products did after their main loop
-// (docs/gpu-runs.md, run 141): early blocks spin on SMs the kernel ahead
-// still uses.
+// kernel touches data that kernel writes; a no-op without PDL. With
+// PDL_TRIGGER 1 (the default) each kernel then lets the next one launch at
+// once (griddepcontrol.launch_dependents), so that the next one's launch and
+// early loads overlap this one's work: the step alone ran 1.065x faster on an
+// H200 (docs/gpu-runs.md, run 149). Never before the wait: so when a kernel
+// starts, every kernel but the one ahead has completed, and data they wrote
+// may be read before pdl_enter (fwd2_ce's W2, bwd2's a1 and W2). With 0 the
+// next kernel launches as this one's blocks exit.
+#ifndef PDL_TRIGGER
+#define PDL_TRIGGER 1
+#endif
 __device__ __forceinline__ void pdl_enter() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#if PDL_TRIGGER
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 #endif
 }
 

@@ -41,6 +41,7 @@ import (
 	"hash/crc32"
 	"math"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -61,6 +62,7 @@ type options struct {
 	depth, producers       int
 	data                   string
 	gemm                   string
+	cpuProfile             string
 }
 
 func parseFlags() (*options, error) {
@@ -94,6 +96,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster-tn 0)")
 	flag.IntVar(&gemmClusterNN, "cluster", gemmClusterNN, "cuda, bf16: blocks of the cluster that splits the K of x W1 (1, 2, 4 or 8; 0: split by -kchunk)")
 	flag.IntVar(&gemmClusterTN, "cluster-tn", gemmClusterTN, "cuda, bf16: blocks of the cluster that splits the K of x^T da1 (1, 2, 4 or 8; 0: split by -kchunk-tn)")
+	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
 	flag.StringVar(&kernelDefines, "kdefine", "", "cuda: extra macro definitions for the kernels, comma-separated (for example NSTAGE_H=4), for sweeps")
 	flag.Parse()
 	if o.eager {
@@ -134,6 +137,17 @@ func run() error {
 	o, err := parseFlags()
 	if err != nil {
 		return err
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	dir, err := findMNIST(o.data)
 	if err != nil {
@@ -438,13 +452,28 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 	if err != nil {
 		return err
 	}
+	c0, err := dev.Counters()
+	if err != nil {
+		return err
+	}
 	t0 := time.Now()
-	var consumer time.Duration
+	var next, stage, release time.Duration // nextInput's three calls
 	for i := 0; i < o.benchInput && err == nil; i++ {
 		m.useInput(i)
 		t := time.Now()
-		err = nextInput(pf, inS, m)
-		consumer += time.Since(t)
+		var b *sluice.Batch
+		if b, err = pf.Next(inS, sluice.WaitForever); err != nil {
+			break
+		}
+		t1 := time.Now()
+		var src batchSource
+		if src, err = m.prefetched(b); err == nil {
+			err = m.loadInput(inS, src)
+		}
+		t2 := time.Now()
+		err = errors.Join(err, b.Release())
+		t3 := time.Now()
+		next, stage, release = next+t1.Sub(t), stage+t2.Sub(t1), release+t3.Sub(t2)
 	}
 	if err == nil {
 		err = inS.Synchronize()
@@ -457,8 +486,15 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 	n := float64(o.benchInput)
 	fmt.Printf("RESULT input_batches_per_s=%.1f producers=%d depth=%d batch=%d (%d batches, no step)\n",
 		n/el, o.producers, o.depth, o.batch, o.benchInput)
-	fmt.Printf("input phases, us per batch: producers %v; consumer Next, input stage and Release %.1f (waiting %.1f)\n",
-		&times, consumer.Seconds()*1e6/n, st.ConsumerWait.Seconds()*1e6/n)
+	c1, err := dev.Counters()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("input driver work per batch (consumer and producers): %.2f stream waits, %.2f event records\n",
+		float64(c1.WaitsInserted-c0.WaitsInserted)/n, float64(c1.EventsRecorded-c0.EventsRecorded)/n)
+	us := func(d time.Duration) float64 { return d.Seconds() * 1e6 / n }
+	fmt.Printf("input phases, us per batch: producers %v; consumer Next %.1f (waiting %.1f), input stage %.1f, Release %.1f\n",
+		&times, us(next), us(st.ConsumerWait), us(stage), us(release))
 	return nil
 }
 
