@@ -590,9 +590,12 @@ func (b *Batch) Len(i int) int { return b.len[b.index(i)] }
 func (b *Batch) DevicePtr(i int) uint64 { return b.ptr[b.index(i)] }
 
 // Sync returns segment i's sync object, for the read and write sets of the
-// kernels, copies and host callbacks that use the segment on the consumer
-// stream. It belongs to the Prefetcher (its Close does nothing), and is
-// closed when the Prefetcher is. It panics if i is out of range.
+// kernels, copies and host callbacks that use the segment. On the stream
+// passed to Next, work enqueued before Release is already ordered after the
+// batch's copy (and the slot's next copy after that work), so it may leave
+// the object out and save a stream wait; work on other streams must name it.
+// It belongs to the Prefetcher (its Close does nothing), and is closed when
+// the Prefetcher is. It panics if i is out of range.
 func (b *Batch) Sync(i int) *SyncObject { return b.syncs[b.index(i)] }
 
 // HostBytes returns segment i's device memory, Len(i) bytes, as a []byte on

@@ -786,6 +786,46 @@ func TestPrefetcherBatchSync(t *testing.T) {
 	wantClosed(t, o.WaitRead())
 }
 
+// Work on the consumer stream between Next and Release that names no sync
+// object still runs after the batch's copy and before the slot's next copy
+// (Batch.Sync's doc): at depth 2 the producer refills each slot two batches
+// later, and a host callback that dawdles must still see its own batch.
+func TestPrefetcherLeaseOrdersUnnamedWork(t *testing.T) {
+	d := openDev(t)
+	if backendOf(t, d) != BackendHost {
+		t.Skip("reads the segments from host callbacks: host backend")
+	}
+	s := testStream(t, d)
+	n := debugScaled(2000, 40)
+	p := newPrefetcher(t, d, PrefetcherConfig{Depth: 2, Capacities: testCaps})
+	produced := make(chan error, 1)
+	go func() { produced <- errors.Join(pushN(p, 0, n), p.CloseInput()) }()
+	var bad atomic.Int64
+	for seq := uint64(0); seq < n; seq++ {
+		b, err := p.Next(s, WaitForever)
+		must(t, err)
+		seg0, err := b.HostBytes(0)
+		must(t, err)
+		seg1, err := b.HostBytes(1)
+		must(t, err)
+		must(t, s.HostCallback(func() error {
+			if seq%16 == 0 {
+				time.Sleep(200 * time.Microsecond)
+			}
+			if crc32.ChecksumIEEE(seg0) != prefetchSum(seq, 0) || crc32.ChecksumIEEE(seg1) != prefetchSum(seq, 1) {
+				bad.Add(1)
+			}
+			return nil
+		}, nil, nil))
+		must(t, b.Release())
+	}
+	must(t, <-produced)
+	must(t, s.Synchronize())
+	if bad.Load() != 0 {
+		t.Fatalf("%d of %d batches read with another batch's bytes", bad.Load(), n)
+	}
+}
+
 // Close while one goroutine is blocked in Push and another in Next: both
 // return ErrClosed promptly, and so does every later call.
 func TestPrefetcherCloseWhileBlocked(t *testing.T) {

@@ -461,13 +461,17 @@ func (m *model) useInput(step int) { m.parity = step % 2 }
 // blocking path's staging buffer.
 type batchSource struct {
 	addr uint64          // device address
-	sync sluice.Syncable // its sync object
+	sync sluice.Syncable // its sync object; nil for a leased batch (see prefetched)
 	host []byte          // the host backend's view of it
 }
 
-// prefetched is the source of a batch leased from the prefetcher.
+// prefetched is the source of a batch leased from the prefetcher. The input
+// stage runs on the stream that leased it, between Next (which made that
+// stream wait for the batch's copy) and Release (after which the slot's next
+// copy waits for that stream's work), so it names no sync object for the
+// batch: naming it would wait for the copy a second time.
 func (m *model) prefetched(b *sluice.Batch) (batchSource, error) {
-	src := batchSource{addr: b.DevicePtr(0), sync: b.Sync(0)}
+	src := batchSource{addr: b.DevicePtr(0)}
 	if m.host {
 		var err error
 		src.host, err = b.HostBytes(0)
@@ -492,7 +496,11 @@ func (m *model) staged() batchSource {
 func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 	n := m.B * inputs
 	x, y := m.inX[m.parity], m.inY[m.parity]
-	reads, writes := []sluice.Syncable{src.sync}, syncs(x, y)
+	var reads []sluice.Syncable
+	if src.sync != nil {
+		reads = []sluice.Syncable{src.sync}
+	}
+	writes := syncs(x, y)
 	px, labels := src.addr, src.addr+uint64(n)
 	if m.half {
 		return m.run(s, "input_bf16", grid1(n), reads, writes, nil,
