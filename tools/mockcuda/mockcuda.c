@@ -5,6 +5,8 @@
  *   MOCKCUDA_TOUCH_KB=N  each stream, event and launch call reads and writes N KiB
  *                        of private memory, a rough model of the driver's cache
  *                        footprint (default 0).
+ *   MOCKCUDA_CALL_NS=N   each of those calls also spins N ns, a rough model of the
+ *                        driver's own time per call (default 0).
  *   MOCKCUDA_COPY_GBPS=R a copy engine's timing: each cuMemcpyAsync takes
  *                        MOCKCUDA_COPY_US (default 0) plus len/R on its stream's
  *                        clock; events, queries and waits follow that clock (spin).
@@ -25,7 +27,13 @@ static unsigned char *scratch;
 static size_t touch_bytes;
 static int inited;
 
+static uint64_t call_ns;
+static uint64_t now_ns(void);
 static void touch(void) {
+    if (call_ns) {
+        uint64_t end = now_ns() + call_ns;
+        while (now_ns() < end) {}
+    }
     if (!touch_bytes) return;
     for (size_t i = 0; i < touch_bytes; i += 64) scratch[i]++;
 }
@@ -81,6 +89,8 @@ CUresult cuInit(unsigned f) {
     const char *u = getenv("MOCKCUDA_COPY_US");
     copy_fixed_ns = u ? (uint64_t)(atof(u) * 1000) : 0;
     track_pinned = getenv("MOCKCUDA_PINNED") != NULL;
+    const char *c = getenv("MOCKCUDA_CALL_NS");
+    call_ns = c ? (uint64_t)atoll(c) : 0;
     inited = 1;
     return 0;
 }
@@ -158,6 +168,11 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name) { (void)m; (vo
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sh, void *s, void **args, void **extra) {
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)args; (void)extra;
+    touch();
+    return 0;
+}
+CUresult cuLaunchKernelEx(const void *config, void *f, void **args, void **extra) {
+    (void)config; (void)f; (void)args; (void)extra;
     touch();
     return 0;
 }
