@@ -321,7 +321,7 @@ func run() error {
 				if err := m.loadInput(train, m.staged()); err != nil {
 					return err
 				}
-			} else if err := nextInput(pf, copyS, m); err != nil {
+			} else if err := nextInput(pf, copyS, m, nil); err != nil {
 				return err
 			}
 			ts := time.Now()
@@ -428,19 +428,38 @@ func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int, 
 	return pf, func() error { return errors.Join(unlessClosed(pf.CloseInput()), wait(), pf.Close()) }, nil
 }
 
+// inputPhases sums the host time of nextInput's three calls (-bench-input).
+type inputPhases struct{ next, stage, release time.Duration }
+
 // nextInput leases the next batch from the prefetcher and runs the input
 // stage over it on s (model.loadInput), which reads the batch's slot in
-// place; the slot is refilled once that kernel is done.
-func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model) error {
+// place; the slot is refilled once that kernel is done. A non-nil ph gets
+// the time of each call added.
+func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhases) error {
+	now := func() (t time.Time) { // the clock only when timed
+		if ph != nil {
+			t = time.Now()
+		}
+		return t
+	}
+	t0 := now()
 	b, err := pf.Next(s, sluice.WaitForever)
 	if err != nil {
 		return err
 	}
+	t1 := now()
 	src, err := m.prefetched(b)
 	if err == nil {
 		err = m.loadInput(s, src)
 	}
-	return errors.Join(err, b.Release())
+	t2 := now()
+	err = errors.Join(err, b.Release())
+	if ph != nil {
+		ph.next += t1.Sub(t0)
+		ph.stage += t2.Sub(t1)
+		ph.release += time.Since(t2)
+	}
+	return err
 }
 
 // benchInput times o.benchInput batches through the input pipeline alone:
@@ -457,23 +476,10 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 		return err
 	}
 	t0 := time.Now()
-	var next, stage, release time.Duration // nextInput's three calls
+	var ph inputPhases
 	for i := 0; i < o.benchInput && err == nil; i++ {
 		m.useInput(i)
-		t := time.Now()
-		var b *sluice.Batch
-		if b, err = pf.Next(inS, sluice.WaitForever); err != nil {
-			break
-		}
-		t1 := time.Now()
-		var src batchSource
-		if src, err = m.prefetched(b); err == nil {
-			err = m.loadInput(inS, src)
-		}
-		t2 := time.Now()
-		err = errors.Join(err, b.Release())
-		t3 := time.Now()
-		next, stage, release = next+t1.Sub(t), stage+t2.Sub(t1), release+t3.Sub(t2)
+		err = nextInput(pf, inS, m, &ph)
 	}
 	if err == nil {
 		err = inS.Synchronize()
@@ -494,7 +500,7 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 		float64(c1.WaitsInserted-c0.WaitsInserted)/n, float64(c1.EventsRecorded-c0.EventsRecorded)/n)
 	us := func(d time.Duration) float64 { return d.Seconds() * 1e6 / n }
 	fmt.Printf("input phases, us per batch: producers %v; consumer Next %.1f (waiting %.1f), input stage %.1f, Release %.1f\n",
-		&times, us(next), us(st.ConsumerWait), us(stage), us(release))
+		&times, us(ph.next), us(st.ConsumerWait), us(ph.stage), us(ph.release))
 	return nil
 }
 

@@ -238,8 +238,11 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 // ahead of it finishes (each begins with pdl_enter), on devices of compute
 // capability 9.0 and newer.
 func (m *model) programmaticLaunch(on bool) error {
+	if !on {
+		return nil
+	}
 	props, err := m.dev.Props()
-	if err != nil || !on || props.ComputeCapabilityMajor < 9 {
+	if err != nil || props.ComputeCapabilityMajor < 9 {
 		return err
 	}
 	for name, f := range m.fns {
