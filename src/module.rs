@@ -70,15 +70,17 @@ impl Function {
     /// (`griddepcontrol.wait`, `cudaGridDependencySynchronize`) before it reads what
     /// that kernel wrote or writes what it reads. Devices below 9.0 give `Unsupported`.
     pub fn set_programmatic_launch(&self, enabled: bool) -> Result<()> {
-        let (major, minor) = self.device.props()?.compute_capability;
-        if enabled && major < 9 {
-            return Err(Error::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "programmatic dependent launch needs compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
-                    self.name
-                ),
-            ));
+        if enabled {
+            let (major, minor) = self.device.props()?.compute_capability;
+            if major < 9 {
+                return Err(Error::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "programmatic dependent launch needs compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
+                        self.name
+                    ),
+                ));
+            }
         }
         self.programmatic.store(enabled, Ordering::Relaxed);
         Ok(())
