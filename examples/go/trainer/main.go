@@ -13,8 +13,9 @@
 //   - a GraphCache: the training step (5 kernels) is captured once
 //     and replayed for every batch (-eager: launched op by op);
 //   - sync objects for all ordering: every kernel names the buffers it
-//     reads and writes, and evaluation runs on a second stream that reads
-//     the parameters while the next epoch's updates wait for it.
+//     reads and writes (a leased batch is ordered by its lease, Next to
+//     Release), and evaluation runs on a second stream that reads the
+//     parameters while the next epoch's updates wait for it.
 //
 // On the cuda backend the kernels are CUDA C (kernels*.go) compiled at
 // start-up with NVRTC. On the host backend, which cannot run kernels, the
