@@ -7,6 +7,10 @@
 //! consumer uses its device memory) → free. Sequence numbers are given when a
 //! producer takes a slot, and consumers receive batches in that order.
 //!
+//! Producers on different threads enqueue their copies on different copy streams
+//! (up to [`MAX_COPY_STREAMS`], a stream per producer thread), so that their
+//! submits do not queue behind each other on one stream's lock and the driver's.
+//!
 //! Ordering on the device comes from the segments' sync objects: the H2D copy is a
 //! tracked op that writes the device buffer, a lease is a foreign op that reads it
 //! on the consumer's stream from `next` to `release`, so a refill waits on the
@@ -21,7 +25,9 @@ use crate::memory::Buffer;
 use crate::ops;
 use crate::stream::Stream;
 use crate::sync::SyncObject;
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,6 +37,31 @@ pub(crate) const MAX_SEGMENTS: usize = 8;
 pub(crate) const DEFAULT_DEPTH: u32 = 2;
 /// The greatest depth.
 pub(crate) const MAX_DEPTH: u32 = 64;
+/// The most copy streams a prefetcher has (never more than its depth).
+pub(crate) const MAX_COPY_STREAMS: usize = 4;
+
+/// Numbers the threads that submit batches, from 0, for the choice of copy stream.
+static PRODUCER_THREADS: AtomicU32 = AtomicU32::new(0);
+
+thread_local! {
+    /// This thread's number among producer threads plus 1; 0 before its first submit.
+    static PRODUCER_THREAD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// This thread's number among the threads that submitted batches.
+fn producer_thread() -> usize {
+    PRODUCER_THREAD.with(|t| {
+        if t.get() == 0 {
+            t.set(
+                PRODUCER_THREADS
+                    .fetch_add(1, Ordering::Relaxed)
+                    .wrapping_add(1)
+                    .max(1),
+            );
+        }
+        (t.get() - 1) as usize
+    })
+}
 
 /// What a pull-mode fill callback reports.
 pub enum FillOutcome {
@@ -104,9 +135,11 @@ pub struct PrefetchStats {
     pub consumer_wait_ns: u64,
     /// Pinned staging memory held (constant from create to destroy).
     pub pinned_bytes: u64,
-    /// Host-to-device GB/s over the copies timed so far: those of batches 0, 8,
-    /// 16 and so on, each timed when its slot is reused (so this trails by
-    /// `depth` batches; 0 before the first).
+    /// Host-to-device GB/s over the copies timed so far: batch 0's, then every
+    /// eighth batch's once 8 MiB were copied since the last timed one, each timed
+    /// when its slot is reused (so this trails by `depth` batches; 0 before the
+    /// first). Copies of producers on different threads may overlap on the
+    /// device: the rate is then that of one copy among them.
     pub copy_gbps: f64,
 }
 
@@ -148,29 +181,33 @@ struct State {
     stats: PrefetchStats,
     copy_secs: f64,
     copy_timed_bytes: u64,
+    /// Bytes submitted untimed since the last timed batch.
+    untimed_bytes: u64,
 }
 
 /// A prefetcher. Thread-safe: producers and consumers may be on any threads.
 pub struct Prefetcher {
     device: Arc<Device>,
-    copy_stream: Arc<Stream>,
+    /// The copy streams, each with the lock that keeps a timed batch's copies
+    /// alone between its timing recordings (written by timed batches, read by the
+    /// others). A producer thread always uses the same one.
+    copy_streams: Vec<(Arc<Stream>, RwLock<()>)>,
     capacities: Vec<usize>,
     /// The device buffers' sync objects, per slot.
     syncs: Vec<Vec<Arc<SyncObject>>>,
     state: Mutex<State>,
     slot_freed: Condvar,
     batch_ready: Condvar,
-    /// Keeps a timed batch's copies alone between its timing recordings (written
-    /// by timed batches, read by the others).
-    copy_order: RwLock<()>,
     producers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
-/// One batch in this many has its copies timed: two timing recordings on the copy
-/// stream and an elapsed-time query. The others cost neither (3 driver calls of
-/// the 9 or so that a batch of two segments makes, with small batches bound by
-/// them).
+/// Batch 0 has its copies timed, then one batch in [`TIMED_EVERY`] once
+/// [`TIMED_AFTER_BYTES`] were copied untimed since the last timed one: every eighth
+/// batch of 1 MiB or more, about one in 48 of 200 KiB. A timed batch costs two
+/// timing recordings on its copy stream, an elapsed-time query and a moment alone
+/// on that stream; small batches are bound by such driver calls.
 const TIMED_EVERY: u64 = 8;
+const TIMED_AFTER_BYTES: u64 = 8 << 20;
 
 fn destroyed() -> Error {
     Error::new(ErrorCode::InvalidHandle, "the prefetcher was destroyed")
@@ -201,8 +238,14 @@ impl Prefetcher {
                 "segment {i}: capacity must be > 0"
             )));
         }
-        let copy_stream = Stream::create(device, crate::stream::STREAM_NON_BLOCKING, 0)?;
-        copy_stream.set_label(Some("sluice prefetcher copies"));
+        let copy_streams = (0..MAX_COPY_STREAMS.min(depth as usize))
+            .map(|_| {
+                let s = Stream::create(device, crate::stream::STREAM_NON_BLOCKING, 0)?;
+                s.set_label(Some("sluice prefetcher copies"));
+                Ok((s, RwLock::new(())))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let copy_stream = &copy_streams[0].0;
         let mut slots = Vec::with_capacity(depth as usize);
         let mut syncs = Vec::with_capacity(depth as usize);
         for _ in 0..depth {
@@ -210,7 +253,7 @@ impl Prefetcher {
             let mut dev = Vec::new();
             for &cap in capacities {
                 pinned.push(Buffer::alloc_pinned(device, cap)?);
-                dev.push(Buffer::alloc(&copy_stream, cap)?);
+                dev.push(Buffer::alloc(copy_stream, cap)?);
             }
             let host = pinned
                 .iter()
@@ -230,7 +273,7 @@ impl Prefetcher {
         let pinned_bytes = depth as u64 * capacities.iter().map(|&c| c as u64).sum::<u64>();
         Ok(Arc::new(Prefetcher {
             device: device.clone(),
-            copy_stream,
+            copy_streams,
             capacities: capacities.to_vec(),
             syncs,
             state: Mutex::new(State {
@@ -248,10 +291,10 @@ impl Prefetcher {
                 },
                 copy_secs: 0.0,
                 copy_timed_bytes: 0,
+                untimed_bytes: TIMED_AFTER_BYTES,
             }),
             slot_freed: Condvar::new(),
             batch_ready: Condvar::new(),
-            copy_order: RwLock::new(()),
             producers: Mutex::new(Vec::new()),
         }))
     }
@@ -439,10 +482,17 @@ impl Prefetcher {
     /// `lens[i]` bytes on the copy stream. A length over the capacity is an error
     /// for the submitter, and the consumer receives it in the batch's place.
     pub fn submit(&self, ticket: Ticket, lens: &[usize]) -> Result<()> {
-        let buffers = {
+        let bytes = lens.iter().fold(0u64, |a, &l| a.saturating_add(l as u64));
+        let (buffers, timed) = {
             let mut st = self.lock();
             self.check_open(&mut st, ticket)?;
-            st.slots[ticket.slot as usize].buffers.clone()
+            let timed = ticket.seq % TIMED_EVERY == 0 && st.untimed_bytes >= TIMED_AFTER_BYTES;
+            st.untimed_bytes = if timed {
+                0
+            } else {
+                st.untimed_bytes.saturating_add(bytes)
+            };
+            (st.slots[ticket.slot as usize].buffers.clone(), timed)
         };
         if let Err(e) = self
             .check_lens(lens)
@@ -451,17 +501,20 @@ impl Prefetcher {
             let _ = self.finish(ticket, Entry::Failed(e.clone()));
             return Err(e);
         }
-        let timed = ticket.seq % TIMED_EVERY == 0;
         match self.enqueue_copies(&buffers, lens, timed) {
             Ok(timing) => {
-                let bytes = lens.iter().map(|&l| l as u64).sum::<u64>();
                 let mut st = self.lock();
                 self.check_open(&mut st, ticket)?;
                 st.stats.bytes += bytes;
                 st.slots[ticket.slot as usize].copied = timing.map(|(a, b)| (a, b, bytes));
                 self.end_fill(&mut st, ticket, Entry::Ready(ticket.slot, lens.to_vec()));
                 drop(st);
-                crate::trace::prefetch_slot(&self.copy_stream, "submit", ticket.seq, ticket.slot);
+                crate::trace::prefetch_slot(
+                    &self.copy_streams[0].0,
+                    "submit",
+                    ticket.seq,
+                    ticket.slot,
+                );
                 Ok(())
             }
             Err(e) => {
@@ -501,14 +554,15 @@ impl Prefetcher {
         lens: &[usize],
         timed: bool,
     ) -> Result<Option<(RecRef, RecRef)>> {
-        let s = &self.copy_stream;
-        // A timed batch's copies alone between its two recordings; untimed batches
-        // may interleave (each op's end is recorded after its own copies).
+        let (s, order) = &self.copy_streams[producer_thread() % self.copy_streams.len()];
+        // A timed batch's copies alone between its two recordings on its stream;
+        // untimed batches may interleave (each op's end is recorded after its own
+        // copies).
         let (_alone, _shared);
         if timed {
-            _alone = self.copy_order.write().unwrap_or_else(|p| p.into_inner());
+            _alone = order.write().unwrap_or_else(|p| p.into_inner());
         } else {
-            _shared = self.copy_order.read().unwrap_or_else(|p| p.into_inner());
+            _shared = order.read().unwrap_or_else(|p| p.into_inner());
         }
         let reads = b.pinned.iter().map(|p| p.sync.clone()).collect();
         let writes = b.device.iter().map(|d| d.sync.clone()).collect();
@@ -653,7 +707,7 @@ impl Prefetcher {
             return Err(destroyed().into());
         }
         st.leased.insert(seq, (slot, op));
-        crate::trace::prefetch_slot(&self.copy_stream, "next", seq, slot);
+        crate::trace::prefetch_slot(&self.copy_streams[0].0, "next", seq, slot);
         Ok(self.view(seq, slot, &lens, &st))
     }
 
@@ -672,7 +726,7 @@ impl Prefetcher {
         })?;
         drop(st);
         let ended = op.end();
-        crate::trace::prefetch_slot(&self.copy_stream, "release", seq, slot);
+        crate::trace::prefetch_slot(&self.copy_streams[0].0, "release", seq, slot);
         let mut st = self.lock();
         if !st.destroyed {
             st.free.push_back(slot);
@@ -723,7 +777,7 @@ impl Prefetcher {
             return Err(destroyed().into());
         }
         let view = self.view(seq, slot, &lens, &st);
-        crate::trace::prefetch_slot(&self.copy_stream, "next_into", seq, slot);
+        crate::trace::prefetch_slot(&self.copy_streams[0].0, "next_into", seq, slot);
         {
             st.free.push_back(slot);
             self.slot_freed.notify_one();
@@ -845,5 +899,52 @@ impl SlotBuffersView {
     /// Host address and capacity of each segment's pinned memory.
     pub fn host(&self) -> &[(*mut u8, usize)] {
         &self.0.host
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::STREAM_NON_BLOCKING;
+
+    #[test]
+    fn producers_on_different_threads_copy_on_different_streams() {
+        const PER_THREAD: u64 = 64;
+        let dev = Device::open_default().unwrap();
+        let pf = Prefetcher::create(&dev, 4, &[8]).unwrap();
+        assert_eq!(pf.copy_streams.len(), MAX_COPY_STREAMS);
+        let producers: Vec<_> = (0..4u8)
+            .map(|t| {
+                let pf = pf.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..PER_THREAD {
+                        pf.push(&[&[t; 8]], None).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let s = Stream::create(&dev, STREAM_NON_BLOCKING, 0).unwrap();
+        let mut per_thread = [0u64; 4];
+        for _ in 0..4 * PER_THREAD {
+            let v = pf.next(&s, None).map_err(|e| e.error).unwrap();
+            let mut byte = [0u8; 1];
+            crate::ops::copy_to_host(&s, &mut byte, &v.buffers[0], 0).unwrap();
+            per_thread[byte[0] as usize] += 1;
+            pf.release(v.seq).unwrap();
+        }
+        for p in producers {
+            p.join().unwrap();
+        }
+        assert_eq!(per_thread, [PER_THREAD; 4], "every batch arrived once");
+        let recorded: Vec<u64> = pf.copy_streams.iter().map(|(s, _)| s.last_seq()).collect();
+        assert!(
+            recorded.iter().filter(|&&n| n > 0).count() >= 2,
+            "four producer threads used one copy stream: {recorded:?}"
+        );
+        assert!(
+            recorded.iter().sum::<u64>() >= 4 * PER_THREAD,
+            "{recorded:?}"
+        );
+        pf.close();
     }
 }

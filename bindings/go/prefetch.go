@@ -107,7 +107,8 @@ type PrefetcherStats struct {
 	// to Close).
 	PinnedBytes uint64
 	// CopyGBps is the host-to-device rate, in GB/s, over the copies timed so
-	// far: one batch in 8 is timed (0 before the first).
+	// far: batch 0, then one batch in 8 once 8 MiB were copied untimed (0
+	// before the first).
 	CopyGBps float64
 }
 

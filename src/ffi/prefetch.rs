@@ -121,9 +121,11 @@ pub struct sluice_prefetcher_stats_t {
     pub consumer_wait_ns: u64,
     /// Pinned staging bytes held (constant from create to destroy).
     pub pinned_bytes: u64,
-    /// Host-to-device GB/s over the copies timed so far: those of batches 0, 8,
-    /// 16 and so on, each timed when its slot is reused (so this trails by
-    /// `depth` batches; 0 before the first).
+    /// Host-to-device GB/s over the copies timed so far: batch 0's, then every
+    /// eighth batch's once 8 MiB were copied since the last timed one, each timed
+    /// when its slot is reused (so this trails by `depth` batches; 0 before the
+    /// first). With producers on several threads, copies of different threads may
+    /// overlap on the device: the rate is then that of one copy among them.
     pub copy_gbps: f64,
 }
 

@@ -109,7 +109,8 @@ enum class FillResult : std::int32_t {
 /// A prefetcher's counters: `batches` handed to consumers, `bytes` copied
 /// host-to-device, `producer_wait_ns` and `consumer_wait_ns` spent blocked,
 /// `pinned_bytes` of staging memory held, and `copy_gbps` (over the copies timed
-/// so far, one batch in 8; 0 before the first).
+/// so far: batch 0, then one batch in 8 once 8 MiB were copied untimed; 0
+/// before the first).
 using PrefetcherStats = sluice_prefetcher_stats_t;
 
 class Fill;
