@@ -27,7 +27,7 @@ use crate::stream::Stream;
 use crate::sync::SyncObject;
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -122,6 +122,9 @@ impl From<Error> for NextError {
 
 type NextResult<T> = std::result::Result<T, NextError>;
 
+/// A batch taken by a consumer: its sequence number, slot, lengths and buffers.
+type Taken = (u64, u32, Vec<usize>, Arc<SlotBuffers>);
+
 /// Counters of one prefetcher.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PrefetchStats {
@@ -175,7 +178,6 @@ struct State {
     next_seq: u64,
     next_out: u64,
     pending: BTreeMap<u64, Entry>,
-    leased: HashMap<u64, (u32, ForeignOp)>,
     input_closed: bool,
     destroyed: bool,
     stats: PrefetchStats,
@@ -196,6 +198,11 @@ pub struct Prefetcher {
     /// The device buffers' sync objects, per slot.
     syncs: Vec<Vec<Arc<SyncObject>>>,
     state: Mutex<State>,
+    /// The leased batches: their slots and open reads. Only consumers take this
+    /// lock, so `next` and `release` meet the producers on `state` once each.
+    leases: Mutex<HashMap<u64, (u32, ForeignOp)>>,
+    /// Set with `State::destroyed`, for the lease paths, which do not take `state`.
+    destroyed: AtomicBool,
     slot_freed: Condvar,
     batch_ready: Condvar,
     producers: Mutex<Vec<std::thread::JoinHandle<()>>>,
@@ -276,13 +283,14 @@ impl Prefetcher {
             copy_streams,
             capacities: capacities.to_vec(),
             syncs,
+            leases: Mutex::new(HashMap::new()),
+            destroyed: AtomicBool::new(false),
             state: Mutex::new(State {
                 slots,
                 free: (0..depth).collect(),
                 next_seq: 0,
                 next_out: 0,
                 pending: BTreeMap::new(),
-                leased: HashMap::new(),
                 input_closed: false,
                 destroyed: false,
                 stats: PrefetchStats {
@@ -324,6 +332,10 @@ impl Prefetcher {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_leases(&self) -> MutexGuard<'_, HashMap<u64, (u32, ForeignOp)>> {
+        self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Waits on `cv` until `deadline`; false when it passed.
@@ -617,8 +629,8 @@ impl Prefetcher {
         self.batch_ready.notify_all();
     }
 
-    /// Waits for the oldest batch: its sequence number, slot and lengths.
-    fn take_next(&self, timeout: Option<Duration>) -> NextResult<(u64, u32, Vec<usize>)> {
+    /// Waits for the oldest batch: its sequence number, slot, lengths and buffers.
+    fn take_next(&self, timeout: Option<Duration>) -> NextResult<Taken> {
         let t0 = Instant::now();
         let deadline = timeout.map(|t| t0 + t);
         let mut st = self.lock();
@@ -632,7 +644,10 @@ impl Prefetcher {
                 Some(_) => {
                     st.next_out += 1;
                     match st.pending.remove(&seq) {
-                        Some(Entry::Ready(slot, lens)) => break Ok((seq, slot, lens)),
+                        Some(Entry::Ready(slot, lens)) => {
+                            let buffers = st.slots[slot as usize].buffers.clone();
+                            break Ok((seq, slot, lens, buffers));
+                        }
                         Some(Entry::Failed(error)) => {
                             break Err(NextError {
                                 error,
@@ -666,8 +681,7 @@ impl Prefetcher {
         r
     }
 
-    fn view(&self, seq: u64, slot: u32, lens: &[usize], st: &State) -> BatchView {
-        let b = &st.slots[slot as usize].buffers;
+    fn view(seq: u64, slot: u32, lens: &[usize], b: &SlotBuffers) -> BatchView {
         BatchView {
             seq,
             slot,
@@ -687,13 +701,11 @@ impl Prefetcher {
     pub fn next(&self, stream: &Arc<Stream>, timeout: Option<Duration>) -> NextResult<BatchView> {
         self.device
             .same_device(&stream.device, "the consumer stream")?;
-        let (seq, slot, lens) = self.take_next(timeout)?;
-        let op = ForeignOp::begin(stream, self.syncs[slot as usize].clone(), Vec::new());
-        let mut st = self.lock();
-        let op = match op {
+        let (seq, slot, lens, buffers) = self.take_next(timeout)?;
+        let op = match ForeignOp::begin(stream, self.syncs[slot as usize].clone(), Vec::new()) {
             Ok(op) => op,
             Err(e) => {
-                st.free.push_back(slot);
+                self.lock().free.push_back(slot);
                 self.slot_freed.notify_one();
                 return Err(NextError {
                     error: e.context(format!("prefetcher batch {seq}")),
@@ -701,30 +713,32 @@ impl Prefetcher {
                 });
             }
         };
-        if st.destroyed {
-            drop(st);
-            drop(op);
-            return Err(destroyed().into());
+        {
+            let mut leases = self.lock_leases();
+            // close sets the flag before it takes the leases.
+            if self.destroyed.load(Ordering::Acquire) {
+                drop(leases);
+                drop(op);
+                return Err(destroyed().into());
+            }
+            leases.insert(seq, (slot, op));
         }
-        st.leased.insert(seq, (slot, op));
         crate::trace::prefetch_slot(&self.copy_streams[0].0, "next", seq, slot);
-        Ok(self.view(seq, slot, &lens, &st))
+        Ok(Self::view(seq, slot, &lens, &buffers))
     }
 
     /// Releases a leased batch, in stream order: the slot is refilled only after
     /// the work enqueued on the consumer's stream so far has completed.
     pub fn release(&self, seq: u64) -> Result<()> {
-        let mut st = self.lock();
-        if st.destroyed {
+        if self.destroyed.load(Ordering::Acquire) {
             return Err(destroyed());
         }
-        let (slot, op) = st.leased.remove(&seq).ok_or_else(|| {
+        let (slot, op) = self.lock_leases().remove(&seq).ok_or_else(|| {
             Error::new(
                 ErrorCode::InvalidState,
                 format!("prefetcher batch {seq} is not leased"),
             )
         })?;
-        drop(st);
         let ended = op.end();
         crate::trace::prefetch_slot(&self.copy_streams[0].0, "release", seq, slot);
         let mut st = self.lock();
@@ -761,11 +775,7 @@ impl Prefetcher {
                 .into());
             }
         }
-        let (seq, slot, lens) = self.take_next(timeout)?;
-        let buffers = match self.lock().slots.get(slot as usize) {
-            Some(s) => s.buffers.clone(),
-            None => return Err(destroyed().into()),
-        };
+        let (seq, slot, lens, buffers) = self.take_next(timeout)?;
         let pairs: Vec<_> = lens
             .iter()
             .enumerate()
@@ -776,7 +786,7 @@ impl Prefetcher {
         if st.destroyed {
             return Err(destroyed().into());
         }
-        let view = self.view(seq, slot, &lens, &st);
+        let view = Self::view(seq, slot, &lens, &buffers);
         crate::trace::prefetch_slot(&self.copy_streams[0].0, "next_into", seq, slot);
         {
             st.free.push_back(slot);
@@ -854,9 +864,10 @@ impl Prefetcher {
     /// fail), joins the producer threads, ends open leases and frees the memory
     /// (device memory after its outstanding use, in stream order).
     pub fn close(&self) {
-        let (slots, leased) = {
+        let slots = {
             let mut st = self.lock();
             st.destroyed = true;
+            self.destroyed.store(true, Ordering::Release);
             st.pending.retain(|_, e| matches!(e, Entry::Filling(_)));
             st.free.clear();
             self.slot_freed.notify_all();
@@ -865,11 +876,9 @@ impl Prefetcher {
             while !st.pending.is_empty() {
                 st = self.slot_freed.wait(st).unwrap_or_else(|p| p.into_inner());
             }
-            (
-                std::mem::take(&mut st.slots),
-                std::mem::take(&mut st.leased),
-            )
+            std::mem::take(&mut st.slots)
         };
+        let leased = std::mem::take(&mut *self.lock_leases());
         let producers =
             std::mem::take(&mut *self.producers.lock().unwrap_or_else(|p| p.into_inner()));
         for h in producers {
@@ -886,8 +895,11 @@ impl Prefetcher {
 impl Drop for Prefetcher {
     /// Ends the leases (publishing their reads) before the slots' memory is freed.
     fn drop(&mut self) {
+        self.leases
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        st.leased.clear();
         st.slots.clear();
     }
 }
