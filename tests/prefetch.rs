@@ -2,6 +2,7 @@
 
 mod common;
 use common::{kit, scaled};
+use sluice::engine::ForeignOp;
 use sluice::prefetch::{FillOutcome, Prefetcher};
 use sluice::{Buffer, ErrorCode, Stream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -583,4 +584,63 @@ fn destroy_waits_for_an_open_fill_before_freeing_its_memory() {
     closer.join().unwrap();
     let e = pf.acquire(Some(Duration::ZERO)).err().unwrap();
     assert_eq!(e.code, ErrorCode::InvalidHandle);
+}
+
+#[test]
+fn closing_while_consumers_lease_and_release_ends_cleanly() {
+    let _alone = alone();
+    let k = kit();
+    for round in 0..scaled(40) as u64 {
+        let pf = Prefetcher::create(&k.dev, 4, &[64]).unwrap();
+        let producer = {
+            let pf = pf.clone();
+            std::thread::spawn(move || while pf.push(&[&[1u8; 64]], None).is_ok() {})
+        };
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let (pf, s) = (pf.clone(), k.stream());
+                std::thread::spawn(move || {
+                    let (mut taken, mut leased) = (0u64, Vec::new());
+                    loop {
+                        match pf.next(&s, Some(Duration::from_secs(10))) {
+                            Ok(v) => {
+                                taken += 1;
+                                leased.extend(v.buffers.iter().cloned());
+                                if let Err(e) = pf.release(v.seq) {
+                                    assert_eq!(e.code, ErrorCode::InvalidHandle, "{e}");
+                                    break;
+                                }
+                            }
+                            Err(e) => {
+                                assert_eq!(e.error.code, ErrorCode::InvalidHandle, "{}", e.error);
+                                break;
+                            }
+                        }
+                    }
+                    s.synchronize().unwrap();
+                    (taken, leased, s)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_micros(200 * (round % 5)));
+        let t = Instant::now();
+        pf.close();
+        producer.join().unwrap();
+        let mut taken = 0;
+        for c in consumers {
+            let (n, leased, s) = c.join().unwrap();
+            taken += n;
+            // A lease that outlived close would still count as an open read.
+            for b in leased {
+                let op = ForeignOp::begin(&s, Vec::new(), vec![b.sync.clone()])
+                    .unwrap_or_else(|e| panic!("round {round}: a lease outlived close: {e}"));
+                op.end().unwrap();
+            }
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "round {round}: close and the joins were slow"
+        );
+        assert!(pf.release(taken).is_err(), "no lease outlives close");
+    }
 }
