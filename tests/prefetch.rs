@@ -626,9 +626,11 @@ fn closing_while_consumers_lease_and_release_ends_cleanly() {
         let t = Instant::now();
         pf.close();
         producer.join().unwrap();
+        // Every consumer ends first: a next still on its way out of close holds
+        // its batch's read until it returns.
+        let ended: Vec<_> = consumers.into_iter().map(|c| c.join().unwrap()).collect();
         let mut taken = 0;
-        for c in consumers {
-            let (n, leased, s) = c.join().unwrap();
+        for (n, leased, s) in ended {
             taken += n;
             // A lease that outlived close would still count as an open read.
             for b in leased {
