@@ -39,8 +39,8 @@ var ErrEndOfInput = errors.New("sluice: end of prefetcher input")
 
 // Prefetcher is a prefetcher (sluice_prefetcher_t): a pipeline of Depth slots
 // of pinned host memory and device memory, allocated at creation, that copies
-// the next batches host-to-device on its own copy stream while consumers
-// compute on the current one.
+// the next batches host-to-device on its own copy streams (one per producer
+// thread, up to 4) while consumers compute on the current one.
 //
 // Batches come from Push or Acquire (push mode), or from the Fill function of
 // its PrefetcherConfig, run on the prefetcher's own threads (pull mode). Each
@@ -126,7 +126,7 @@ func timeoutMs(d time.Duration) C.uint32_t {
 	return C.uint32_t(ms)
 }
 
-// NewPrefetcher creates a prefetcher on the device: its copy stream and every
+// NewPrefetcher creates a prefetcher on the device: its copy streams and every
 // slot's pinned and device memory are allocated now and never grow. With
 // cfg.Fill set its producer threads start at once (pull mode); otherwise
 // batches come from Push or Acquire (push mode).

@@ -223,7 +223,7 @@ fn next_error(view_out: *mut sluice_batch_view_t, e: NextError) -> Error {
     e.error
 }
 
-/// Creates a prefetcher on `device`: its copy stream and every slot's pinned and
+/// Creates a prefetcher on `device`: its copy streams and every slot's pinned and
 /// device memory are allocated now and never grow. With `config->fill` set, its
 /// producer threads start at once (pull mode); otherwise batches come from
 /// `sluice_prefetcher_push` or `sluice_prefetcher_acquire` (push mode). Ownership:
@@ -322,7 +322,8 @@ pub extern "C" fn sluice_prefetcher_destroy(
 }
 
 /// Copies `num_segments` host ranges (one per segment) into a free slot's pinned
-/// memory and enqueues the batch's H2D copy on the prefetcher's copy stream.
+/// memory and enqueues the batch's H2D copy on the calling thread's copy stream
+/// (a prefetcher has one per producer thread, up to 4).
 /// Blocks while every slot is busy, up to `timeout_ms` (`SLUICE_WAIT_FOREVER`:
 /// no limit; then `SLUICE_ERROR_TIMEOUT`). A length over a segment's capacity gives
 /// `SLUICE_ERROR_OUT_OF_RANGE` and queues nothing. Writes the batch's sequence

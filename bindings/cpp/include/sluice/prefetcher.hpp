@@ -3,8 +3,8 @@
 //
 // A prefetcher owns `depth` slots, each with pinned host memory and device memory
 // for every segment of a batch (fixed capacities, all allocated at create), and
-// its own copy stream. Producers fill free slots, and each filled slot's H2D copy
-// is enqueued at once:
+// its own copy streams (one per producer thread, up to 4). Producers fill free
+// slots, and each filled slot's H2D copy is enqueued at once:
 //
 //   - push(): copies host ranges into a slot (one range per segment);
 //   - acquire(): hands out a slot's pinned memory to fill in place (zero copy), as
@@ -673,7 +673,7 @@ class Prefetcher : public detail::PrefetcherApi<Prefetcher>,
   /// Destroys the prefetcher (ignoring errors), then its fill callable.
   ~Prefetcher() { reset(); }
 
-  /// Creates a prefetcher on `device`: its copy stream and every slot's pinned and
+  /// Creates a prefetcher on `device`: its copy streams and every slot's pinned and
   /// device memory are allocated now and never grow. With `config.fill` set, the
   /// producer threads start at once (pull mode); otherwise batches come from push()
   /// and acquire(). A bad configuration (depth over 64, no segments or more than
