@@ -579,28 +579,19 @@ impl Prefetcher {
         let reads = b.pinned.iter().map(|p| p.sync.clone()).collect();
         let writes = b.device.iter().map(|d| d.sync.clone()).collect();
         let op = ForeignOp::begin(s, reads, writes)?;
-        let enqueued = (|| {
-            let start = if timed { Some(s.record(true)?) } else { None };
-            for (i, &len) in lens.iter().enumerate() {
-                if len > 0 {
-                    let (dst, src) = (b.device[i].addr, b.pinned[i].addr);
-                    s.push(|| s.device.backend.memcpy_async(dst, src, len, s.raw))?;
-                }
+        let start = if timed { Some(s.record(true)?) } else { None };
+        for (i, &len) in lens.iter().enumerate() {
+            if len > 0 {
+                let (dst, src) = (b.device[i].addr, b.pinned[i].addr);
+                s.push(|| s.device.backend.memcpy_async(dst, src, len, s.raw))?;
             }
-            let timing = match start {
-                Some(start) => Some((start, s.record(true)?)),
-                None => None,
-            };
-            op.end()?;
-            Ok(timing)
-        })();
-        if enqueued.is_err() {
-            // A copy may be in flight with no recording to order the slot's reuse
-            // or its free after it (the free is ordered on the first copy stream
-            // only): wait for it here.
-            let _ = s.synchronize();
         }
-        enqueued
+        let timing = match start {
+            Some(start) => Some((start, s.record(true)?)),
+            None => None,
+        };
+        op.end()?;
+        Ok(timing)
     }
 
     /// Gives a filled slot back unused: its sequence number is skipped.

@@ -17,7 +17,7 @@ use super::deps::{
     collect_waits, issue_waits, publish_slot, waits_for_exclusive, waits_for_slot, Held, Locked,
     Waits,
 };
-use super::push::{after_op, push_op};
+use super::push::{after_op, push_op, unrecorded};
 
 /// What a foreign op saw of each object at begin, in the order of its access set.
 #[derive(Clone, Copy)]
@@ -227,7 +227,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
             Err(e) => {
                 drop(push);
                 close_open_locked(stream, set, seen);
-                return Err(e);
+                return Err(unrecorded(stream, e));
             }
         };
         if obs.on() {

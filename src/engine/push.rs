@@ -138,9 +138,10 @@ fn push_op_with(
 
 /// The op was enqueued but its recording failed, so nothing can wait for it: it
 /// is waited for on the host before the error returns (a capture is poisoned instead).
+/// Library ops and foreign op ends alike.
 #[cold]
 #[inline(never)]
-fn unrecorded(stream: &Stream, e: Error) -> Error {
+pub(super) fn unrecorded(stream: &Stream, e: Error) -> Error {
     if !stream.is_capturing() {
         let _ = stream.device.backend.stream_synchronize(stream.raw);
     }
