@@ -179,7 +179,6 @@ struct State {
     next_out: u64,
     pending: BTreeMap<u64, Entry>,
     input_closed: bool,
-    destroyed: bool,
     stats: PrefetchStats,
     copy_secs: f64,
     copy_timed_bytes: u64,
@@ -201,7 +200,8 @@ pub struct Prefetcher {
     /// The leased batches: their slots and open reads. Only consumers take this
     /// lock, so `next` and `release` meet the producers on `state` once each.
     leases: Mutex<HashMap<u64, (u32, ForeignOp)>>,
-    /// Set with `State::destroyed`, for the lease paths, which do not take `state`.
+    /// Set by `close` while it holds `state` (so paths under that lock see it as
+    /// of the lock), and read by the lease paths, which do not take it.
     destroyed: AtomicBool,
     slot_freed: Condvar,
     batch_ready: Condvar,
@@ -292,7 +292,6 @@ impl Prefetcher {
                 next_out: 0,
                 pending: BTreeMap::new(),
                 input_closed: false,
-                destroyed: false,
                 stats: PrefetchStats {
                     pinned_bytes,
                     ..PrefetchStats::default()
@@ -334,6 +333,10 @@ impl Prefetcher {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn is_destroyed(&self) -> bool {
+        self.destroyed.load(Ordering::Acquire)
+    }
+
     fn lock_leases(&self) -> MutexGuard<'_, HashMap<u64, (u32, ForeignOp)>> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -367,7 +370,7 @@ impl Prefetcher {
         let deadline = timeout.map(|t| t0 + t);
         let mut st = self.lock();
         let slot = loop {
-            if st.destroyed {
+            if self.is_destroyed() {
                 return Err(destroyed());
             }
             if st.input_closed {
@@ -413,7 +416,7 @@ impl Prefetcher {
         let mut st = self.lock();
         st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
         crate::trace::prefetch_waited(&self.device, false, t0);
-        if st.destroyed {
+        if self.is_destroyed() {
             self.abandon(&mut st, ticket);
             return Err(destroyed());
         }
@@ -441,7 +444,7 @@ impl Prefetcher {
     /// Checks that `ticket` names a slot still filling under it; after a destroy,
     /// ends the fill and reports the destroy.
     fn check_open(&self, st: &mut State, ticket: Ticket) -> Result<()> {
-        if st.destroyed {
+        if self.is_destroyed() {
             self.abandon(st, ticket);
             return Err(destroyed());
         }
@@ -454,9 +457,6 @@ impl Prefetcher {
             s.generation == ticket.generation
                 && matches!(st.pending.get(&ticket.seq), Some(Entry::Filling(x)) if *x == ticket.slot)
         });
-        if st.destroyed {
-            return Err(destroyed());
-        }
         if !ok {
             return Err(Error::new(
                 ErrorCode::InvalidArgument,
@@ -635,7 +635,7 @@ impl Prefetcher {
         let deadline = timeout.map(|t| t0 + t);
         let mut st = self.lock();
         let r = loop {
-            if st.destroyed {
+            if self.is_destroyed() {
                 break Err(destroyed().into());
             }
             let seq = st.next_out;
@@ -716,7 +716,7 @@ impl Prefetcher {
         {
             let mut leases = self.lock_leases();
             // close sets the flag before it takes the leases.
-            if self.destroyed.load(Ordering::Acquire) {
+            if self.is_destroyed() {
                 drop(leases);
                 drop(op);
                 return Err(destroyed().into());
@@ -730,7 +730,7 @@ impl Prefetcher {
     /// Releases a leased batch, in stream order: the slot is refilled only after
     /// the work enqueued on the consumer's stream so far has completed.
     pub fn release(&self, seq: u64) -> Result<()> {
-        if self.destroyed.load(Ordering::Acquire) {
+        if self.is_destroyed() {
             return Err(destroyed());
         }
         let (slot, op) = self.lock_leases().remove(&seq).ok_or_else(|| {
@@ -742,7 +742,7 @@ impl Prefetcher {
         let ended = op.end();
         crate::trace::prefetch_slot(&self.copy_streams[0].0, "release", seq, slot);
         let mut st = self.lock();
-        if !st.destroyed {
+        if !self.is_destroyed() {
             st.free.push_back(slot);
             self.slot_freed.notify_one();
         }
@@ -783,7 +783,7 @@ impl Prefetcher {
             .collect();
         let copied = ops::copy_all(stream, &pairs);
         let mut st = self.lock();
-        if st.destroyed {
+        if self.is_destroyed() {
             return Err(destroyed().into());
         }
         let view = Self::view(seq, slot, &lens, &buffers);
@@ -866,7 +866,6 @@ impl Prefetcher {
     pub fn close(&self) {
         let slots = {
             let mut st = self.lock();
-            st.destroyed = true;
             self.destroyed.store(true, Ordering::Release);
             st.pending.retain(|_, e| matches!(e, Entry::Filling(_)));
             st.free.clear();
