@@ -25,7 +25,7 @@ import (
 // BeginOpInto, RunOp, Copy, Memset, Launch) must show 0: alloc_test.go fails
 // the tests otherwise. Record and BeginOp allocate their wrapper by design.
 
-// chunk is the number of calls per loop. The GPU-bound rows (Copy,
+// chunk is the number of calls per loop. The GPU-bound rows (Copy, Memset,
 // Launch) have a variant with shortChunk calls, few enough that the device's
 // queue never fills, so that each loop measures the host's enqueue cost
 // rather than the device's rate.
@@ -205,10 +205,16 @@ func benchCopy(b *testing.B, size int) {
 }
 
 // sluice_stream_memset of 256 bytes.
-func BenchmarkMemset(b *testing.B) {
+func BenchmarkMemset(b *testing.B) { benchMemset(b, chunk) }
+
+// BenchmarkMemset in loops of shortChunk memsets, which never fill the
+// device's queue: the host's cost per memset, not the device's rate.
+func BenchmarkMemsetHostBound(b *testing.B) { benchMemset(b, shortChunk) }
+
+func benchMemset(b *testing.B, size int) {
 	s := testStream(b, openDev(b))
 	dst := alloc(b, s, 256)
-	compare(b, s, func(n int) {
+	compareChunks(b, s, size, func(n int) {
 		for i := 0; i < n; i++ {
 			if err := Memset(s, dst, 0, byte(i), 256); err != nil {
 				b.Fatal(err)
