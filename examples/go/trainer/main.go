@@ -10,11 +10,8 @@
 //   - the RNG: the weights are drawn from it (normal, scaled), and dropout
 //     draws from its per-element states inside the kernel (<sluice/rng.cuh>);
 //     its checkpoint is saved with the weights;
-//   - a GraphCache: the training step (5 kernels) is captured and
-//     replayed for every batch (-eager: launched op by op); a replayed step
-//     leases the next batch on the training stream and runs its input kernel
-//     as a branch of the step's graph, one graph per slot and input set, so
-//     the loop launches one graph per step and nothing else;
+//   - a GraphCache: the training step (5 kernels) is captured once
+//     and replayed for every batch (-eager: launched op by op);
 //   - sync objects for all ordering: every kernel names the buffers it
 //     reads and writes (a leased batch is ordered by its lease, Next to
 //     Release), and evaluation runs on a second stream that reads the
@@ -60,7 +57,6 @@ type options struct {
 	save, resume, losses   string
 	eager, graph, blocking bool
 	overlapInput           bool
-	inputInGraph           bool
 	lossStream             bool
 	pdl                    bool
 	benchSteps, benchInput int
@@ -89,7 +85,6 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
-	flag.BoolVar(&o.inputInGraph, "input-in-graph", true, "replayed steps with the prefetcher and -overlap-input: each batch's input stage is a branch of the graph of the step before (a graph per slot and input set), so a step launches one graph and no kernel (false: the input stage is launched before each step)")
 	flag.BoolVar(&o.lossStream, "loss-stream", true, "replayed steps: store the loss on a stream of its own, a branch of the graph beside the backward pass (false: on the training stream)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
@@ -277,10 +272,6 @@ func run() error {
 		}
 		defer cache.Close()
 	}
-	// The input stage in the step's graph (stepAhead): the slots' indices,
-	// by their device addresses.
-	ahead := o.graph && o.overlapInput && o.inputInGraph && !o.blocking
-	slots := map[uint64]int{}
 	lossPin, err := dev.AllocPinned(4 * smp.nb)
 	if err != nil {
 		return err
@@ -315,28 +306,7 @@ func run() error {
 		}
 		te := time.Now()
 		var enqueue time.Duration // host time spent issuing the steps
-		if ahead {
-			// The epoch's first batch; each step loads the next one.
-			m.useInput(e * smp.nb)
-			if err := nextInput(pf, inS, m, nil); err != nil {
-				return err
-			}
-		}
 		for i := 0; i < smp.nb; i++ {
-			if ahead {
-				m.useInput(e*smp.nb + i)
-				ts := time.Now()
-				if i+1 < smp.nb {
-					err = stepAhead(pf, train, inS, m, cache, slots)
-				} else {
-					err = m.step(cache, train)
-				}
-				enqueue += time.Since(ts)
-				if err != nil {
-					return fmt.Errorf("epoch %d step %d: %w", e+1, i, err)
-				}
-				continue
-			}
 			copyS := train
 			if o.overlapInput {
 				m.useInput(e*smp.nb + i)
@@ -491,26 +461,6 @@ func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhase
 		ph.release += time.Since(t2)
 	}
 	return err
-}
-
-// stepAhead leases the next step's batch on s, runs the step with that
-// batch's input stage in its graph (model.stepAhead), and releases the
-// batch after both. slots numbers the prefetcher's slots as they show up.
-func stepAhead(pf *sluice.Prefetcher, s, in *sluice.Stream, m *model, cache *sluice.GraphCache, slots map[uint64]int) error {
-	b, err := pf.Next(s, sluice.WaitForever)
-	if err != nil {
-		return err
-	}
-	src, err := m.prefetched(b)
-	if err == nil {
-		slot, ok := slots[src.addr]
-		if !ok {
-			slot = len(slots)
-			slots[src.addr] = slot
-		}
-		err = m.stepAhead(cache, s, in, slot, src)
-	}
-	return errors.Join(err, b.Release())
 }
 
 // benchInput times o.benchInput batches through the input pipeline alone:

@@ -43,14 +43,12 @@ type model struct {
 	// lossS, when set, runs loss_store beside the backward pass, which does
 	// not read the losses: a branch of the captured graph, forked by forkEv (a
 	// stream joins a capture only by waiting on an event recorded in it).
-	lossS  *sluice.Stream
-	forkEv sluice.Event
-	// inForkEv forks stepAhead's input branch off the training stream.
-	inForkEv sluice.Event
-	dropout  float32
-	scale    float32 // 1/(1-dropout)
-	lr, mu   float32
-	wd       float32
+	lossS   *sluice.Stream
+	forkEv  sluice.Event
+	dropout float32
+	scale   float32 // 1/(1-dropout)
+	lr, mu  float32
+	wd      float32
 
 	// The input sets, written by the input stage (loadInput): each a batch's
 	// pixels as the products' x operand (bf16 when half, else floats) and
@@ -272,7 +270,6 @@ func (m *model) Close() {
 		m.rng.Close()
 	}
 	m.forkEv.Close()
-	m.inForkEv.Close()
 	for _, f := range m.fns {
 		f.Close()
 	}
@@ -525,36 +522,6 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 		return cache.Run(uint64(m.parity), s, m.trainStep)
 	}
 	return m.trainStep(s)
-}
-
-// stepAhead issues, on s, step m.parity (replayed from cache) and, in a
-// branch on in beside it, the input stage of the next step's batch src into
-// the other input set. src is a leased batch in prefetcher slot slot (Next
-// made s wait for its copy; Release after this call orders its refill after
-// the step), so the graph is captured per slot and parity: the input stage
-// is then part of the replayed graph, and the loop launches nothing else.
-func (m *model) stepAhead(cache *sluice.GraphCache, s, in *sluice.Stream, slot int, src batchSource) error {
-	key := uint64(2 + 2*slot + m.parity) // 0 and 1: step's keys
-	next := 1 - m.parity
-	return cache.Run(key, s, func(s *sluice.Stream) error {
-		if err := s.RecordInto(&m.inForkEv, 0); err != nil {
-			return err
-		}
-		if err := in.WaitEvent(&m.inForkEv); err != nil {
-			return err
-		}
-		m.parity = next
-		err := m.loadInput(in, src)
-		m.parity = 1 - next
-		if err != nil {
-			return err
-		}
-		if err := m.trainStep(s); err != nil {
-			return err
-		}
-		// The join: s waits for the input stage (it writes the set read).
-		return s.RunOp(syncs(m.inX[next], m.inY[next]), nil, func(unsafe.Pointer) error { return nil })
-	})
 }
 
 // trainStep enqueues one training step on s over the input set in use

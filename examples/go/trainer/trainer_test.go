@@ -112,8 +112,7 @@ func TestCorruptCheckpoint(t *testing.T) {
 
 // TestInputRoutingAndBenchModes: copying batches on the training stream into
 // one input set computes the same losses, bit for bit, as the default (an
-// input stream and two sets, the input stage in the graph of the step
-// before), and so does launching the input stage before each step, and storing the loss
+// input stream and two sets, a graph per set), and so does storing the loss
 // on the training stream instead of a branch of the graph; -bench-steps and
 // -bench-input report a rate.
 func TestInputRoutingAndBenchModes(t *testing.T) {
@@ -123,12 +122,6 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 	trainer(t, "-epochs", "1", "-losses", b, "-overlap-input=false")
 	if la, lb := read(t, a), read(t, b); len(la) == 0 || !bytes.Equal(la, lb) {
 		t.Fatalf("losses differ between the input routings:\n%s\n%s", la, lb)
-	}
-	// The input stage launched before each step, not in the graph of the
-	// step before.
-	trainer(t, "-epochs", "1", "-losses", b, "-input-in-graph=false")
-	if la, lb := read(t, a), read(t, b); !bytes.Equal(la, lb) {
-		t.Fatalf("losses differ with the input stage outside the graph:\n%s\n%s", la, lb)
 	}
 	// The loss stored on the training stream, not in a branch of the graph.
 	trainer(t, "-epochs", "1", "-losses", b, "-loss-stream=false")
