@@ -122,6 +122,25 @@ if command -v python3 >/dev/null && [ -f "$summary" ]; then
 		&& python3 "$summary" "$tmp/trace.json" --device-summary 16 \
 		|| { echo "profile run failed:"; tail -5 "$tmp/profile.out"; }
 fi
+# 4b. The step alone on the device, kernel by kernel as the device ran them
+# (graph nodes included): CUPTI's kernel records through tools/ktrace, one
+# process per mode, 2,000 steps after 1 epoch and 600 steps alone. Each kernel's
+# gap is its start less the latest end before it: negative where a programmatic
+# launch started early and waited.
+ktrace=../../tools/ktrace
+if command -v python3 >/dev/null && [ -x "$ktrace/build.sh" ] && lib=$("$ktrace/build.sh" 2>"$tmp/ktrace.err"); then
+	for mode in graph eager; do
+		echo "== 4b. the step alone on the device ($mode, CUPTI kernel records, steps 834 to 2834)"
+		args=(-epochs 1 -batch 256 -bench-steps 3000)
+		[ $mode = eager ] && args+=(-eager)
+		LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} KTRACE_OUT="$tmp/k_$mode.csv" \
+			CUDA_INJECTION64_PATH=$PWD/$ktrace/libktrace.so ./trainer "${args[@]}" "${extra[@]}" >"$tmp/k_$mode.out" 2>&1 \
+			&& python3 "$ktrace/gaps.py" "$tmp/k_$mode.csv" 834 2000 \
+			|| { echo "ktrace run failed:"; tail -5 "$tmp/k_$mode.out"; }
+	done
+elif [ -s "$tmp/ktrace.err" ]; then
+	echo "== 4b. skipped: $(tail -1 "$tmp/ktrace.err")"
+fi
 # 5. (SLUICE_TRAINER_NCU=1) each kernel's own duration under Nsight Compute, which
 # runs kernels one at a time: the step's device time without launch gaps.
 if [ "${SLUICE_TRAINER_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
