@@ -11,6 +11,7 @@
 #      epochs 2 to 8: an epoch takes 10 to 20 ms, and the replayed rate varies
 #      from epoch to epoch; the eager step's host time varies between processes):
 #      graph replay against the eager step              RESULT steps_per_s graph=... eager=... ratio=...  (goal >= 2)
+#      two steps per graph against one (-graph-steps 1) RESULT steps_per_s graph=... graph_one_step=...
 #      prefetcher against a blocking copy               RESULT steps_per_s prefetch=... blocking=... ratio=...
 #      the step alone, after training, on the last batch
 #      without the input pipeline (-bench-steps)         RESULT step_only_steps_per_s graph=... eager=... ratio=...
@@ -78,9 +79,10 @@ echo "== 3. steps/s at batch 256: 3 processes per mode, alternating; each the me
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 declare -A rates
 for rep in 1 2 3; do
-	for mode in graph_prefetch eager_prefetch graph_blocking eager_blocking; do
+	for mode in graph_prefetch graph1_prefetch eager_prefetch graph_blocking eager_blocking; do
 		args=(-epochs 8 -batch 256)
 		[[ $mode == eager_* ]] && args+=(-eager)
+		[[ $mode == graph1_* ]] && args+=(-graph-steps 1)
 		[[ $mode == *_blocking ]] && args+=(-blocking)
 		[[ $mode == *_prefetch ]] && args+=(-bench-steps 2340)
 		run "${mode}_$rep" "${args[@]}" >/dev/null
@@ -88,22 +90,27 @@ for rep in 1 2 3; do
 		[[ $mode == *_prefetch ]] && rates[${mode}_only]+="$(field "${mode}_$rep" step_only_steps_per_s) "
 	done
 done
-for mode in graph_prefetch eager_prefetch graph_blocking eager_blocking; do
+for mode in graph_prefetch graph1_prefetch eager_prefetch graph_blocking eager_blocking; do
 	echo "$mode steps/s: ${rates[$mode]}"
 done
+g1=$(echo "${rates[graph1_prefetch]}" | median)
 gp=$(echo "${rates[graph_prefetch]}" | median)
 ep=$(echo "${rates[eager_prefetch]}" | median)
 gb=$(echo "${rates[graph_blocking]}" | median)
 eb=$(echo "${rates[eager_blocking]}" | median)
 echo "RESULT steps_per_s graph=$gp eager=$ep ratio=$(ratio "$gp" "$ep") (prefetcher)"
 echo "RESULT steps_per_s graph_blocking=$gb eager_blocking=$eb ratio=$(ratio "$gb" "$eb") (blocking copies)"
+echo "RESULT steps_per_s graph=$gp graph_one_step=$g1 ratio=$(ratio "$gp" "$g1") (two steps per graph against one)"
 echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (graph)"
 echo "RESULT steps_per_s eager_prefetch=$ep eager_blocking=$eb ratio=$(ratio "$ep" "$eb") (eager)"
 echo "graph step only steps/s: ${rates[graph_prefetch_only]}"
+echo "graph (a step per graph) step only steps/s: ${rates[graph1_prefetch_only]}"
 echo "eager step only steps/s: ${rates[eager_prefetch_only]}"
 go=$(echo "${rates[graph_prefetch_only]}" | median)
 eo=$(echo "${rates[eager_prefetch_only]}" | median)
+g1o=$(echo "${rates[graph1_prefetch_only]}" | median)
 echo "RESULT step_only_steps_per_s graph=$go eager=$eo ratio=$(ratio "$go" "$eo") (the step alone, 2340 steps on one batch)"
+echo "RESULT step_only_steps_per_s graph=$go graph_one_step=$g1o ratio=$(ratio "$go" "$g1o") (two steps per graph against one)"
 
 echo "== 3b. the input pipeline alone: 20000 batches through the prefetcher into the input sets, no step"
 if run input -bench-input 20000 >/dev/null; then
@@ -129,10 +136,11 @@ fi
 # launch started early and waited.
 ktrace=../../tools/ktrace
 if command -v python3 >/dev/null && [ -x "$ktrace/build.sh" ] && lib=$("$ktrace/build.sh" 2>"$tmp/ktrace.err"); then
-	for mode in graph eager; do
+	for mode in graph graph1 eager; do
 		echo "== 4b. the step alone on the device ($mode, CUPTI kernel records, steps 834 to 2834)"
 		args=(-epochs 1 -batch 256 -bench-steps 3000)
 		[ $mode = eager ] && args+=(-eager)
+		[ $mode = graph1 ] && args+=(-graph-steps 1)
 		LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} KTRACE_OUT="$tmp/k_$mode.csv" \
 			CUDA_INJECTION64_PATH=$PWD/$ktrace/libktrace.so ./trainer "${args[@]}" "${extra[@]}" >"$tmp/k_$mode.out" 2>&1 \
 			&& python3 "$ktrace/gaps.py" "$tmp/k_$mode.csv" 834 2000 \

@@ -10,8 +10,9 @@
 //   - the RNG: the weights are drawn from it (normal, scaled), and dropout
 //     draws from its per-element states inside the kernel (<sluice/rng.cuh>);
 //     its checkpoint is saved with the weights;
-//   - a GraphCache: the training step (5 kernels) is captured once
-//     and replayed for every batch (-eager: launched op by op);
+//   - a GraphCache: the training step (5 kernels) is captured once and
+//     replayed, two steps per graph over four input sets (-graph-steps 1:
+//     a step per graph; -eager: launched op by op);
 //   - sync objects for all ordering: every kernel names the buffers it
 //     reads and writes (a leased batch is ordered by its lease, Next to
 //     Release), and evaluation runs on a second stream that reads the
@@ -60,6 +61,7 @@ type options struct {
 	lossStream             bool
 	pdl                    bool
 	benchSteps, benchInput int
+	graphSteps             int
 	depth, producers       int
 	data                   string
 	gemm                   string
@@ -86,6 +88,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
 	flag.BoolVar(&o.lossStream, "loss-stream", true, "replayed steps: store the loss on a stream of its own, a branch of the graph beside the backward pass (false: on the training stream)")
+	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1 or 2 (2: a graph runs the steps of two batches, read from four input sets)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 16, "prefetcher slots")
@@ -114,6 +117,8 @@ func parseFlags() (*options, error) {
 		return nil, fmt.Errorf("-kchunk and -kchunk-tn must be positive multiples of %d", gemmBK)
 	case !validCluster(gemmClusterNN) || !validCluster(gemmClusterTN):
 		return nil, errors.New("-cluster and -cluster-tn must be 0, 1, 2, 4 or 8")
+	case o.graphSteps != 1 && o.graphSteps != 2:
+		return nil, errors.New("-graph-steps must be 1 or 2")
 	case o.depth < 1 || o.producers < 1:
 		return nil, errors.New("-depth and -producers must be positive")
 	case flag.NArg() > 0:
@@ -209,6 +214,11 @@ func run() error {
 		return err
 	}
 	defer m.Close()
+	// Two steps per graph read four input sets, two per graph in turn.
+	pairs := o.graph && o.graphSteps == 2 && o.overlapInput && !o.blocking
+	if pairs {
+		m.sets = 4
+	}
 	if o.lossStream && o.graph {
 		// A branch pays off in a graph only; eagerly, the fork and the join
 		// would cost 4 more driver calls per step for a kernel of one block.
@@ -300,6 +310,7 @@ func run() error {
 	var acc float64
 	var rates []float64 // steps/s of each epoch of this process
 	var batchWait time.Duration
+	pairN := 0 // graphs of two steps issued (pairs)
 	for e := start; e < o.epochs; e++ {
 		if err := sluice.Memset(train, m.trainStats, 0, 0, 8); err != nil {
 			return err
@@ -307,6 +318,27 @@ func run() error {
 		te := time.Now()
 		var enqueue time.Duration // host time spent issuing the steps
 		for i := 0; i < smp.nb; i++ {
+			if pairs && i+1 < smp.nb {
+				// Batches i and i+1 into sets first and first+1 (the sets the
+				// graph before did not read), then one graph of both steps.
+				first := 2 * (pairN % 2)
+				pairN++
+				for j := range 2 {
+					m.parity = first + j
+					if err := nextInput(pf, inS, m, nil); err != nil {
+						return err
+					}
+				}
+				m.parity = first
+				ts := time.Now()
+				err = m.steps2(cache, train)
+				enqueue += time.Since(ts)
+				if err != nil {
+					return fmt.Errorf("epoch %d steps %d and %d: %w", e+1, i, i+1, err)
+				}
+				i++
+				continue
+			}
 			copyS := train
 			if o.overlapInput {
 				m.useInput(e*smp.nb + i)
@@ -389,7 +421,11 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		fmt.Printf("graph cache: %d eager, %d captured, %d replayed steps\n", st.Eager, st.Captured, st.Replayed)
+		per := "a step"
+		if pairs {
+			per = "two steps"
+		}
+		fmt.Printf("graph cache: %d eager, %d captured, %d replayed (a graph runs %s)\n", st.Eager, st.Captured, st.Replayed, per)
 	}
 	params := make([]float32, m.nParams)
 	if err := sluice.CopyToHostSlice(train, params, m.params, 0); err != nil {
@@ -408,7 +444,7 @@ func run() error {
 	fmt.Printf("RESULT accuracy=%.4f\n", acc)
 	fmt.Printf("RESULT steps_per_s=%.1f mode=%s batch=%d hidden=%d (median of %d epochs)\n", steadyRate(rates), modeName(o), o.batch, o.hidden, max(len(rates)-1, 1))
 	if o.benchSteps > 0 {
-		rate, err := benchSteps(train, m, cache, o.benchSteps, smp.nb)
+		rate, err := benchSteps(train, m, cache, o.benchSteps, smp.nb, pairs)
 		if err != nil {
 			return err
 		}
@@ -509,14 +545,22 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 // the epochs issue them (replayed or eager) but without the input pipeline:
 // the step's own rate. The losses' counter restarts every perEpoch steps, as
 // an epoch's does. The weights change: it runs after the checkpoint.
-func benchSteps(s *sluice.Stream, m *model, cache *sluice.GraphCache, n, perEpoch int) (float64, error) {
+func benchSteps(s *sluice.Stream, m *model, cache *sluice.GraphCache, n, perEpoch int, pairs bool) (float64, error) {
 	t0 := time.Now()
 	for done := 0; done < n; {
 		if err := sluice.Memset(s, m.trainStats, 0, 0, 8); err != nil {
 			return 0, err
 		}
 		for i := 0; i < perEpoch && done < n; i, done = i+1, done+1 {
-			if err := m.step(cache, s); err != nil {
+			var err error
+			if pairs && i+1 < perEpoch && done+1 < n {
+				m.parity = 0
+				err = m.steps2(cache, s)
+				i, done = i+1, done+1
+			} else {
+				err = m.step(cache, s)
+			}
+			if err != nil {
 				return 0, err
 			}
 		}

@@ -52,9 +52,11 @@ type model struct {
 
 	// The input sets, written by the input stage (loadInput): each a batch's
 	// pixels as the products' x operand (bf16 when half, else floats) and
-	// its labels. A step reads set parity (useInput).
-	inX, inY [2]*sluice.Buffer
+	// its labels. A step reads set parity (useInput), of the first sets
+	// (2, or 4 for graphs of two steps: see steps2).
+	inX, inY [4]*sluice.Buffer
 	parity   int
+	sets     int
 	// The blocking path's batch, copied from Go memory, laid out as a
 	// prefetched one (batchSource).
 	stage *sluice.Buffer
@@ -148,7 +150,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	m := &model{
 		dev: dev, host: be == sluice.BackendHost,
 		B: hp.batch, H: hp.hidden, dropout: hp.dropout, scale: 1 / (1 - hp.dropout),
-		lr: hp.lr, mu: hp.mu, wd: hp.wd, maxSteps: maxSteps,
+		lr: hp.lr, mu: hp.mu, wd: hp.wd, maxSteps: maxSteps, sets: 2,
 	}
 	m.nParams = inputs*m.H + m.H + m.H*classes + classes
 	m.nStates = dropStates(m.B, m.H)
@@ -180,6 +182,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	allocs := []alloc{
 		// An input set's pixels take floats' room, or bf16 (selfTest decides).
 		{&m.inX[0], 4 * B * inputs}, {&m.inY[0], B}, {&m.inX[1], 4 * B * inputs}, {&m.inY[1], B},
+		{&m.inX[2], 4 * B * inputs}, {&m.inY[2], B}, {&m.inX[3], 4 * B * inputs}, {&m.inY[3], B},
 		{&m.stage, B * (inputs + 1)},
 		{&m.a1, 4 * B * H}, {&m.mask, 4 * dropDraws * m.nStates}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
@@ -258,7 +261,7 @@ func (m *model) programmaticLaunch(on bool) error {
 }
 
 func (m *model) Close() {
-	bufs := []*sluice.Buffer{m.inX[0], m.inY[0], m.inX[1], m.inY[1], m.stage, m.a1, m.mask, m.z2, m.dz2, m.da1,
+	bufs := []*sluice.Buffer{m.inX[0], m.inY[0], m.inX[1], m.inY[1], m.inX[2], m.inY[2], m.inX[3], m.inY[3], m.stage, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
 		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.w1h, m.da1h}
 	for _, b := range bufs {
@@ -454,10 +457,10 @@ func (m *model) halfWeights(s *sluice.Stream) error {
 		m.w1h.DevicePtr(), m.w1(m.params).ptr(), uint32(n))
 }
 
-// useInput points the step at input set step % 2. The batch of a step is
-// copied (on its own stream) while the step before runs, into the set that
+// useInput points the step at input set step % m.sets. The batch of a step
+// is copied (on its own stream) while the step before runs, into a set that
 // step does not read; a graph is captured per set (step's cache key).
-func (m *model) useInput(step int) { m.parity = step % 2 }
+func (m *model) useInput(step int) { m.parity = step % m.sets }
 
 // batchSource is a batch in device memory, B rows of u8 pixels then their B
 // labels: a prefetcher's batch (one segment, so one copy per batch), or the
@@ -522,6 +525,27 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 		return cache.Run(uint64(m.parity), s, m.trainStep)
 	}
 	return m.trainStep(s)
+}
+
+// steps2 issues two training steps on s, over input sets m.parity (even)
+// and m.parity + 1, as one graph replayed from cache: the device then pays
+// one graph boundary per two steps, and the second step's first kernel may
+// start while the first step's last one finishes (programmatic launch).
+// With four sets, the input stage of the next two batches runs beside it.
+// Its kernels are the same ops in the same order as two step calls, so the
+// losses and weights are bit-identical to theirs. m.parity ends at the second.
+func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream) error {
+	first := m.parity
+	err := cache.Run(uint64(m.sets+first), s, func(s *sluice.Stream) error {
+		m.parity = first
+		if err := m.trainStep(s); err != nil {
+			return err
+		}
+		m.parity = first + 1
+		return m.trainStep(s)
+	})
+	m.parity = first + 1
+	return err
 }
 
 // trainStep enqueues one training step on s over the input set in use

@@ -112,9 +112,9 @@ func TestCorruptCheckpoint(t *testing.T) {
 
 // TestInputRoutingAndBenchModes: copying batches on the training stream into
 // one input set computes the same losses, bit for bit, as the default (an
-// input stream and two sets, a graph per set), and so does storing the loss
-// on the training stream instead of a branch of the graph; -bench-steps and
-// -bench-input report a rate.
+// input stream and four sets, two steps per graph), and so do one step per
+// graph and storing the loss on the training stream instead of a branch of
+// the graph; -bench-steps and -bench-input report a rate.
 func TestInputRoutingAndBenchModes(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.losses"), filepath.Join(dir, "b.losses")
@@ -122,6 +122,14 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 	trainer(t, "-epochs", "1", "-losses", b, "-overlap-input=false")
 	if la, lb := read(t, a), read(t, b); len(la) == 0 || !bytes.Equal(la, lb) {
 		t.Fatalf("losses differ between the input routings:\n%s\n%s", la, lb)
+	}
+	// A step per graph: the same losses from twice the graph runs.
+	single := trainer(t, "-epochs", "1", "-losses", b, "-graph-steps", "1")
+	if la, lb := read(t, a), read(t, b); !bytes.Equal(la, lb) {
+		t.Fatalf("losses differ between two steps and one step per graph:\n%s\n%s", la, lb)
+	}
+	if p, s := graphRuns(t, out), graphRuns(t, single); p == 0 || 2*p != s {
+		t.Fatalf("graph runs: %d with two steps per graph, %d with one (want half)", p, s)
 	}
 	// The loss stored on the training stream, not in a branch of the graph.
 	trainer(t, "-epochs", "1", "-losses", b, "-loss-stream=false")
@@ -143,4 +151,20 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 			t.Fatalf("%s: not a rate", m[0])
 		}
 	}
+}
+
+// graphRuns is the number of graph cache runs (eager, captured or replayed)
+// that a trainer's output reports.
+func graphRuns(t *testing.T, out string) int {
+	t.Helper()
+	m := regexp.MustCompile(`graph cache: (\d+) eager, (\d+) captured, (\d+) replayed`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no graph cache line in:\n%s", out)
+	}
+	runs := 0
+	for _, n := range m[1:] {
+		v, _ := strconv.Atoi(n)
+		runs += v
+	}
+	return runs
 }
