@@ -7,6 +7,7 @@
 #      and the kernels' start-up self-test             RESULT kernel self-test: ...
 #   2. epochs 1-2 with -save, then a fresh process
 #      with -resume for epochs 3-5, against run 1       RESULT resume_identical=1
+#   2b. epoch 1 with two steps per graph and with one   RESULT graph_steps_identical=1
 #   3. steps/s, the median of 3 processes per mode (each the median of its
 #      epochs 2 to 8: an epoch takes 10 to 20 ms, and the replayed rate varies
 #      from epoch to epoch; the eager step's host time varies between processes):
@@ -73,6 +74,16 @@ if run first -epochs 2 -batch 256 -losses "$tmp/a.losses" -save "$tmp/a.ckpt" &&
 	fi
 fi
 echo "RESULT resume_identical=$same"
+[ $same = 1 ] || rc=1
+
+echo "== 2b. two steps per graph against one: epoch 1's losses, bit for bit"
+same=0
+if run pairs -epochs 1 -batch 256 -losses "$tmp/p2.losses" >/dev/null &&
+	run single -epochs 1 -batch 256 -graph-steps 1 -losses "$tmp/p1.losses" >/dev/null &&
+	[ -s "$tmp/p1.losses" ] && cmp -s "$tmp/p1.losses" "$tmp/p2.losses"; then
+	same=1
+fi
+echo "RESULT graph_steps_identical=$same ($(wc -l <"$tmp/p1.losses") steps)"
 [ $same = 1 ] || rc=1
 
 echo "== 3. steps/s at batch 256: 3 processes per mode, alternating; each the median of its epochs 2-8"

@@ -10,7 +10,8 @@ import "strings"
 //
 // The input stage (model.loadInput), on the input stream beside the step
 // before: input_bf16 (or input_f32) turns a batch's pixels into x and copies
-// its labels into an input set. A training step is then 5 kernels
+// its labels into an input set (input_pair_bf16: two batches, for a graph of
+// two steps). A training step is then 5 kernels
 // (model.trainStep):
 //
 //	gemm_nn_bias_relu_drop  a1 = dropout(relu(x W1 + b1)), split-K     a1, RNG states
@@ -30,7 +31,7 @@ var kernelNames = []string{
 	"gemm_nn", "gemm_tn", "gemm_nn_bias_relu", "gemm_nn_bias_relu_drop",
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
 	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
-	"u8_to_f32", "input_f32", "input_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2",
+	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2",
 }
 
 // pdlKernels are the prefixes of the kernels launched with programmatic

@@ -267,6 +267,23 @@ __global__ void input_bf16(unsigned short* x, unsigned char* y, const unsigned c
   if (i < rows) y[i] = lb[i];
 }
 
+// input_bf16 for two batches at once, blockIdx.y's into its own input set:
+// the input stage of a graph of two steps, one launch for both.
+__global__ void input_pair_bf16(unsigned short* x0, unsigned char* y0, const unsigned char* px0,
+                                const unsigned char* lb0, unsigned short* x1, unsigned char* y1,
+                                const unsigned char* px1, const unsigned char* lb1, unsigned n,
+                                unsigned rows) {
+  pdl_enter();
+  const bool second = blockIdx.y != 0;
+  unsigned short* x = second ? x1 : x0;
+  unsigned char* y = second ? y1 : y0;
+  const unsigned char* px = second ? px1 : px0;
+  const unsigned char* lb = second ? lb1 : lb0;
+  const unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = f2bf((float)px[i] * (1.0f / 255.0f));
+  if (i < rows) y[i] = lb[i];
+}
+
 // The same in floats, four pixels per thread.
 __global__ void input_f32(float* x, unsigned char* y, const unsigned char* px, const unsigned char* lb,
                           unsigned n, unsigned rows) {

@@ -321,15 +321,11 @@ func run() error {
 			if pairs && i+1 < smp.nb {
 				// Batches i and i+1 into sets first and first+1 (the sets the
 				// graph before did not read), then one graph of both steps.
-				first := 2 * (pairN % 2)
+				m.parity = 2 * (pairN % 2)
 				pairN++
-				for j := range 2 {
-					m.parity = first + j
-					if err := nextInput(pf, inS, m, nil); err != nil {
-						return err
-					}
+				if err := nextInputPair(pf, inS, m); err != nil {
+					return err
 				}
-				m.parity = first
 				ts := time.Now()
 				err = m.steps2(cache, train)
 				enqueue += time.Since(ts)
@@ -497,6 +493,26 @@ func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhase
 		ph.release += time.Since(t2)
 	}
 	return err
+}
+
+// nextInputPair leases the next two batches on s, runs their input stage
+// into input sets m.parity and m.parity + 1 (one kernel), and releases both.
+func nextInputPair(pf *sluice.Prefetcher, s *sluice.Stream, m *model) error {
+	b0, err := pf.Next(s, sluice.WaitForever)
+	if err != nil {
+		return err
+	}
+	b1, err := pf.Next(s, sluice.WaitForever)
+	if err != nil {
+		return errors.Join(err, b0.Release())
+	}
+	src0, err0 := m.prefetched(b0)
+	src1, err1 := m.prefetched(b1)
+	err = errors.Join(err0, err1)
+	if err == nil {
+		err = m.loadInputPair(s, src0, src1)
+	}
+	return errors.Join(err, b0.Release(), b1.Release())
 }
 
 // benchInput times o.benchInput batches through the input pipeline alone:

@@ -518,6 +518,28 @@ func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 		x.DevicePtr(), y.DevicePtr(), px, labels, uint32(n), uint32(m.B))
 }
 
+// loadInputPair is the input stage of a graph of two steps (steps2): src0
+// into input set m.parity and src1 into the next, with one kernel when half
+// (the other kinds and the host backend run loadInput twice).
+func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource) error {
+	first := m.parity
+	defer func() { m.parity = first }()
+	if !m.half || src0.sync != nil || src1.sync != nil {
+		if err := m.loadInput(s, src0); err != nil {
+			return err
+		}
+		m.parity = first + 1
+		return m.loadInput(s, src1)
+	}
+	n := m.B * inputs
+	x0, y0, x1, y1 := m.inX[first], m.inY[first], m.inX[first+1], m.inY[first+1]
+	cfg := grid1(n)
+	cfg.Grid.Y = 2
+	return m.run(s, "input_pair_bf16", cfg, nil, syncs(x0, y0, x1, y1), nil,
+		x0.DevicePtr(), y0.DevicePtr(), src0.addr, src0.addr+uint64(n),
+		x1.DevicePtr(), y1.DevicePtr(), src1.addr, src1.addr+uint64(n), uint32(n), uint32(m.B))
+}
+
 // step issues one training step on s: replayed from cache, keyed by the
 // input set, or eager when cache is nil.
 func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
