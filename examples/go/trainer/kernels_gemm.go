@@ -46,6 +46,9 @@ const kernelGemm = `
 #define H_STAGE (32 * H_LD)
 #define SMEM_BF16 (NSTAGE_H * H_STAGE)  // floats of the BF16 main loop's stages (2 operands of H_STAGE halves)
 #define RED_LD (GBN + 1)  // a cluster's partial tile (and mask) in shared memory, [GBM][RED_LD]
+#ifndef TN_EARLY_A
+#define TN_EARLY_A 1    // BF16 x^T da1: x's first stages load before pdl_enter (0: after)
+#endif
 #ifndef CLUSTER_NN
 #define CLUSTER_NN 2    // BF16: K splits (one cluster per tile) of the NN products; 0: split by kchunk
 #endif
@@ -161,13 +164,20 @@ __device__ __forceinline__ void mainloop_f32(float (&acc)[MI][NJ][4], float* sme
                      ahead, compute);
 }
 
+// The first n of 8 bf16 values from src to dst, zeros after them.
+__device__ __noinline__ void copy_prefix(unsigned short* dst, const unsigned short* src, int n) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) dst[j] = j < n ? src[j] : (unsigned short)0;
+}
+
 // The BF16 main loop of gemm_tile (MI = 1, NJ = 2): A and B hold bf16 values.
 // A stage is K rows [k0, k0 + HK): one 16-byte vector (8 values) of A and one
 // of B per thread, vector tid at row tid / 4, values 8 (tid % 4)..+7; A as
 // [m][k] (NN) or [k][m] (TA), B as [k][n]. Each k16 step loads a warp's A
 // fragment with one ldmatrix (transposed for TA) and both B fragments with one
-// transposed ldmatrix. ahead() runs while the first stages load.
-template <bool TA, class Ahead>
+// transposed ldmatrix. ahead() runs while the first stages load. EARLY_A:
+// the loop calls pdl_enter, after issuing A's first stages.
+template <bool TA, bool EARLY_A, class Ahead>
 __device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* smem, int M, int N,
                                               int kb, int ke, int m0, int n0, int lda,
                                               const unsigned short* __restrict__ A,
@@ -177,53 +187,83 @@ __device__ __forceinline__ void mainloop_bf16(float (&acc)[MI][NJ][4], float* sm
   unsigned short* Bs = As + NSTAGE_H * H_STAGE;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = (warp >> 1) * 16, wn = (warp & 1) * 16;
-  const bool avec = (lda % 8 == 0) && (((unsigned long long)A & 15) == 0);
-  const bool bvec = (N % 8 == 0) && (((unsigned long long)B & 15) == 0);
-  auto issue = [&](int st, int k0) {
-    const int r = tid >> 2, q = (tid & 3) * 8;
-    unsigned short* da = As + st * H_STAGE + r * H_LD + q;
-    const int am = TA ? m0 + q : m0 + r, ak = TA ? k0 + r : k0 + q;  // first value
-    const unsigned short* sa = A + (unsigned long long)(TA ? ak : am) * lda + (TA ? am : ak);
-    if (avec && (TA ? (ak < ke && am + 7 < M) : (am < M && ak + 7 < ke))) {
-      cp_async16(da, sa);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const bool in = TA ? (ak < ke && am + j < M) : (am < M && ak + j < ke);
-        da[j] = in ? sa[j] : (unsigned short)0;
-      }
-    }
-    unsigned short* db = Bs + st * H_STAGE + r * H_LD + q;
-    const int bk = k0 + r, bn = n0 + q;
-    const unsigned short* sb = B + (unsigned long long)bk * N + bn;
-    if (bvec && bk < ke && bn + 7 < N) {
-      cp_async16(db, sb);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) db[j] = (bk < ke && bn + j < N) ? sb[j] : (unsigned short)0;
-    }
+  const bool avec = kept((lda % 8 == 0) && (((unsigned long long)A & 15) == 0));
+  const bool bvec = kept((N % 8 == 0) && (((unsigned long long)B & 15) == 0));
+  // This thread's vector of a stage (8 values), computed once: its place in
+  // the stage (row r, values q..q+7), A's first value's m, the sources at
+  // k0 = kb, and the shared-memory addresses in buffer 0.
+  const int r = tid >> 2, q = (tid & 3) * 8;
+  const int am = TA ? m0 + q : m0 + r;
+  const unsigned long long a_kstep = TA ? (unsigned long long)lda : 1ull;  // A's elements per k
+  const unsigned short* ga =
+      kept(A + (TA ? (unsigned long long)(kb + r) * lda + am : (unsigned long long)am * lda + kb + q));
+  const unsigned short* gb = kept(B + (unsigned long long)(kb + r) * N + n0 + q);
+  const unsigned sa0 = smem_addr(As + r * H_LD + q), sb0 = smem_addr(Bs + r * H_LD + q);
+  // Of each vector, the values in range are a prefix (along k for NN's A,
+  // along m for TA's, along n for B), of n values at the stage dk = k0 - kb
+  // on: NN's A min(a_rem - dk, 8); TA's A a_cnt, B b_cnt, while dk < k_rem
+  // (the row is in K); else 0. n == 8 and aligned: one cp.async; 0: a store
+  // of zeros; else copy_prefix, out of line (it runs only where M, N or a
+  // block's K range is not a multiple of 8). kept() holds each in a register
+  // (the compiler would recompute them at every stage).
+  const int k_rem = kept(ke - kb - r);
+  const int a_rem = kept(TA || am < M ? ke - kb - q : -HK * 1024);
+  const int a_cnt = kept(TA ? min(max(M - am, 0), 8) : 0);
+  const int b_cnt = kept(min(max(N - n0 - q, 0), 8));
+  auto issue_a = [&](int st, int k0) {
+    const int dk = k0 - kb;
+    const int n = TA ? (dk < k_rem ? a_cnt : 0) : min(max(a_rem - dk, 0), 8);
+    const unsigned sm = sa0 + st * (H_STAGE * 2);
+    if (n == 8 && avec)
+      cp_async16_s(sm, ga + dk * a_kstep);
+    else if (n == 0)
+      st_shared_zero16(sm);
+    else
+      copy_prefix(As + st * H_STAGE + r * H_LD + q, ga + dk * a_kstep, n);
   };
-  // The row this lane addresses for ldmatrix: matrix mat = lane / 8, row rr.
+  auto issue_b = [&](int st, int k0) {
+    const int dk = k0 - kb;
+    const int n = dk < k_rem ? b_cnt : 0;
+    const unsigned sm = sb0 + st * (H_STAGE * 2);
+    if (n == 8 && bvec)
+      cp_async16_s(sm, gb + (unsigned long long)dk * N);
+    else if (n == 0)
+      st_shared_zero16(sm);
+    else
+      copy_prefix(Bs + st * H_STAGE + r * H_LD + q, gb + (unsigned long long)dk * N, n);
+  };
+  // The row this lane addresses for ldmatrix (matrix mat = lane / 8, row rr),
+  // as shared-memory addresses in buffer 0 at kk = 0.
   const int mat = lane >> 3, rr = lane & 7;
+  const unsigned la0 = smem_addr(TA ? As + ((mat >> 1) * 8 + rr) * H_LD + wm + (mat & 1) * 8
+                                    : As + (wm + (mat & 1) * 8 + rr) * H_LD + (mat >> 1) * 8);
+  const unsigned lb0 = smem_addr(Bs + ((mat & 1) * 8 + rr) * H_LD + wn + (mat >> 1) * 8);
   auto compute = [&](int cur) {
-    const unsigned short* as = As + cur * H_STAGE;
-    const unsigned short* bs = Bs + cur * H_STAGE;
+    const unsigned as = la0 + cur * (H_STAGE * 2), bs = lb0 + cur * (H_STAGE * 2);
 #pragma unroll
     for (int kk = 0; kk < HK; kk += 16) {
       // A: matrices (m 0-7, k 0-7), (m 8-15, k 0-7), (m 0-7, k 8-15), (m 8-15, k 8-15)
       // of the warp's rows; B: (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
       unsigned a[4], b[4];
-      if (TA)
-        ldmatrix_x4<true>(a, as + (kk + (mat >> 1) * 8 + rr) * H_LD + wm + (mat & 1) * 8);
-      else
-        ldmatrix_x4<false>(a, as + (wm + (mat & 1) * 8 + rr) * H_LD + kk + (mat >> 1) * 8);
-      ldmatrix_x4<true>(b, bs + (kk + (mat & 1) * 8 + rr) * H_LD + wn + (mat >> 1) * 8);
+      ldmatrix_x4_s<TA>(a, as + (TA ? kk * H_LD : kk) * 2);
+      ldmatrix_x4_s<true>(b, bs + kk * H_LD * 2);
       mma_bf16(acc[0][0], a, b[0], b[1]);
       mma_bf16(acc[0][1], a, b[2], b[3]);
     }
   };
-  stage_ring<NSTAGE_H>((ke - kb + HK - 1) / HK, [&](int buf, int st) { issue(buf, kb + st * HK); },
-                       ahead, compute);
+  const int nk = (ke - kb + HK - 1) / HK;
+  if (EARLY_A) {
+    // A's first stages before pdl_enter (the kernel ahead does not write A):
+    // in the first stage's commit group, with B's.
+#pragma unroll
+    for (int st = 0; st < NSTAGE_H - 1; ++st)
+      if (st < nk) issue_a(st, kb + st * HK);
+    pdl_enter();
+  }
+  stage_ring<NSTAGE_H>(nk, [&](int buf, int st) {
+        if (!EARLY_A || st >= NSTAGE_H - 1) issue_a(buf, kb + st * HK);
+        issue_b(buf, kb + st * HK);
+      }, ahead, compute);
 }
 
 // The epilogue of an element of column n summed to v: EPI_BIAS_RELU_DROP:
@@ -262,38 +302,45 @@ __device__ __forceinline__ void store(float* __restrict__ C, unsigned long long 
 
 // EPI_SGD's epilogue of a thread's accumulators (the gradient): its elements
 // go in pairs of adjacent columns (c = 0, 1 and 2, 3 of an m16n8 tile, at row
-// r0 + 16 i, + 8, and column c0 + 8 j), every parameter and velocity loaded
-// before any is stepped, as float2 where the pair is in range and aligned.
-__device__ __forceinline__ void sgd_epilogue(const float (&acc)[MI][NJ][4], float* __restrict__ C, int M,
-                                             int N, int r0, int c0, const SgdArgs& sg) {
-  constexpr int PAIRS = MI * NJ * 2;
-  float* __restrict__ V = sg.v;
-  float2 p[PAIRS], v[PAIRS];
-  bool vec[PAIRS];
+// r0 + 16 i, + 8, and column c0 + 8 j), as float2 where the pair is in range
+// and aligned. SgdPairs holds those pairs' parameters and velocities, loaded
+// by sgd_load before the main loop, so their latency hides behind it.
+constexpr int SGD_PAIRS = MI * NJ * 2;
+struct SgdPairs {
+  float2 p[SGD_PAIRS], v[SGD_PAIRS];
+  bool vec[SGD_PAIRS];
+};
+__device__ __forceinline__ void sgd_load(SgdPairs& f, const float* __restrict__ C, const float* __restrict__ V,
+                                         int M, int N, int r0, int c0) {
 #pragma unroll
-  for (int q = 0; q < PAIRS; ++q) {
+  for (int q = 0; q < SGD_PAIRS; ++q) {
     const int i = q / (NJ * 2), j = (q / 2) % NJ, h = q % 2;
     const int gm = r0 + 16 * i + 8 * h, gn = c0 + 8 * j;
     const unsigned long long idx = (unsigned long long)gm * N + gn;
-    vec[q] = gm < M && gn + 1 < N && (N % 2) == 0;
-    if (vec[q]) {
-      p[q] = *reinterpret_cast<const float2*>(C + idx);
-      v[q] = *reinterpret_cast<const float2*>(V + idx);
+    f.vec[q] = gm < M && gn + 1 < N && (N % 2) == 0;
+    if (f.vec[q]) {
+      f.p[q] = *reinterpret_cast<const float2*>(C + idx);
+      f.v[q] = *reinterpret_cast<const float2*>(V + idx);
     }
   }
+}
+__device__ __forceinline__ void sgd_epilogue(const float (&acc)[MI][NJ][4], SgdPairs& f, float* __restrict__ C,
+                                             int M, int N, int r0, int c0, const SgdArgs& sg) {
+  float* __restrict__ V = sg.v;
 #pragma unroll
-  for (int q = 0; q < PAIRS; ++q) {
+  for (int q = 0; q < SGD_PAIRS; ++q) {
     const int i = q / (NJ * 2), j = (q / 2) % NJ, h = q % 2;
     const int gm = r0 + 16 * i + 8 * h, gn = c0 + 8 * j;
     const unsigned long long idx = (unsigned long long)gm * N + gn;
     const float g0 = acc[i][j][2 * h], g1 = acc[i][j][2 * h + 1];
-    if (vec[q]) {
-      sgd1(p[q].x, v[q].x, g0, sg.lr, sg.mu, sg.wd);
-      sgd1(p[q].y, v[q].y, g1, sg.lr, sg.mu, sg.wd);
-      *reinterpret_cast<float2*>(C + idx) = p[q];
-      *reinterpret_cast<float2*>(V + idx) = v[q];
+    if (f.vec[q]) {
+      sgd1(f.p[q].x, f.v[q].x, g0, sg.lr, sg.mu, sg.wd);
+      sgd1(f.p[q].y, f.v[q].y, g1, sg.lr, sg.mu, sg.wd);
+      *reinterpret_cast<float2*>(C + idx) = f.p[q];
+      *reinterpret_cast<float2*>(V + idx) = f.v[q];
       if (sg.ph != 0)
-        *reinterpret_cast<unsigned*>(sg.ph + idx) = (unsigned)f2bf(p[q].x) | ((unsigned)f2bf(p[q].y) << 16);
+        *reinterpret_cast<unsigned*>(sg.ph + idx) =
+            (unsigned)f2bf(f.p[q].x) | ((unsigned)f2bf(f.p[q].y) << 16);
     } else if (gm < M) {
       if (gn < N) store<EPI_SGD>(C, idx, g0, 0, gn, 1.0f, sg);
       if (gn + 1 < N) store<EPI_SGD>(C, idx + 1, g1, 0, gn + 1, 1.0f, sg);
@@ -320,7 +367,6 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
                                           sluice_rng_state* __restrict__ states, float p, float scale,
                                           float* __restrict__ ws, unsigned* __restrict__ counters,
                                           const SgdArgs sg = SgdArgs{}) {
-  pdl_enter();
   __shared__ __align__(16) float smem[HALF ? SMEM_BF16 : SMEM_F32];
   __shared__ int s_last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -348,30 +394,50 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   const int Z = gridDim.z;
   const bool drop = EPI == EPI_BIAS_RELU_DROP && p > 0.0f;
 
-  // Dropout, drawn by the tile's block z = 0 while its first stages load:
-  // its thread tid owns the RNG state tile * GTHREADS + tid and draws the
-  // uniforms of its MI * NJ * 4 elements from it, draw (i * NJ + j) * 4 + c for
-  // acc[i][j][c] (out-of-range elements too); the state goes back, so the
-  // draws are checkpointed. The mask (0 with probability p, else scale)
-  // reaches the tile's last block through C, which that block overwrites (in
-  // a cluster: through block 0's shared memory).
+  // Dropout: thread tid of the tile owns the RNG state tile * GTHREADS + tid,
+  // and its MI * NJ * 4 elements take draws u = (i * NJ + j) * 4 + c of it,
+  // for acc[i][j][c] (out-of-range elements too); the state goes back,
+  // advanced past them all, so the draws are checkpointed. Without a cluster
+  // the tile's block z = 0 draws them all and the mask (0 with probability
+  // p, else scale) reaches the tile's last block through C, which that block
+  // overwrites. In a cluster block z draws u in [z DRAWS_CL, (z + 1)
+  // DRAWS_CL) (skipping ahead to them: the same draws, shared evenly) and
+  // keeps their masks for the reduction in shared memory, and the last block
+  // stores the state once every block has read it (after the cluster's first
+  // barrier). The state loads before pdl_enter (no kernel ahead writes it)
+  // and the draws run while the first stages load.
+  constexpr int DRAWS_CL = CL > 0 ? MI * NJ * 4 / CL : 1;
+  static_assert(CL == 0 || MI * NJ * 4 % CL == 0, "a cluster's blocks share the draws evenly");
+  const bool draws = drop && (CL > 0 || blockIdx.z == 0);
+  const unsigned long long si = (unsigned long long)(blockIdx.y * gridDim.x + blockIdx.x) * GTHREADS + tid;
+  sluice_rng_state rs;
+  if (draws) rs = states[si];
+  // EPI_SGD: the parameters and velocities this thread steps, also before
+  // pdl_enter (the kernel ahead writes neither).
+  SgdPairs sgp;
+  if constexpr (EPI == EPI_SGD && CL == 0) sgd_load(sgp, C, sg.v, M, N, m0 + wm + g, n0 + wn + 2 * t);
+  // EPI_SGD's A is the batch x, which the kernel ahead (bwd2) never writes:
+  // the BF16 loop issues its first stages before pdl_enter.
+  constexpr bool early_a = HALF && EPI == EPI_SGD && TN_EARLY_A;
+  if (!early_a) pdl_enter();
   float drop_m[MI][NJ][4];
   auto draw = [&]() {
-    if (!drop || blockIdx.z != 0) return;
-    const unsigned long long si =
-        (unsigned long long)(blockIdx.y * gridDim.x + blockIdx.x) * GTHREADS + tid;
-    sluice_rng_state s = states[si];
+    if (!draws) return;
+    const int u0 = CL > 0 ? blockIdx.z * DRAWS_CL : 0;
+    const int u1 = CL > 0 ? u0 + DRAWS_CL : MI * NJ * 4;
+    if (u0 > 0) sluice_rng_skipahead(u0, &rs);
 #pragma unroll
     for (int u = 0; u < MI * NJ * 4; ++u) {
       ACC_IJC;
-      drop_m[i][j][c] = sluice_rng_uniform(&s) < p ? 0.0f : scale;
+      if (u < u0 || u >= u1) continue;
+      drop_m[i][j][c] = sluice_rng_uniform(&rs) < p ? 0.0f : scale;
       const int gm = ACC_GM, gn = ACC_GN;
       if (CL == 0 && Z > 1 && gm < M && gn < N) C[(unsigned long long)gm * N + gn] = drop_m[i][j][c];
     }
-    states[si] = s;
+    if (CL == 0) states[si] = rs;  // in a cluster: after its first barrier, below
   };
   if (HALF)
-    mainloop_bf16<TA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const unsigned short*>(A),
+    mainloop_bf16<TA, early_a>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const unsigned short*>(A),
                       static_cast<const unsigned short*>(B), draw);
   else
     mainloop_f32<TA, MMA>(acc, smem, M, N, kb, ke, m0, n0, lda, static_cast<const float*>(A),
@@ -390,21 +456,28 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
       ACC_IJC;
       const int off = (ACC_GM - m0) * RED_LD + ACC_GN - n0;
       red[off] = acc[i][j][c];
-      if (drop && blockIdx.z == 0) msk[off] = drop_m[i][j][c];
+      if (drop && u / DRAWS_CL == (int)blockIdx.z) msk[off] = drop_m[i][j][c];
     }
     cluster_sync();
+    // Every block of the cluster has read the state: the last one stores it.
+    if (draws && blockIdx.z == CL - 1) states[si] = rs;
     const int rows = GBM / (CL > 0 ? CL : 1);
 #pragma unroll
     for (int e = tid; e < rows * GBN; e += GTHREADS) {
       const int r = blockIdx.z * rows + e / GBN, col = e % GBN;
       const int off = r * RED_LD + col, gm = m0 + r, gn = n0 + col;
+      if (gm >= M || gn >= N) continue;  // no load left in flight at the barrier below
       float v = ld_cluster(red + off, 0);
 #pragma unroll
       for (int q = 1; q < CL; ++q) v += ld_cluster(red + off, q);
-      const float m = drop ? ld_cluster(msk + off, 0) : 1.0f;
-      if (gm < M && gn < N) store<EPI>(C, (unsigned long long)gm * N + gn, v, bias, gn, m, sg);
+      // The element's draw (as ACC_IJC's u, from its place in the tile) and
+      // the block that drew it.
+      const int lr = r % (16 * MI), lc = col % (8 * NJ);
+      const int u = ((lr / 16) * NJ + lc / 8) * 4 + ((lr % 16) / 8) * 2 + (col & 1);
+      const float m = drop ? ld_cluster(msk + off, u / DRAWS_CL) : 1.0f;
+      store<EPI>(C, (unsigned long long)gm * N + gn, v, bias, gn, m, sg);
     }
-    cluster_sync();  // no block leaves while another reads its shared memory
+    cluster_sync_relaxed();  // no block leaves while another reads its shared memory
     return;
   }
 
@@ -448,7 +521,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   }
 
   if constexpr (EPI == EPI_SGD) {
-    sgd_epilogue(acc, C, M, N, m0 + wm + g, n0 + wn + 2 * t, sg);
+    sgd_epilogue(acc, sgp, C, M, N, m0 + wm + g, n0 + wn + 2 * t, sg);
   } else {
 #pragma unroll
     for (int u = 0; u < MI * NJ * 4; ++u) {

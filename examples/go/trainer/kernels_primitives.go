@@ -36,6 +36,26 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   *reinterpret_cast<float4*>(smem) = *reinterpret_cast<const float4*>(gmem);
 #endif
 }
+// cp_async16 to a shared-memory address (as smem_addr gives).
+__device__ __forceinline__ void cp_async16_s(unsigned smem, const void* gmem) {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem), "l"(gmem));
+#endif
+}
+// v, which the compiler then keeps in a register rather than recompute.
+__device__ __forceinline__ int kept(int v) {
+  asm("" : "+r"(v));
+  return v;
+}
+template <class T>
+__device__ __forceinline__ const T* kept(const T* p) {
+  asm("" : "+l"(p));
+  return p;
+}
+// 16 bytes of zeros to a shared-memory address.
+__device__ __forceinline__ void st_shared_zero16(unsigned smem) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(smem), "r"(0u) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
@@ -89,7 +109,8 @@ __device__ __forceinline__ void stage_ring(int nk, Issue issue, Ahead ahead, Com
 // early loads overlap this one's work: the step alone ran 1.065x faster on an
 // H200 (docs/gpu-runs.md, run 149). Never before the wait: so when a kernel
 // starts, every kernel but the one ahead has completed, and data they wrote
-// may be read before pdl_enter (fwd2_ce's W2, bwd2's a1 and W2). With 0 the
+// may be read before pdl_enter (fwd2_ce's W2, bwd2's a1 and W2, the products'
+// RNG states and SGD parameters, x^T da1's x). With 0 the
 // next kernel launches as this one's blocks exit.
 #ifndef PDL_TRIGGER
 #define PDL_TRIGGER 1
@@ -122,16 +143,16 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 // 2(lane%4) and +1 (TRANS: rows 2(lane%4) and +1, column lane/4), the lower
 // index in the low half.
 template <bool TRANS>
-__device__ __forceinline__ void ldmatrix_x4(unsigned r[4], const unsigned short* row) {
+__device__ __forceinline__ void ldmatrix_x4_s(unsigned r[4], unsigned row) {
 #if __CUDA_ARCH__ >= 800
   if (TRANS)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(row)));
+                 : "r"(row));
   else
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(row)));
+                 : "r"(row));
 #endif
 }
 // d += A(16x16, row) * B(16x8, col), BF16 inputs, FP32 accumulators
@@ -154,6 +175,23 @@ __device__ __forceinline__ void mma_bf16(float d[4], const unsigned a[4], unsign
 __device__ __forceinline__ void cluster_sync() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+// The cluster's barrier with a relaxed arrive: no memory ordering, so no
+// GPU-wide fence before it (a release arrive waits for the thread's global
+// stores to complete). For a barrier that only keeps the cluster's blocks
+// alive while others read their shared memory: those reads returned before
+// the values they loaded were used. CUTLASS ends its cluster kernels so.
+#ifndef CLUSTER_EXIT_RELAXED
+#define CLUSTER_EXIT_RELAXED 1
+#endif
+__device__ __forceinline__ void cluster_sync_relaxed() {
+#if __CUDA_ARCH__ >= 900
+#if CLUSTER_EXIT_RELAXED
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::: "memory");
+#else
+  asm volatile("barrier.cluster.arrive.aligned;\n\tbarrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
 #endif
 }
 __device__ __forceinline__ float ld_cluster(const float* p, unsigned rank) {
