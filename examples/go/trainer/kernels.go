@@ -1,6 +1,9 @@
 package main
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+)
 
 // kernelSource is the model's CUDA C, compiled at start-up with NVRTC
 // (compileModule). hostkernels.go holds the same math in Go for the host
@@ -41,6 +44,26 @@ var pdlKernels = []string{"gemm_nn_bias_relu_drop", "gemm_tn_sgd", "fwd2_ce", "l
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel
 // source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.
 var kernelDefines string
+
+// kernelDefinitions are the macro definitions the kernels are compiled
+// with: the clusters' flags, then -kdefine's.
+func kernelDefinitions() string {
+	return fmt.Sprintf("CLUSTER_NN=%d,CLUSTER_TN=%d,%s", gemmClusterNN, gemmClusterTN, kernelDefines)
+}
+
+// kernelSourceWithDefines is kernelSource preceded by kernelDefinitions as
+// #define lines: what the run would compile, as one file (-dump-kernels).
+func kernelSourceWithDefines() string {
+	var b strings.Builder
+	for _, o := range defineOptions(kernelDefinitions()) {
+		name, value, ok := strings.Cut(strings.TrimPrefix(o, "-D"), "=")
+		if !ok {
+			value = "1" // as -DNAME
+		}
+		fmt.Fprintf(&b, "#define %s %s\n", name, value)
+	}
+	return b.String() + kernelSource
+}
 
 func defineOptions(defs string) []string {
 	var opts []string

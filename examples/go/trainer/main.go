@@ -66,6 +66,7 @@ type options struct {
 	data                   string
 	gemm                   string
 	cpuProfile             string
+	dumpKernels            string
 }
 
 func parseFlags() (*options, error) {
@@ -101,6 +102,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&gemmClusterNN, "cluster", gemmClusterNN, "cuda, bf16: blocks of the cluster that splits the K of x W1 (1, 2, 4 or 8; 0: split by -kchunk)")
 	flag.IntVar(&gemmClusterTN, "cluster-tn", gemmClusterTN, "cuda, bf16: blocks of the cluster that splits the K of x^T da1 (1, 2, 4 or 8; 0: split by -kchunk-tn)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
+	flag.StringVar(&o.dumpKernels, "dump-kernels", "", "write the kernels' CUDA C source, with the macro definitions the run would pass to NVRTC, to this file and exit (tools/sass reads it)")
 	flag.StringVar(&kernelDefines, "kdefine", "", "cuda: extra macro definitions for the kernels, comma-separated (for example NSTAGE_H=4), for sweeps")
 	flag.Parse()
 	if o.eager {
@@ -143,6 +145,9 @@ func run() error {
 	o, err := parseFlags()
 	if err != nil {
 		return err
+	}
+	if o.dumpKernels != "" {
+		return os.WriteFile(o.dumpKernels, []byte(kernelSourceWithDefines()), 0o644)
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)

@@ -155,8 +155,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	m.nParams = inputs*m.H + m.H + m.H*classes + classes
 	m.nStates = dropStates(m.B, m.H)
 	if !m.host {
-		defs := fmt.Sprintf("CLUSTER_NN=%d,CLUSTER_TN=%d,%s", gemmClusterNN, gemmClusterTN, kernelDefines)
-		if m.mod, err = compileModule(dev, kernelSource, "trainer.cu", defineOptions(defs)...); err != nil {
+		if m.mod, err = compileModule(dev, kernelSource, "trainer.cu", defineOptions(kernelDefinitions())...); err != nil {
 			return nil, fmt.Errorf("compiling the kernels: %w", err)
 		}
 		m.fns = make(map[string]*sluice.Function)
