@@ -55,8 +55,8 @@ func kernelDefinitions() string {
 // #define lines: what the run would compile, as one file (-dump-kernels).
 func kernelSourceWithDefines() string {
 	var b strings.Builder
-	for _, o := range defineOptions(kernelDefinitions()) {
-		name, value, ok := strings.Cut(strings.TrimPrefix(o, "-D"), "=")
+	for _, d := range macros(kernelDefinitions()) {
+		name, value, ok := strings.Cut(d, "=")
 		if !ok {
 			value = "1" // as -DNAME
 		}
@@ -65,12 +65,21 @@ func kernelSourceWithDefines() string {
 	return b.String() + kernelSource
 }
 
-func defineOptions(defs string) []string {
-	var opts []string
+// macros splits "NAME=VALUE,..." into its non-empty entries.
+func macros(defs string) []string {
+	var out []string
 	for _, d := range strings.Split(defs, ",") {
 		if d = strings.TrimSpace(d); d != "" {
-			opts = append(opts, "-D"+d)
+			out = append(out, d)
 		}
+	}
+	return out
+}
+
+func defineOptions(defs string) []string {
+	opts := macros(defs)
+	for i, d := range opts {
+		opts[i] = "-D" + d
 	}
 	return opts
 }
