@@ -219,6 +219,36 @@ fn main() {
         });
         row("ping-pong op (launch, 1 read, 1 write, 1 wait)", s, r);
     }
+    if want("capture") {
+        // Capture + instantiate of K launches with no sync objects, then the
+        // destroys (benches/overhead's small-capture row, K = 10).
+        const K: usize = 10;
+        let s = ns(&mut || {
+            ok(sluice_graph_capture_begin(sa, 2));
+            for _ in 0..K {
+                launch(sa, &[], &[], &mut args_a);
+            }
+            let mut g = sluice_graph_t { bits: 0 };
+            ok(sluice_graph_capture_end(sa, &mut g));
+            let mut ex = sluice_graph_exec_t { bits: 0 };
+            ok(sluice_graph_instantiate(g, &mut ex));
+            ok(sluice_graph_exec_destroy(ex));
+            ok(sluice_graph_destroy(g));
+        });
+        let r = ns(&mut || unsafe {
+            (drv.cuStreamBeginCapture_v2)(ra as _, 2);
+            for _ in 0..K {
+                raw_launch(ra, &mut args_a);
+            }
+            let mut g = std::ptr::null_mut();
+            (drv.cuStreamEndCapture)(ra as _, &mut g);
+            let mut ex = std::ptr::null_mut();
+            (drv.cuGraphInstantiateWithFlags)(&mut ex, g, 0);
+            (drv.cuGraphExecDestroy)(ex);
+            (drv.cuGraphDestroy)(g);
+        });
+        row("capture + instantiate + destroy, 10 launches", s, r);
+    }
     if want("trace") {
         // The ping-pong op with host spans on less the same op with tracing off, in
         // alternating passes (best of each); the trace goes to a temporary file.

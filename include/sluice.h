@@ -1332,8 +1332,8 @@ struct sluice_error_t *sluice_graph_debug_dot(struct sluice_graph_t graph,
 struct sluice_error_t *sluice_graph_destroy(struct sluice_graph_t graph);
 
 /**
- * Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
- * `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
+ * Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set (read once, at the
+ * process's first instantiate), also writes `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
  * graph and destroys it with `sluice_graph_exec_destroy`.
  *
  * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`exec_out` NULL);

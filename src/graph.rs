@@ -10,8 +10,13 @@ use crate::error::{Error, Result};
 use crate::stream::Stream;
 use crate::sync::SyncObject;
 use crate::trace;
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
+
+/// `SLUICE_GRAPH_DOT_DIR`, read once, at the process's first instantiate.
+static GRAPH_DOT_DIR: LazyLock<Option<OsString>> =
+    LazyLock::new(|| std::env::var_os("SLUICE_GRAPH_DOT_DIR"));
 
 /// Memory a graph uses, kept alive as long as the graph (or an exec of it) lives.
 pub(crate) type KeepAlive = Vec<Arc<dyn std::any::Any + Send + Sync>>;
@@ -99,8 +104,8 @@ impl Graph {
         self.device.backend.graph_debug_dot(self.raw, path, verbose)
     }
 
-    /// Instantiates the graph. With `SLUICE_GRAPH_DOT_DIR` set, also writes
-    /// `<dir>/graph-<device>-<id>.dot`.
+    /// Instantiates the graph. With `SLUICE_GRAPH_DOT_DIR` set (read at the
+    /// process's first instantiate), also writes `<dir>/graph-<device>-<id>.dot`.
     pub fn instantiate(&self) -> Result<Arc<GraphExec>> {
         let t0 = trace::span_start();
         let raw = self.device.backend.graph_instantiate(self.raw)?;
@@ -118,8 +123,8 @@ impl Graph {
         trace::thread_span("graph instantiate", "graph", t0, |a| {
             a.u64("graph_exec", exec.id)
         });
-        if let Some(dir) = std::env::var_os("SLUICE_GRAPH_DOT_DIR") {
-            let p = std::path::Path::new(&dir).join(format!(
+        if let Some(dir) = GRAPH_DOT_DIR.as_ref() {
+            let p = std::path::Path::new(dir).join(format!(
                 "graph-{}-{}.dot",
                 self.device.ordinal(),
                 exec.id

@@ -55,8 +55,8 @@ impl Bench {
                     || me.r_sync(ra),
                 )
             };
-            // Capture + instantiate, sluice then raw, alternating: a warm-up pair
-            // (the process's first capture pays the driver's one-time set-up), then
+            // Capture + instantiate, sluice and raw in pairs: a warm-up pair (the
+            // process's first capture pays the driver's one-time set-up), then
             // CAPTURE_REPS pairs; the medians are reported. The last pair replays.
             let s_build = || -> (f64, sluice_graph_t, sluice_graph_exec_t) {
                 let t0 = Instant::now();
@@ -113,8 +113,15 @@ impl Bench {
             let (mut s_times, mut r_times) = (Vec::new(), Vec::new());
             let mut built = None;
             for rep in 0..=CAPTURE_REPS {
-                let (st, g, ex) = s_build();
-                let (rt, rg, rex) = r_build(me);
+                // Which goes first alternates, so that neither always pays
+                // for the driver's clean-up of the pair destroyed just before.
+                let ((st, g, ex), (rt, rg, rex)) = if rep % 2 == 0 {
+                    let s = s_build();
+                    (s, r_build(me))
+                } else {
+                    let r = r_build(me);
+                    (s_build(), r)
+                };
                 if rep > 0 {
                     s_times.push(st);
                     r_times.push(rt);
