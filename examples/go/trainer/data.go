@@ -147,17 +147,34 @@ func (s *sampler) fillBatch(b []byte, g int) {
 	}
 }
 
-// startProducers feeds the prefetcher the global batches first..first+total-1
-// from n goroutines. Each fills the slot it acquires in place (zero-copy)
-// with the batch of the slot's sequence number, so batches reach the consumer
+// slotPlan maps a prefetcher slot's sequence number to the global batches it
+// holds: per consecutive batches of one epoch (fewer at an epoch's end when
+// per does not divide it), from epoch first on.
+type slotPlan struct {
+	per, nb, first int // batches per slot, per epoch; the first epoch
+}
+
+// perEpoch is the number of slots an epoch takes.
+func (p slotPlan) perEpoch() int { return (p.nb + p.per - 1) / p.per }
+
+// batches returns slot seq's first global batch and its number of batches.
+func (p slotPlan) batches(seq int) (g, n int) {
+	e, j := p.first+seq/p.perEpoch(), seq%p.perEpoch()
+	return e*p.nb + j*p.per, min(p.per, p.nb-j*p.per)
+}
+
+// startProducers feeds the prefetcher slots 0..total-1 of plan from n
+// goroutines. Each fills the slot it acquires in place (zero-copy)
+// with the batches of the slot's sequence number, so batches reach the consumer
 // in order whichever goroutine fills them. A producer stops when it gets a
 // slot past the end, or when the input is closed (CloseInput: its Acquire
 // or Submit fails). wait returns once they have all stopped, with their
 // errors; call it after CloseInput and before Close, which frees the slots'
 // memory that a producer may be writing.
-func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int, times *producerTimes) (wait func() error) {
+func startProducers(pf *sluice.Prefetcher, s *sampler, n int, plan slotPlan, total int, times *producerTimes) (wait func() error) {
 	var wg sync.WaitGroup
 	errs := make([]error, n)
+	size := s.B * (inputs + 1) // one batch: pixels, then labels
 	for p := 0; p < n; p++ {
 		wg.Add(1)
 		go func() {
@@ -174,8 +191,12 @@ func startProducers(pf *sluice.Prefetcher, s *sampler, n, first, total int, time
 					return
 				}
 				t1 := time.Now()
-				s.fillBatch(slot.Segment(0), first+int(slot.Seq))
-				slot.SetLen(0, s.B*(inputs+1))
+				g, k := plan.batches(int(slot.Seq))
+				seg := slot.Segment(0)
+				for b := 0; b < k; b++ {
+					s.fillBatch(seg[b*size:(b+1)*size], g+b)
+				}
+				slot.SetLen(0, k*size)
 				t2 := time.Now()
 				if err := slot.Submit(); err != nil {
 					errs[p] = unlessClosed(err)

@@ -8,6 +8,8 @@
 #   2. epochs 1-2 with -save, then a fresh process
 #      with -resume for epochs 3-5, against run 1       RESULT resume_identical=1
 #   2b. epoch 1 with two steps per graph and with one   RESULT graph_steps_identical=1
+#   2c. epoch 1 with the loss stored by bwd2 and by a
+#       kernel of its own (-loss-in-bwd2=false)          RESULT loss_modes_identical=1
 #   3. steps/s, the median of 3 processes per mode (each the median of its
 #      epochs 2 to 8: an epoch takes 10 to 20 ms, and the replayed rate varies
 #      from epoch to epoch; the eager step's host time varies between processes):
@@ -84,6 +86,15 @@ if run pairs -epochs 1 -batch 256 -losses "$tmp/p2.losses" >/dev/null &&
 	same=1
 fi
 echo "RESULT graph_steps_identical=$same ($(wc -l <"$tmp/p1.losses") steps)"
+[ $same = 1 ] || rc=1
+
+echo "== 2c. the loss stored by bwd2's last block against loss_store's branch: epoch 1's losses, bit for bit"
+same=0
+if run lossk -epochs 1 -batch 256 -loss-in-bwd2=false -losses "$tmp/lk.losses" >/dev/null &&
+	[ -s "$tmp/lk.losses" ] && cmp -s "$tmp/lk.losses" "$tmp/p2.losses"; then
+	same=1
+fi
+echo "RESULT loss_modes_identical=$same"
 [ $same = 1 ] || rc=1
 
 echo "== 3. steps/s at batch 256: 3 processes per mode, alternating; each the median of its epochs 2-8"

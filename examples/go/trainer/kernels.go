@@ -14,15 +14,18 @@ import (
 // The input stage (model.loadInput), on the input stream beside the step
 // before: input_bf16 (or input_f32) turns a batch's pixels into x and copies
 // its labels into an input set (input_pair_bf16: two batches, for a graph of
-// two steps). A training step is then 5 kernels
+// two steps). A training step is then 4 kernels
 // (model.trainStep):
 //
 //	gemm_nn_bias_relu_drop  a1 = dropout(relu(x W1 + b1)), split-K     a1, RNG states
 //	fwd2_ce              logits = a1 W2 + b2, softmax cross-entropy    dz2, rowloss, right
-//	loss_store           the batch's mean loss, in a fixed order       losses[step]
 //	bwd2                 da1, dW2, db2, db1 (column blocks), then      da1, b1, W2, b2,
-//	                     SGD with momentum of b1, W2 and b2            their momentum
+//	                     SGD with momentum of b1, W2 and b2;           their momentum,
+//	                     its last block: the batch's mean loss         losses[step]
 //	gemm_tn_sgd          dW1 = x^T da1, then SGD with momentum of W1   W1, its momentum
+//
+// With -loss-in-bwd2=false a fifth kernel, loss_store, stores the loss
+// instead (in a graph, on a branch of its own: -loss-stream).
 //
 // The two SGD steps are the products' epilogues: no gradient is written out.
 // The source comes in three parts: kernels_primitives.go, kernels_gemm.go
@@ -38,8 +41,11 @@ var kernelNames = []string{
 }
 
 // pdlKernels are the prefixes of the kernels launched with programmatic
-// dependent launch (flag -pdl): the step's and the input stage's.
-var pdlKernels = []string{"gemm_nn_bias_relu_drop", "gemm_tn_sgd", "fwd2_ce", "loss_store", "bwd2", "input_"}
+// dependent launch by default (flags -pdl, -pdl-kernels): the step's and the
+// input stage's, but x W1 (gemm_nn_bias_relu_drop). Launched early, its
+// blocks would wait on SMs that x^T da1, the kernel ahead, still needs (run
+// 189: the step alone 1.09x faster without it; docs/decisions.md).
+var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "bwd2", "input_"}
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel
 // source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.

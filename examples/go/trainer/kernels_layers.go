@@ -120,9 +120,10 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
 }
 
 // One block of 256 threads: losses[*counter] = mean of rowloss (thread k sums
-// rows k, k+256, ..., then a fixed tree); ++*counter.
-__global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* losses,
-                                                  unsigned* counter, unsigned rows) {
+// rows k, k+256, ..., then a fixed tree); ++*counter. rowloss comes from the
+// kernel ahead (fwd2_ce): read after pdl_enter.
+__device__ __forceinline__ void store_loss(const float* rowloss, float* losses, unsigned* counter,
+                                           unsigned rows) {
   pdl_enter();
   __shared__ float sh[256];
   float s = 0.0f;
@@ -137,6 +138,11 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
     losses[*counter] = sh[0] / (float)rows;
     *counter += 1;
   }
+}
+
+__global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* losses,
+                                                  unsigned* counter, unsigned rows) {
+  store_loss(rowloss, losses, counter, rows);
 }
 
 // The backward pass of the second layer and of the hidden activation, 4
@@ -154,14 +160,21 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
 // updates them. Before pdl_enter (the kernel ahead writes dz2; a1, W2 and
 // the parameters come from earlier kernels) a thread loads its unit's row of
 // W2, its first BWD2_ROWS rows of a1 and the parameter it steps; after it,
-// those rows of dz2 all at once.
+// those rows of dz2 all at once. With rowloss not null, one more block (the
+// grid's last) does loss_store's work instead, so that the step needs no
+// kernel of its own for it.
 #define BWD2_UNITS 4
 #define BWD2_SLOTS 64
 #define BWD2_ROWS 4
 __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, const float* w2,
                                             float* da1, unsigned short* da1h, float* p1, float* v1,
                                             unsigned rows, unsigned hid, float scale, float lr,
-                                            float mu, float wd) {
+                                            float mu, float wd, const float* rowloss, float* losses,
+                                            unsigned* counter) {
+  if (rowloss != nullptr && blockIdx.x == gridDim.x - 1) {
+    store_loss(rowloss, losses, counter, rows);
+    return;
+  }
   __shared__ float part[256 / 32][BWD2_UNITS][11];
   const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
   const unsigned c = blockIdx.x * BWD2_UNITS + col;

@@ -45,6 +45,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"time"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
@@ -59,7 +60,9 @@ type options struct {
 	eager, graph, blocking bool
 	overlapInput           bool
 	lossStream             bool
+	lossInBwd2             bool
 	pdl                    bool
+	pdlKernels             string
 	benchSteps, benchInput int
 	graphSteps             int
 	depth, producers       int
@@ -88,13 +91,15 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
-	flag.BoolVar(&o.lossStream, "loss-stream", true, "replayed steps: store the loss on a stream of its own, a branch of the graph beside the backward pass (false: on the training stream)")
+	flag.BoolVar(&o.lossInBwd2, "loss-in-bwd2", true, "the backward kernel bwd2 stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
+	flag.BoolVar(&o.lossStream, "loss-stream", true, "with -loss-in-bwd2=false, replayed steps: run loss_store on a stream of its own, a branch of the graph beside the backward pass (false: on the training stream)")
 	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1 or 2 (2: a graph runs the steps of two batches, read from four input sets)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 16, "prefetcher slots")
 	flag.IntVar(&o.producers, "producers", 4, "producer goroutines (each gathers its batches from the shuffled images)")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
+	flag.StringVar(&o.pdlKernels, "pdl-kernels", strings.Join(pdlKernels, ","), "with -pdl: the comma-separated name prefixes of the kernels launched with programmatic dependent launch")
 	flag.BoolVar(&o.pdl, "pdl", true, "cuda, compute capability 9.0+: launch the step's kernels with programmatic dependent launch (each may start while the one ahead finishes)")
 	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
 	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster 0)")
@@ -213,7 +218,7 @@ func run() error {
 	train, evalS, inS, lossS := streams[0], streams[1], streams[2], streams[3]
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
-		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdl: o.pdl}
+		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdl: o.pdl, pdlKernels: strings.Split(o.pdlKernels, ",")}
 	m, err := newModel(dev, train, hp, smp.nb, d.testX, d.testY)
 	if err != nil {
 		return err
@@ -224,7 +229,8 @@ func run() error {
 	if pairs {
 		m.sets = 4
 	}
-	if o.lossStream && o.graph {
+	m.lossInBwd2 = o.lossInBwd2
+	if o.lossStream && o.graph && !o.lossInBwd2 {
 		// A branch pays off in a graph only; eagerly, the fork and the join
 		// would cost 4 more driver calls per step for a kernel of one block.
 		m.lossS = lossS
@@ -265,12 +271,16 @@ func run() error {
 		return benchInput(dev, inS, m, smp, o)
 	}
 
-	// The batches of epochs start..epochs-1, from the prefetcher or copied.
-	total := (o.epochs - start) * smp.nb
+	// The batches of epochs start..epochs-1, from the prefetcher or copied;
+	// for graphs of two steps, two batches per slot.
+	plan := slotPlan{per: 1, nb: smp.nb, first: start}
+	if pairs {
+		plan.per = 2
+	}
 	var pf *sluice.Prefetcher
 	var stopProducers func() error
 	if !o.blocking {
-		if pf, stopProducers, err = startInput(dev, smp, o, start*smp.nb, total, nil); err != nil {
+		if pf, stopProducers, err = startInput(dev, smp, o, plan, (o.epochs-start)*plan.perEpoch(), nil); err != nil {
 			return err
 		}
 		defer func() {
@@ -454,15 +464,15 @@ func run() error {
 	return nil
 }
 
-// startInput creates the prefetcher and starts its producers on the global
-// batches first..first+total-1; stop closes its input, waits for the
-// producers and closes it.
-func startInput(dev *sluice.Device, smp *sampler, o *options, first, total int, times *producerTimes) (*sluice.Prefetcher, func() error, error) {
-	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{o.batch * (inputs + 1)}})
+// startInput creates the prefetcher and starts its producers on slots
+// 0..total-1 of plan; stop closes its input, waits for the producers and
+// closes it.
+func startInput(dev *sluice.Device, smp *sampler, o *options, plan slotPlan, total int, times *producerTimes) (*sluice.Prefetcher, func() error, error) {
+	pf, err := sluice.NewPrefetcher(dev, sluice.PrefetcherConfig{Depth: o.depth, Capacities: []int{plan.per * o.batch * (inputs + 1)}})
 	if err != nil {
 		return nil, nil, err
 	}
-	wait := startProducers(pf, smp, o.producers, first, total, times)
+	wait := startProducers(pf, smp, o.producers, plan, total, times)
 	return pf, func() error { return errors.Join(unlessClosed(pf.CloseInput()), wait(), pf.Close()) }, nil
 }
 
@@ -500,24 +510,20 @@ func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhase
 	return err
 }
 
-// nextInputPair leases the next two batches on s, runs their input stage
-// into input sets m.parity and m.parity + 1 (one kernel), and releases both.
+// nextInputPair leases the next slot on s, which holds two batches (a
+// slotPlan of two per slot), runs their input stage into input sets m.parity
+// and m.parity + 1 (one kernel), and releases it.
 func nextInputPair(pf *sluice.Prefetcher, s *sluice.Stream, m *model) error {
-	b0, err := pf.Next(s, sluice.WaitForever)
+	b, err := pf.Next(s, sluice.WaitForever)
 	if err != nil {
 		return err
 	}
-	b1, err := pf.Next(s, sluice.WaitForever)
-	if err != nil {
-		return errors.Join(err, b0.Release())
-	}
-	src0, err0 := m.prefetched(b0)
-	src1, err1 := m.prefetched(b1)
-	err = errors.Join(err0, err1)
+	src, err := m.prefetched(b)
 	if err == nil {
-		err = m.loadInputPair(s, src0, src1)
+		size := m.B * (inputs + 1)
+		err = m.loadInputPair(s, src.part(0, size), src.part(1, size))
 	}
-	return errors.Join(err, b0.Release(), b1.Release())
+	return errors.Join(err, b.Release())
 }
 
 // benchInput times o.benchInput batches through the input pipeline alone:
@@ -525,7 +531,7 @@ func nextInputPair(pf *sluice.Prefetcher, s *sluice.Stream, m *model) error {
 // set, as the training loop does, with no step.
 func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, o *options) error {
 	var times producerTimes
-	pf, stop, err := startInput(dev, smp, o, 0, o.benchInput, &times)
+	pf, stop, err := startInput(dev, smp, o, slotPlan{per: 1, nb: o.benchInput}, o.benchInput, &times)
 	if err != nil {
 		return err
 	}

@@ -43,12 +43,15 @@ type model struct {
 	// lossS, when set, runs loss_store beside the backward pass, which does
 	// not read the losses: a branch of the captured graph, forked by forkEv (a
 	// stream joins a capture only by waiting on an event recorded in it).
-	lossS   *sluice.Stream
-	forkEv  sluice.Event
-	dropout float32
-	scale   float32 // 1/(1-dropout)
-	lr, mu  float32
-	wd      float32
+	lossS  *sluice.Stream
+	forkEv sluice.Event
+	// lossInBwd2: bwd2 stores the loss (one more block) and the step has no
+	// loss_store kernel.
+	lossInBwd2 bool
+	dropout    float32
+	scale      float32 // 1/(1-dropout)
+	lr, mu     float32
+	wd         float32
 
 	// The input sets, written by the input stage (loadInput): each a batch's
 	// pixels as the products' x operand (bf16 when half, else floats) and
@@ -138,8 +141,9 @@ type hyper struct {
 	dropout       float32
 	lr, mu, wd    float32
 	rngSeed       uint64
-	gemm          string // cuda: "bf16", "tf32" or "fp32" (selfTest falls back in that order)
-	pdl           bool   // cuda, compute capability 9.0+: programmatic dependent launch of the step's kernels
+	gemm          string   // cuda: "bf16", "tf32" or "fp32" (selfTest falls back in that order)
+	pdl           bool     // cuda, compute capability 9.0+: programmatic dependent launch of the step's kernels
+	pdlKernels    []string // the name prefixes of the kernels launched with it
 }
 
 func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, testX, testY []byte) (*model, error) {
@@ -168,7 +172,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 				return nil, err
 			}
 		}
-		if err := m.programmaticLaunch(hp.pdl); err != nil {
+		if err := m.programmaticLaunch(hp.pdl, hp.pdlKernels); err != nil {
 			return nil, err
 		}
 	}
@@ -236,10 +240,10 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	return m, nil
 }
 
-// programmaticLaunch lets each of the step's kernels start while the kernel
-// ahead of it finishes (each begins with pdl_enter), on devices of compute
-// capability 9.0 and newer.
-func (m *model) programmaticLaunch(on bool) error {
+// programmaticLaunch lets each kernel whose name starts with one of kernels
+// start while the kernel ahead of it finishes (each begins with pdl_enter),
+// on devices of compute capability 9.0 and newer.
+func (m *model) programmaticLaunch(on bool, kernels []string) error {
 	if !on {
 		return nil
 	}
@@ -248,11 +252,12 @@ func (m *model) programmaticLaunch(on bool) error {
 		return err
 	}
 	for name, f := range m.fns {
-		for _, k := range pdlKernels {
-			if strings.HasPrefix(name, k) {
+		for _, k := range kernels {
+			if k != "" && strings.HasPrefix(name, k) {
 				if err := f.SetProgrammaticLaunch(true); err != nil {
 					return err
 				}
+				break
 			}
 		}
 	}
@@ -470,6 +475,15 @@ type batchSource struct {
 	host []byte          // the host backend's view of it
 }
 
+// part is batch k of a source that holds several batches of size bytes each.
+func (b batchSource) part(k, size int) batchSource {
+	p := batchSource{addr: b.addr + uint64(k*size), sync: b.sync}
+	if b.host != nil {
+		p.host = b.host[k*size : (k+1)*size]
+	}
+	return p
+}
+
 // prefetched is the source of a batch leased from the prefetcher. The input
 // stage runs on the stream that leased it, between Next (which made that
 // stream wait for the batch's copy) and Release (after which the slot's next
@@ -642,6 +656,9 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				uint32(B), uint32(H), inv, int32(1))
 		},
 		func() error {
+			if m.lossInBwd2 {
+				return nil // bwd2 stores it
+			}
 			ls := s
 			if m.lossS != nil {
 				if err := s.RecordInto(&m.forkEv, 0); err != nil {
@@ -659,13 +676,25 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		},
 		// da1, dW2, db2, db1, and the SGD step of b1, W2 and b2
 		func() error {
-			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(ceilDiv(H+1, bwd2Units))}, Block: sluice.Dim3{X: 256}}
-			return m.run(s, "bwd2", cfg, syncs(m.a1, m.dz2), append(syncs(da1op.buf, m.params, m.vel), hostGrads...),
+			blocks := ceilDiv(H+1, bwd2Units)
+			reads, writes := syncs(m.a1, m.dz2), append(syncs(da1op.buf, m.params, m.vel), hostGrads...)
+			var lossArgs [3]uint64 // rowloss, losses, the counter: bwd2's last block stores the loss
+			if m.lossInBwd2 {
+				blocks++
+				reads, writes = append(reads, m.rowloss), append(writes, m.losses, m.trainStats)
+				lossArgs = [3]uint64{rowloss.ptr(), losses.ptr(), stats.ptr()}
+			}
+			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(blocks)}, Block: sluice.Dim3{X: 256}}
+			return m.run(s, "bwd2", cfg, reads, writes,
 				func() {
+					if m.lossInBwd2 {
+						hostLossStore(rowloss.f, losses.f, stats.u)
+					}
 					hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale)
 					hostSGD(pRest.f, vRest.f, gRest.f, lr, mu, wd)
 				},
-				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), da1h, pRest.ptr(), vRest.ptr(), uint32(B), uint32(H), scale, lr, mu, wd)
+				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), da1h, pRest.ptr(), vRest.ptr(), uint32(B), uint32(H), scale, lr, mu, wd,
+				lossArgs[0], lossArgs[1], lossArgs[2])
 		},
 		// dW1 = x^T da1, and the SGD step of W1 (and its bf16 copy)
 		func() error {
