@@ -409,6 +409,10 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 // grid4 covers n elements at four per thread.
 func grid4(n int) sluice.LaunchConfig { return grid1(ceilDiv(n, 4)) }
 
+// grid8 is a launch of a thread per 8 of n elements (and at least one per row
+// of the input stage's labels: n counts 784 pixels per row).
+func grid8(n int) sluice.LaunchConfig { return grid1(ceilDiv(n, 8)) }
+
 // initParams draws the weights from the RNG: W1 ~ N(0, 2/inputs) (He), W2 ~
 // N(0, 1/H); biases and momentum are zero. Run once, before training (not
 // on resume: the checkpoint holds the weights and the RNG's states).
@@ -522,7 +526,7 @@ func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 	writes := syncs(x, y)
 	px, labels := src.addr, src.addr+uint64(n)
 	if m.half {
-		return m.run(s, "input_bf16", grid1(n), reads, writes, nil,
+		return m.run(s, "input_bf16", grid8(n), reads, writes, nil,
 			x.DevicePtr(), y.DevicePtr(), px, labels, uint32(n), uint32(m.B))
 	}
 	xf, yb := m.f32(x, 0, n), m.u8(y, 0, m.B)
@@ -546,7 +550,7 @@ func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource) error {
 	}
 	n := m.B * inputs
 	x0, y0, x1, y1 := m.inX[first], m.inY[first], m.inX[first+1], m.inY[first+1]
-	cfg := grid1(n)
+	cfg := grid8(n)
 	cfg.Grid.Y = 2
 	return m.run(s, "input_pair_bf16", cfg, nil, syncs(x0, y0, x1, y1), nil,
 		x0.DevicePtr(), y0.DevicePtr(), src0.addr, src0.addr+uint64(n),
