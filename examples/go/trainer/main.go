@@ -4,13 +4,14 @@
 //
 // It uses the library as a Go trainer would, with no LockOSThread:
 //   - the prefetcher: producer goroutines fill shuffled batches in place in
-//     its pinned slots (Acquire/Submit), and an input stream takes each one
-//     with Next: one kernel reads the batch in its slot into the fixed input
-//     buffers of the step after next (x / 255 and the labels), then Release;
+//     its pinned slots (Acquire/Submit; two batches a slot when a graph runs
+//     two steps), and an input stream takes each slot with Next: one kernel
+//     reads its batches in place into the fixed input buffers of the steps
+//     after next (x / 255 and the labels), then Release;
 //   - the RNG: the weights are drawn from it (normal, scaled), and dropout
 //     draws from its per-element states inside the kernel (<sluice/rng.cuh>);
 //     its checkpoint is saved with the weights;
-//   - a GraphCache: the training step (5 kernels) is captured once and
+//   - a GraphCache: the training step (4 kernels) is captured once and
 //     replayed, two steps per graph over four input sets (-graph-steps 1:
 //     a step per graph; -eager: launched op by op);
 //   - sync objects for all ordering: every kernel names the buffers it
@@ -205,8 +206,8 @@ func run() error {
 
 	// The streams: training; evaluation; the input stage, which reads each
 	// batch into the input buffers of the step after next (model.useInput),
-	// beside the step before it; and loss_store's, a branch of the
-	// captured step beside the backward pass.
+	// beside the step before it; and, with -loss-in-bwd2=false, loss_store's,
+	// a branch of the captured step beside the backward pass.
 	var streams [4]*sluice.Stream
 	for i, label := range []string{"train", "eval", "input", "loss"} {
 		if streams[i], err = dev.NewStream(sluice.StreamNonBlocking, 0); err != nil {
