@@ -8,7 +8,9 @@
 # Per kernel: launches per step, median duration, and the median and 90th
 # percentile of its gap: its start less the latest end of every kernel that
 # started before it (negative: it overlapped them, as a programmatic launch
-# does while it waits). "GPU idle" sums the positive gaps.
+# does while it waits). "GPU idle" sums the positive gaps. Then the same gaps
+# by the kernel that started just before (a graph's boundary and the edges
+# within it apart: run 188 found x W1 not launching early that way).
 import sys, statistics as st
 rows = []
 for line in open(sys.argv[1]):
@@ -27,7 +29,7 @@ if first < 0 or last <= first:
 lo, hi = fwd[first], fwd[last]
 n = last - first
 period = (rows[hi][0] - rows[lo][0]) / n / 1e3
-busy_end, idle, stats = 0, 0.0, {}
+busy_end, idle, stats, after = 0, 0.0, {}, {}
 for i, (s, e, strm, name) in enumerate(rows[:hi]):
     gap = s - busy_end
     if i >= lo:
@@ -35,6 +37,7 @@ for i, (s, e, strm, name) in enumerate(rows[:hi]):
         d[0].append((e - s) / 1e3)
         d[1].append(gap / 1e3)
         d[2].add(strm)
+        after.setdefault((rows[i - 1][3], name), []).append(gap / 1e3)
         idle += max(gap, 0) / 1e3
     busy_end = max(busy_end, e)
 print(f"  {n} steps from #{first} of {len(fwd)}: {period:.2f} us per step, GPU idle {idle / n:.2f} us per step")
@@ -42,3 +45,8 @@ print(f"  {'kernel':34s} {'per step':>8s} {'dur med':>8s} {'gap med':>8s} {'gap 
 for name, (du, ga, ss) in sorted(stats.items(), key=lambda kv: -sum(kv[1][0])):
     ga.sort()
     print(f"  {name[:34]:34s} {len(du) / n:8.2f} {st.median(du):8.2f} {st.median(ga):8.2f} {ga[int(0.9 * (len(ga) - 1))]:8.2f} {sorted(ss)}")
+print(f"  {'gap by the kernel before':56s} {'per step':>8s} {'gap p10':>8s} {'gap med':>8s} {'gap p90':>8s}")
+for (prev, name), ga in sorted(after.items(), key=lambda kv: kv[0]):
+    ga.sort()
+    pair = f"{prev[:26]} -> {name[:26]}"
+    print(f"  {pair:56s} {len(ga) / n:8.2f} {ga[len(ga) // 10]:8.2f} {st.median(ga):8.2f} {ga[int(0.9 * (len(ga) - 1))]:8.2f}")
