@@ -88,7 +88,7 @@ fi
 echo "RESULT graph_steps_identical=$same ($(wc -l <"$tmp/p1.losses") steps)"
 [ $same = 1 ] || rc=1
 
-echo "== 2c. the loss stored by bwd2's last block against loss_store's branch: epoch 1's losses, bit for bit"
+echo "== 2c. the loss stored by bwd2's last block against loss_store's kernel: epoch 1's losses, bit for bit"
 same=0
 if run lossk -epochs 1 -batch 256 -loss-in-bwd2=false -losses "$tmp/lk.losses" >/dev/null &&
 	[ -s "$tmp/lk.losses" ] && cmp -s "$tmp/lk.losses" "$tmp/p2.losses"; then

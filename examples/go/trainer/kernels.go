@@ -25,7 +25,7 @@ import (
 //	gemm_tn_sgd          dW1 = x^T da1, then SGD with momentum of W1   W1, its momentum
 //
 // With -loss-in-bwd2=false a fifth kernel, loss_store, stores the loss
-// instead (in a graph, on a branch of its own: -loss-stream).
+// instead, after fwd2_ce.
 //
 // The two SGD steps are the products' epilogues: no gradient is written out.
 // The source comes in three parts: kernels_primitives.go, kernels_gemm.go

@@ -60,7 +60,6 @@ type options struct {
 	save, resume, losses   string
 	eager, graph, blocking bool
 	overlapInput           bool
-	lossStream             bool
 	lossInBwd2             bool
 	pdl                    bool
 	pdlKernels             string
@@ -93,7 +92,6 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
 	flag.BoolVar(&o.lossInBwd2, "loss-in-bwd2", true, "the backward kernel bwd2 stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
-	flag.BoolVar(&o.lossStream, "loss-stream", true, "with -loss-in-bwd2=false, replayed steps: run loss_store on a stream of its own, a branch of the graph beside the backward pass (false: on the training stream)")
 	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1 or 2 (2: a graph runs the steps of two batches, read from four input sets)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
@@ -206,20 +204,23 @@ func run() error {
 
 	// The streams: training; evaluation; the input stage, which reads each
 	// batch into the input buffers of the step after next (model.useInput),
-	// beside the step before it; and, with -loss-in-bwd2=false, loss_store's,
-	// a branch of the captured step beside the backward pass.
-	var streams [4]*sluice.Stream
-	for i, label := range []string{"train", "eval", "input", "loss"} {
+	// beside the step before it.
+	var streams [3]*sluice.Stream
+	for i, label := range []string{"train", "eval", "input"} {
 		if streams[i], err = dev.NewStream(sluice.StreamNonBlocking, 0); err != nil {
 			return err
 		}
 		defer streams[i].Close()
 		streams[i].SetLabel("trainer: " + label)
 	}
-	train, evalS, inS, lossS := streams[0], streams[1], streams[2], streams[3]
+	train, evalS, inS := streams[0], streams[1], streams[2]
+	var pdl []string // the kernels launched with programmatic dependent launch
+	if o.pdl {
+		pdl = strings.Split(o.pdlKernels, ",")
+	}
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
-		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdl: o.pdl, pdlKernels: strings.Split(o.pdlKernels, ",")}
+		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdlKernels: pdl}
 	m, err := newModel(dev, train, hp, smp.nb, d.testX, d.testY)
 	if err != nil {
 		return err
@@ -231,11 +232,6 @@ func run() error {
 		m.sets = 4
 	}
 	m.lossInBwd2 = o.lossInBwd2
-	if o.lossStream && o.graph && !o.lossInBwd2 {
-		// A branch pays off in a graph only; eagerly, the fork and the join
-		// would cost 4 more driver calls per step for a kernel of one block.
-		m.lossS = lossS
-	}
 	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
 		inputs, o.hidden, classes, m.nParams, o.drop, o.lr, o.momentum, modeName(o))
 

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"unsafe"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
 )
@@ -40,11 +39,6 @@ type model struct {
 
 	B, H    int // batch rows, hidden units
 	nParams int
-	// lossS, when set, runs loss_store beside the backward pass, which does
-	// not read the losses: a branch of the captured graph, forked by forkEv (a
-	// stream joins a capture only by waiting on an event recorded in it).
-	lossS  *sluice.Stream
-	forkEv sluice.Event
 	// lossInBwd2: bwd2 stores the loss (one more block) and the step has no
 	// loss_store kernel.
 	lossInBwd2 bool
@@ -142,8 +136,7 @@ type hyper struct {
 	lr, mu, wd    float32
 	rngSeed       uint64
 	gemm          string   // cuda: "bf16", "tf32" or "fp32" (selfTest falls back in that order)
-	pdl           bool     // cuda, compute capability 9.0+: programmatic dependent launch of the step's kernels
-	pdlKernels    []string // the name prefixes of the kernels launched with it
+	pdlKernels    []string // cuda, compute capability 9.0+: name prefixes of the kernels launched with programmatic dependent launch
 }
 
 func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, testX, testY []byte) (*model, error) {
@@ -172,7 +165,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 				return nil, err
 			}
 		}
-		if err := m.programmaticLaunch(hp.pdl, hp.pdlKernels); err != nil {
+		if err := m.programmaticLaunch(hp.pdlKernels); err != nil {
 			return nil, err
 		}
 	}
@@ -243,8 +236,8 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 // programmaticLaunch lets each kernel whose name starts with one of kernels
 // start while the kernel ahead of it finishes (each begins with pdl_enter),
 // on devices of compute capability 9.0 and newer.
-func (m *model) programmaticLaunch(on bool, kernels []string) error {
-	if !on {
+func (m *model) programmaticLaunch(kernels []string) error {
+	if len(kernels) == 0 {
 		return nil
 	}
 	props, err := m.dev.Props()
@@ -276,7 +269,6 @@ func (m *model) Close() {
 	if m.rng != nil {
 		m.rng.Close()
 	}
-	m.forkEv.Close()
 	for _, f := range m.fns {
 		f.Close()
 	}
@@ -663,17 +655,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 			if m.lossInBwd2 {
 				return nil // bwd2 stores it
 			}
-			ls := s
-			if m.lossS != nil {
-				if err := s.RecordInto(&m.forkEv, 0); err != nil {
-					return err
-				}
-				if err := m.lossS.WaitEvent(&m.forkEv); err != nil {
-					return err
-				}
-				ls = m.lossS
-			}
-			return m.run(ls, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
+			return m.run(s, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
 				syncs(m.rowloss), syncs(m.losses, m.trainStats),
 				func() { hostLossStore(rowloss.f, losses.f, stats.u) },
 				rowloss.ptr(), losses.ptr(), stats.ptr(), uint32(B))
@@ -721,12 +703,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 			return err
 		}
 	}
-	if m.lossS == nil {
-		return nil
-	}
-	// The step ends on s once the losses are stored: s waits for the loss
-	// stream's last op (in a capture, the branch joins back).
-	return s.RunOp(syncs(m.losses), nil, func(unsafe.Pointer) error { return nil })
+	return nil
 }
 
 // evaluate counts the test images the model classifies right, on stream s:
