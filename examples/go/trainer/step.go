@@ -1,0 +1,165 @@
+package main
+
+// The training step: eager, or replayed from a graph cache, one or two
+// steps per graph.
+
+import (
+	sluice "github.com/sluice-rt/sluice/bindings/go"
+)
+
+// step issues one training step on s: replayed from cache, keyed by the
+// input set, or eager when cache is nil.
+func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
+	if cache != nil {
+		return cache.Run(uint64(m.parity), s, m.trainStep)
+	}
+	return m.trainStep(s)
+}
+
+// steps2 issues two training steps on s, over input sets m.parity (even)
+// and m.parity + 1, as one graph replayed from cache: the device then pays
+// one graph boundary per two steps, and the second step's first kernel may
+// start while the first step's last one finishes (programmatic launch).
+// With four sets, the input stage of the next two batches runs beside it.
+// Its kernels are the same ops in the same order as two step calls, so the
+// losses and weights are bit-identical to theirs. m.parity ends at the second.
+func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream) error {
+	first := m.parity
+	err := cache.Run(uint64(m.sets+first), s, func(s *sluice.Stream) error {
+		m.parity = first
+		if err := m.trainStep(s); err != nil {
+			return err
+		}
+		m.parity = first + 1
+		return m.trainStep(s)
+	})
+	m.parity = first + 1
+	return err
+}
+
+// trainStep enqueues one training step on s over the input set in use
+// (loadInput wrote it): forward, loss, backward and the SGD update, each a tracked op whose
+// reads and writes order it (5 kernels, listed in kernels.go). It issues the
+// same ops every time, so a graph captured from it can be replayed for every
+// step (the step index lives in trainStats on the device).
+func (m *model) trainStep(s *sluice.Stream) error {
+	B, H := m.B, m.H
+	xin, yin := m.inX[m.parity], m.inY[m.parity]
+	yu8, xf := m.u8(yin, 0, B), m.f32(xin, 0, B*inputs)
+	a1, da1 := m.f32(m.a1, 0, B*H), m.f32(m.da1, 0, B*H)
+	draws := m.f32(m.mask, 0, dropDraws*m.nStates)
+	z2, dz2 := m.f32(m.z2, 0, B*classes), m.f32(m.dz2, 0, B*classes)
+	rowloss, losses := m.f32(m.rowloss, 0, B), m.f32(m.losses, 0, m.maxSteps)
+	stats := m.u32(m.trainStats, 0, 2)
+	w1, b1, w2, b2 := m.w1(m.params), m.b1(m.params), m.w2(m.params), m.b2(m.params)
+	gw1, gb1, gw2, gb2 := m.w1(m.grads), m.b1(m.grads), m.w2(m.grads), m.b2(m.grads)
+	p, scale := m.dropout, m.scale
+	lr, mu, wd := m.lr, m.mu, m.wd
+	// The parameters, velocities and gradients from b1 on ([b1, W2, b2]),
+	// which bwd2 steps; gemm_tn_sgd steps W1.
+	nW1 := inputs * H
+	rest := func(b *sluice.Buffer) arr { return m.f32(b, nW1, m.nParams-nW1) }
+	pRest, vRest, gRest := rest(m.params), rest(m.vel), rest(m.grads)
+	pW1, vW1 := w1, m.w1(m.vel)
+	// The host backend's gradients.
+	var hostGrads []sluice.Syncable
+	if m.host {
+		hostGrads = syncs(m.grads)
+	}
+	inv := 1 / float32(B)
+	// The products' operands: x, W1 and da1 as floats, or their bf16 copies.
+	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
+	var da1h, w1h uint64 // bwd2's and gemm_tn_sgd's bf16 outputs (0: none)
+	if m.half {
+		x, w1op, da1op = arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
+		da1h, w1h, gemmSuffix = m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
+	}
+
+	steps := []func() error{
+		// a1 = dropout(relu(x W1 + b1))
+		func() error {
+			if m.host && p > 0 {
+				// The same draws as the kernel's: dropDraws uniforms per state.
+				if err := m.rng.Generate(s, rngUniform, rngSampleMajor, m.mask, 0, dropDraws); err != nil {
+					return err
+				}
+			}
+			var states uint64
+			rngBuf := syncs(m.mask) // the host's draws
+			if !m.host {
+				states, rngBuf = m.states.DevicePtr(), syncs(m.states)
+			}
+			return m.gemm(s, gemmOp{
+				name: "gemm_nn_bias_relu_drop", suffix: gemmSuffix, M: B, N: H, K: inputs, chunk: gemmKChunkNN,
+				A: x, B: w1op, C: a1, extra: []any{b1.ptr(), states, p, scale}, reads: syncs(m.params), writes: rngBuf,
+				host: func() {
+					hostGemm(false, false, B, H, inputs, xf.f, w1.f, a1.f)
+					hostBiasReLUDropout(a1.f, draws.f, b1.f, B, p, scale)
+				},
+			})
+		},
+		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses, right predictions
+		func() error {
+			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, yin), syncs(m.z2, m.dz2, m.rowloss, m.trainStats),
+				func() {
+					hostGemm(false, false, B, classes, H, a1.f, w2.f, z2.f)
+					hostBiasAdd(z2.f, b2.f)
+					hostSoftmaxCE(z2.f, yu8.b, dz2.f, rowloss.f, stats.u[1:], inv)
+				},
+				a1.ptr(), w2.ptr(), b2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(), stats.ptr()+4,
+				uint32(B), uint32(H), inv, int32(1))
+		},
+		func() error {
+			if m.lossInBwd2 {
+				return nil // bwd2 stores it
+			}
+			return m.run(s, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
+				syncs(m.rowloss), syncs(m.losses, m.trainStats),
+				func() { hostLossStore(rowloss.f, losses.f, stats.u) },
+				rowloss.ptr(), losses.ptr(), stats.ptr(), uint32(B))
+		},
+		// da1, dW2, db2, db1, and the SGD step of b1, W2 and b2
+		func() error {
+			blocks := ceilDiv(H+1, bwd2Units)
+			reads, writes := syncs(m.a1, m.dz2), append(syncs(da1op.buf, m.params, m.vel), hostGrads...)
+			var lossArgs [3]uint64 // rowloss, losses, the counter: bwd2's last block stores the loss
+			if m.lossInBwd2 {
+				blocks++
+				reads, writes = append(reads, m.rowloss), append(writes, m.losses, m.trainStats)
+				lossArgs = [3]uint64{rowloss.ptr(), losses.ptr(), stats.ptr()}
+			}
+			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(blocks)}, Block: sluice.Dim3{X: 256}}
+			return m.run(s, "bwd2", cfg, reads, writes,
+				func() {
+					if m.lossInBwd2 {
+						hostLossStore(rowloss.f, losses.f, stats.u)
+					}
+					hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale)
+					hostSGD(pRest.f, vRest.f, gRest.f, lr, mu, wd)
+				},
+				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), da1h, pRest.ptr(), vRest.ptr(), uint32(B), uint32(H), scale, lr, mu, wd,
+				lossArgs[0], lossArgs[1], lossArgs[2])
+		},
+		// dW1 = x^T da1, and the SGD step of W1 (and its bf16 copy)
+		func() error {
+			writes := append(syncs(m.vel), hostGrads...)
+			if m.half {
+				writes = append(writes, m.w1h)
+			}
+			return m.gemm(s, gemmOp{
+				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: pW1,
+				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, writes: writes,
+				host: func() {
+					hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f)
+					hostSGD(pW1.f, vW1.f, gw1.f, lr, mu, wd)
+				},
+			})
+		},
+	}
+	for _, st := range steps {
+		if err := st(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
