@@ -308,6 +308,23 @@ fn main() {
         });
         let what = if k == 1 { "read" } else { "reads" };
         row(&format!("op_begin + op_end, {k} {what}"), s, r);
+        if k == 1 {
+            // What the pair asks of the driver: the context check of each C call and
+            // a record of one of two pooled events in turn, against one record.
+            let mut turn = false;
+            let mut ctx = std::ptr::null_mut();
+            let d2 = ns(&mut || unsafe {
+                black_box((drv.cuCtxGetCurrent)(&mut ctx));
+                black_box((drv.cuCtxGetCurrent)(&mut ctx));
+                turn = !turn;
+                black_box((drv.cuEventRecord)(if turn { eva } else { evb }, ra as _));
+            });
+            row(
+                "driver: 2 context checks + a record of 2 events in turn",
+                d2,
+                r,
+            );
+        }
         if k > 1 {
             for o in objs {
                 ok(sluice_sync_destroy(o));

@@ -276,10 +276,19 @@ impl Stream {
     /// Like `synchronize`, but a stream capturing a graph is skipped (`Ok`) rather
     /// than refused, and its capture is left alone (`Device::wait_all`).
     pub(crate) fn synchronize_unless_capturing(&self) -> Result<()> {
-        if self.current_capture().is_some() {
-            return Ok(());
-        }
-        self.synchronize_now()
+        // Checked and recorded under the push lock, which a capture's begin (and a
+        // fork's wait) also takes: a capture that another thread begins meanwhile is
+        // neither synchronized on (an error) nor invalidated by it. The wait itself
+        // runs with no lock held.
+        let end = {
+            let mut push = self.push_lock();
+            if self.current_capture().is_some() || self.device.backend.capture_active(self.raw)? {
+                return Ok(());
+            }
+            self.record_in(&mut push, false, 1, 0)?
+        };
+        end.wait_complete().map_err(|e| self.fault(e))?;
+        self.take_deferred()
     }
 
     /// Blocks until all work enqueued so far completed; reports deferred errors.

@@ -615,3 +615,32 @@ fn a_raw_stream_with_two_handles_is_not_captured() {
     capture::capture_end(&s).unwrap();
     drop(Stream::wrap_external(&k.dev, s.raw()).unwrap());
 }
+
+/// Seen on the H200 (run 192): `wait_all` checked a stream's capture state, then
+/// synchronized it; a capture begun on another thread in between was synchronized
+/// on, which failed the wait and invalidated the capture. Now the check and the
+/// record that the wait waits for share the stream's push lock with capture begin.
+#[test]
+fn wait_all_beside_captures_on_another_thread_fails_neither() {
+    let k = kit();
+    let s = k.stream();
+    let x = k.buffer(&s, W);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        let waiter = sc.spawn(|| {
+            let mut waits = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                k.dev.wait_all().expect("wait_all beside a capture");
+                waits += 1;
+            }
+            waits
+        });
+        for i in 0..2000 {
+            capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+            k.fill(&s, &x, i, 0);
+            capture::capture_end(&s).expect("a capture beside wait_all");
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(waiter.join().unwrap() > 0);
+    });
+}

@@ -71,6 +71,9 @@ struct WorkerState {
     completed: u64,
     shutdown: bool,
     capture: Option<Vec<CapturedStep>>,
+    /// Set when the stream was synchronized while capturing: as with CUDA, the
+    /// capture is invalidated and its end fails.
+    capture_invalidated: bool,
 }
 
 /// The shared part of a host stream.
@@ -260,6 +263,7 @@ impl StreamApi for HostDevice {
                 completed: 0,
                 shutdown: false,
                 capture: None,
+                capture_invalidated: false,
             }),
             work_cv: Condvar::new(),
             done_cv: Condvar::new(),
@@ -332,7 +336,17 @@ impl StreamApi for HostDevice {
     fn stream_synchronize(&self, stream: u64) -> Result<()> {
         hit("stream_synchronize")?;
         let w = &stream_ref(stream).worker;
-        let target = lock(&w.state).submitted;
+        let target = {
+            let mut st = lock(&w.state);
+            if st.capture.is_some() {
+                st.capture_invalidated = true;
+                return Err(Error::new(
+                    ErrorCode::CaptureUnsupported,
+                    "stream synchronize on a capturing stream (the capture is invalidated)",
+                ));
+            }
+            st.submitted
+        };
         w.wait_until(target);
         Ok(())
     }
@@ -647,6 +661,7 @@ impl GraphApi for HostDevice {
             ));
         }
         st.capture = Some(Vec::new());
+        st.capture_invalidated = false;
         lock(&s.joined).clear();
         *lock(&s.origin) = Some(stream);
         Ok(())
@@ -654,10 +669,14 @@ impl GraphApi for HostDevice {
 
     fn capture_end(&self, stream: u64) -> Result<u64> {
         let s = stream_ref(stream);
-        let steps = lock(&s.worker.state)
-            .capture
-            .take()
-            .ok_or_else(|| Error::new(ErrorCode::InvalidState, "stream is not capturing"))?;
+        let (steps, invalidated) = {
+            let mut st = lock(&s.worker.state);
+            let steps = st
+                .capture
+                .take()
+                .ok_or_else(|| Error::new(ErrorCode::InvalidState, "stream is not capturing"))?;
+            (steps, std::mem::take(&mut st.capture_invalidated))
+        };
         let joined = std::mem::take(&mut *lock(&s.joined));
         *lock(&s.origin) = None;
         let mut streams = vec![(stream, steps)];
@@ -669,6 +688,12 @@ impl GraphApi for HostDevice {
         }
         // An injected failure still ends the capture, as the driver's does.
         hit("capture_end")?;
+        if invalidated {
+            return Err(Error::new(
+                ErrorCode::CaptureFailed,
+                "the capture was invalidated: its stream was synchronized while capturing",
+            ));
+        }
         // Every forked stream's last step must be joined on by another stream.
         let mut unjoined = 0;
         for (j, jsteps) in streams.iter().skip(1) {
