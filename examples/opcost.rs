@@ -324,6 +324,32 @@ fn main() {
                 d2,
                 r,
             );
+            // The same pair on an object made by sluice_sync_create, and on a thread
+            // spawned for it (the overhead benchmark's rows run there).
+            let mut own = sluice_sync_t { bits: 0 };
+            ok(sluice_sync_create(&mut own));
+            let pair = |o: sluice_sync_t| {
+                let mut op = sluice_op_t { bits: 0 };
+                ok(sluice_op_begin(sa, &o, 1, std::ptr::null(), 0, &mut op));
+                ok(sluice_op_end(op));
+            };
+            let s2 = ns(&mut || pair(own));
+            row("op_begin + op_end, 1 read of a sync_create object", s2, r);
+            // Raw handles cross as integers; sluice's first call binds the context.
+            let (ev, rs) = (eva as usize, ra as usize);
+            let (s3, r3) = std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    let s3 = ns(&mut || pair(x));
+                    let r3 = ns(&mut || unsafe {
+                        black_box((drv.cuEventRecord)(ev as _, rs as _));
+                    });
+                    (s3, r3)
+                })
+                .join()
+                .unwrap()
+            });
+            row("op_begin + op_end, 1 read, on a spawned thread", s3, r3);
+            ok(sluice_sync_destroy(own));
         }
         if k > 1 {
             for o in objs {

@@ -378,7 +378,7 @@ run() {
     note "rng bench: rc=$? $(grep -c 'PASS' "$out/rng.md") PASS, $(grep -c 'FAIL' "$out/rng.md") FAIL"
   fi
   if has opcost && [ -x .gpu/opcost ]; then
-    SLUICE_BACKEND=cuda OPCOST_REAL_DRIVER=1 timeout 120 .gpu/opcost > "$out/opcost.md" 2>&1
+    SLUICE_BACKEND=cuda OPCOST_REAL_DRIVER=1 OPCOST_N=${SLUICE_GPU_OPCOST_N:-50000} timeout 180 .gpu/opcost > "$out/opcost.md" 2>&1
     note "opcost (sluice's own ns per call, real driver): rc=$?"
   fi
   if has rust; then
