@@ -123,6 +123,23 @@ fn main() {
     }
     ok(sluice_device_wait_all(d));
     let (x, y) = (syncs[0], syncs[1]);
+    // OPCOST_LOOP=pair|record: only `n` 1-read pairs (or raw records) and exit, for
+    // `perf stat` / `perf record` of one loop against the other.
+    if let Ok(which) = std::env::var("OPCOST_LOOP") {
+        for i in 0..n {
+            if which == "pair" {
+                let mut op = sluice_op_t { bits: 0 };
+                ok(sluice_op_begin(sa, &x, 1, std::ptr::null(), 0, &mut op));
+                ok(sluice_op_end(op));
+            } else {
+                unsafe { black_box((drv.cuEventRecord)(eva, ra as _)) };
+            }
+            if i % 1000 == 999 {
+                ok(sluice_device_wait_all(d));
+            }
+        }
+        return;
+    }
     let (mut xa, mut ya, mut na) = (ptrs[0], ptrs[1], WORDS);
     let (mut yb, mut xb, mut nb) = (ptrs[1], ptrs[0], WORDS);
     let arg = |v: &mut u64| (v as *mut u64).cast::<c_void>();
