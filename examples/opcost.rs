@@ -396,6 +396,78 @@ fn main() {
         });
         row("alloc + free (cache off)", s, r);
     }
+    if want("benchlike") {
+        // The overhead benchmark's 1-thread, 1-object row as it runs there (a
+        // buffer allocated on another stream and never written, the pairs on a
+        // thread spawned per repetition, a stream sync after every 1000 pairs,
+        // the median of 7 repetitions), then one factor changed at a time.
+        let per_rep = |settle_all: bool, written: bool, spawn: bool| -> f64 {
+            let (s, _) = mk_stream();
+            let mut b = sluice_buffer_t { bits: 0 };
+            ok(sluice_buffer_alloc(sa, 256, &mut b));
+            if written {
+                ok(sluice_stream_memset(s, b, 0, 0, 256));
+            }
+            let mut o = sluice_sync_t { bits: 0 };
+            ok(sluice_buffer_sync(b, &mut o));
+            ok(sluice_stream_synchronize(sa));
+            let run = || {
+                let pair = || {
+                    let mut op = sluice_op_t { bits: 0 };
+                    ok(sluice_op_begin(s, &o, 1, std::ptr::null(), 0, &mut op));
+                    ok(sluice_op_end(op));
+                };
+                (0..1000).for_each(|_| pair());
+                ok(sluice_stream_synchronize(s));
+                let mut reps: Vec<f64> = (0..8)
+                    .map(|_| {
+                        let mut t = Duration::ZERO;
+                        for _ in 0..50 {
+                            let t0 = Instant::now();
+                            (0..1000).for_each(|_| pair());
+                            t += t0.elapsed();
+                            if settle_all {
+                                ok(sluice_device_wait_all(d));
+                            } else {
+                                ok(sluice_stream_synchronize(s));
+                            }
+                        }
+                        t.as_nanos() as f64 / 50_000.0
+                    })
+                    .skip(1)
+                    .collect();
+                reps.sort_by(f64::total_cmp);
+                reps[3]
+            };
+            let v = if spawn {
+                std::thread::scope(|sc| sc.spawn(run).join().unwrap())
+            } else {
+                run()
+            };
+            ok(sluice_buffer_free(b));
+            ok(sluice_stream_destroy(s));
+            v
+        };
+        for (name, all, written, spawn) in [
+            (
+                "as the benchmark: spawned thread, alloc on another stream, stream sync",
+                false,
+                false,
+                true,
+            ),
+            ("the same, on this thread", false, false, false),
+            (
+                "the same, the buffer written on the pairs' stream",
+                false,
+                true,
+                true,
+            ),
+            ("the same, wait_all after each 1000", true, false, true),
+        ] {
+            let v = per_rep(all, written, spawn);
+            row(&format!("op pair, 1 read, median of 7: {name}"), v, 0.0);
+        }
+    }
     if want("threads") {
         // 8 threads, each on its own stream, read the same 4 sync objects.
         let shared: Vec<sluice_sync_t> = (0..4)
