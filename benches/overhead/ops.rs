@@ -9,8 +9,18 @@ use std::ptr::null;
 use std::sync::Barrier;
 
 pub fn run(b: &mut Bench) {
-    let rows = b.bench_ops();
+    let (rows, pairs) = b.bench_ops();
     print_ops(&rows);
+    print_pairs(b, &pairs);
+    print_sharing_goals(b, &rows);
+}
+
+/// One thread's pair over `objects` reads against a raw record on the same stream,
+/// measured in turn (seconds per call).
+struct PairRow {
+    objects: usize,
+    pair: f64,
+    record: f64,
 }
 
 struct OpRow {
@@ -24,7 +34,7 @@ struct OpRow {
 }
 
 impl Bench {
-    fn bench_ops(&mut self) -> Vec<OpRow> {
+    fn bench_ops(&mut self) -> (Vec<OpRow>, Vec<PairRow>) {
         const THREADS: usize = 16;
         const MAX_OBJ: usize = 16;
         let batches = self.cfg.n(50);
@@ -161,6 +171,8 @@ impl Bench {
             }
         }
 
+        let pairs = self.bench_pairs(streams[0], &syncs[0]);
+
         for v in bufs {
             for b in v {
                 b.free();
@@ -170,8 +182,122 @@ impl Bench {
         for s in streams {
             ck(sluice_stream_destroy(s), "sluice_stream_destroy");
         }
-        rows
+        (rows, pairs)
     }
+
+    /// On this thread: pairs over 1, 4 and 16 of `objs` and raw `cuEventRecord`s on
+    /// the same stream, each in batches, rotating which goes first per repetition
+    /// (`measure`), so that the host's drift falls on both sides alike.
+    fn bench_pairs(&mut self, s: sluice_stream_t, objs: &[sluice_sync_t]) -> Vec<PairRow> {
+        let (d, batches) = (self.d, self.cfg.n(50));
+        let mut r = std::ptr::null_mut();
+        ck(sluice_stream_raw(s, &mut r), "sluice_stream_raw");
+        let r = r as CUstream;
+        let mut e: CUevent = std::ptr::null_mut();
+        // SAFETY: writes one event handle.
+        cu(
+            d,
+            unsafe { (d.cuEventCreate)(&mut e, CU_EVENT_DISABLE_TIMING) },
+            "cuEventCreate",
+        );
+        let pairs = |k: usize| {
+            move || {
+                per_call(
+                    batches,
+                    || {
+                        let mut op = sluice_op_t { bits: 0 };
+                        ck(
+                            sluice_op_begin(s, objs.as_ptr(), k, null(), 0, &mut op),
+                            "sluice_op_begin",
+                        );
+                        ck(sluice_op_end(op), "sluice_op_end");
+                    },
+                    || s_sync(s),
+                )
+            }
+        };
+        // SAFETY: a live event and stream.
+        let rec = || cu(d, unsafe { (d.cuEventRecord)(e, r) }, "cuEventRecord");
+        let mut raw = || per_call(batches, rec, || raw_sync(d, r));
+        let (mut p1, mut p4, mut p16) = (pairs(1), pairs(4), pairs(16));
+        let t = measure(self.cfg.reps, &mut [&mut raw, &mut p1, &mut p4, &mut p16]);
+        // SAFETY: created above, destroyed once.
+        cu(d, unsafe { (d.cuEventDestroy_v2)(e) }, "cuEventDestroy");
+        [1, 4, 16]
+            .iter()
+            .zip(&t[1..])
+            .map(|(&objects, &pair)| PairRow {
+                objects,
+                pair,
+                record: t[0],
+            })
+            .collect()
+    }
+}
+
+/// Issue 17's goals for one thread: a pair reading 1 object costs at most the raw
+/// record it makes plus 100 ns; each object beyond the first at most 60 ns more.
+fn print_pairs(b: &mut Bench, pairs: &[PairRow]) {
+    println!("## Foreign op pair against its raw record (one thread, measured in turn)\n");
+    println!("| objects read | sluice pair | raw cuEventRecord | added | goal | result |");
+    println!("|---:|---:|---:|---:|---|---|");
+    let one = pairs[0].pair;
+    for p in pairs {
+        let (added_ns, goal, ok) = if p.objects == 1 {
+            let a = (p.pair - p.record) * 1e9;
+            (format!("{a:+.0} ns"), "≤ raw + 100 ns", a <= 100.0)
+        } else {
+            let per = (p.pair - one) * 1e9 / (p.objects - 1) as f64;
+            (
+                format!("{per:+.0} ns per object beyond 1"),
+                "≤ +60 ns per extra object",
+                per <= 60.0,
+            )
+        };
+        println!(
+            "| {} | {} | {} | {added_ns} | {goal} | {} |",
+            p.objects,
+            us(p.pair),
+            us(p.record),
+            b.goals.check(ok)
+        );
+    }
+    println!();
+}
+
+/// Issue 17's goals for many threads, from the table above: disjoint single-object
+/// pairs reach 0.95x the raw record rate of as many threads, and shared read-only
+/// objects 0.9x the disjoint rate of the same object count.
+fn print_sharing_goals(b: &mut Bench, rows: &[OpRow]) {
+    let rate = |objects: usize, threads: usize, shared: bool| {
+        rows.iter()
+            .find(|r| r.objects == objects && r.threads == threads && r.shared == shared)
+            .map(|r| r.total_rate)
+    };
+    println!("## Many threads against the raw record rate (from the table above)\n");
+    println!("| threads | comparison | ratio | goal | result |");
+    println!("|---:|---|---:|---|---|");
+    for threads in [8, 16] {
+        if let (Some(disjoint), Some(raw)) = (rate(1, threads, false), rate(0, threads, false)) {
+            let x = disjoint / raw;
+            println!(
+                "| {threads} | 1 object, disjoint / raw records | {x:.3} | ≥ 0.95 | {} |",
+                b.goals.check(x >= 0.95)
+            );
+        }
+        for k in [1, 4, 16] {
+            if let (Some(shared), Some(disjoint)) =
+                (rate(k, threads, true), rate(k, threads, false))
+            {
+                let x = shared / disjoint;
+                println!(
+                    "| {threads} | {k} shared read-only / disjoint | {x:.3} | ≥ 0.9 | {} |",
+                    b.goals.check(x >= 0.9)
+                );
+            }
+        }
+    }
+    println!();
 }
 
 fn print_ops(rows: &[OpRow]) {
