@@ -2,7 +2,10 @@
 # Measures sluice's own per-call cost on this machine against the stand-in driver
 # in tools/mockcuda (no GPU needed). Extra arguments go to examples/opcost.rs
 # (a row filter), or with EXAMPLE=prefetch_cost to that example (producers).
-# PROFILE=1 records the run with perf. MOCKCUDA_* variables: tools/mockcuda.
+# PROFILE=1 records the run with perf. CALLGRIND=1 counts the instructions of one
+# opcost loop (OPCOST_LOOP, default pair: the 1-read foreign op pair) per call of
+# sluice_op_begin and sluice_op_end, or of each exported sluice function it calls.
+# MOCKCUDA_* variables: tools/mockcuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib=target/mockcuda
@@ -14,7 +17,15 @@ example=${EXAMPLE:-opcost}
 cargo build --release --example "$example" -q
 bin=target/release/examples/$example
 export LD_LIBRARY_PATH="$PWD/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" SLUICE_BACKEND=cuda
-if [[ -n "${PROFILE:-}" ]]; then
+if [[ -n "${CALLGRIND:-}" ]]; then
+  n=${OPCOST_N:-100000}
+  OPCOST_LOOP=${OPCOST_LOOP:-pair} OPCOST_N=$n valgrind --tool=callgrind \
+    --callgrind-out-file="target/$example.callgrind" "$bin" > /dev/null 2> "target/$example.callgrind.log"
+  # Inclusive instructions of each exported sluice_* function, per loop iteration.
+  callgrind_annotate --inclusive=yes "target/$example.callgrind" 2> /dev/null |
+    awk -v n="$n" '/:sluice_[a-z_]+ \[/ { v = $1; gsub(",", "", v); sub(/.*:/, "", $0); sub(/ .*/, "", $0)
+      printf "%-28s %8.0f instructions per iteration\n", $0, v / n }'
+elif [[ -n "${PROFILE:-}" ]]; then
   perf record -g -o "target/$example.perf" "$bin" "$@"
   perf report -i "target/$example.perf" --no-children --percent-limit 1.5 --stdio | head -120
 else
