@@ -18,6 +18,20 @@ fn ok(e: *mut sluice_error_t) {
     });
 }
 
+/// One `sluice_op_begin` + `sluice_op_end` reading `objs` on `s`.
+fn op_pair(s: sluice_stream_t, objs: &[sluice_sync_t]) {
+    let mut op = sluice_op_t { bits: 0 };
+    ok(sluice_op_begin(
+        s,
+        objs.as_ptr(),
+        objs.len(),
+        std::ptr::null(),
+        0,
+        &mut op,
+    ));
+    ok(sluice_op_end(op));
+}
+
 const WORDS: u64 = 1024;
 
 fn main() {
@@ -128,9 +142,7 @@ fn main() {
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
         for i in 0..n {
             if which == "pair" {
-                let mut op = sluice_op_t { bits: 0 };
-                ok(sluice_op_begin(sa, &x, 1, std::ptr::null(), 0, &mut op));
-                ok(sluice_op_end(op));
+                op_pair(sa, &[x]);
             } else {
                 unsafe { black_box((drv.cuEventRecord)(eva, ra as _)) };
             }
@@ -308,18 +320,7 @@ fn main() {
                 })
                 .collect()
         };
-        let s = ns(&mut || {
-            let mut op = sluice_op_t { bits: 0 };
-            ok(sluice_op_begin(
-                sa,
-                objs.as_ptr(),
-                k,
-                std::ptr::null(),
-                0,
-                &mut op,
-            ));
-            ok(sluice_op_end(op));
-        });
+        let s = ns(&mut || op_pair(sa, &objs));
         let r = ns(&mut || unsafe {
             black_box((drv.cuEventRecord)(eva, ra as _));
         });
@@ -345,18 +346,13 @@ fn main() {
             // spawned for it (the overhead benchmark's rows run there).
             let mut own = sluice_sync_t { bits: 0 };
             ok(sluice_sync_create(&mut own));
-            let pair = |o: sluice_sync_t| {
-                let mut op = sluice_op_t { bits: 0 };
-                ok(sluice_op_begin(sa, &o, 1, std::ptr::null(), 0, &mut op));
-                ok(sluice_op_end(op));
-            };
-            let s2 = ns(&mut || pair(own));
+            let s2 = ns(&mut || op_pair(sa, &[own]));
             row("op_begin + op_end, 1 read of a sync_create object", s2, r);
             // Raw handles cross as integers; sluice's first call binds the context.
             let (ev, rs) = (eva as usize, ra as usize);
             let (s3, r3) = std::thread::scope(|sc| {
                 sc.spawn(|| {
-                    let s3 = ns(&mut || pair(x));
+                    let s3 = ns(&mut || op_pair(sa, &[x]));
                     let r3 = ns(&mut || unsafe {
                         black_box((drv.cuEventRecord)(ev as _, rs as _));
                     });
@@ -396,78 +392,6 @@ fn main() {
         });
         row("alloc + free (cache off)", s, r);
     }
-    if want("benchlike") {
-        // The overhead benchmark's 1-thread, 1-object row as it runs there (a
-        // buffer allocated on another stream and never written, the pairs on a
-        // thread spawned per repetition, a stream sync after every 1000 pairs,
-        // the median of 7 repetitions), then one factor changed at a time.
-        let per_rep = |settle_all: bool, written: bool, spawn: bool| -> f64 {
-            let (s, _) = mk_stream();
-            let mut b = sluice_buffer_t { bits: 0 };
-            ok(sluice_buffer_alloc(sa, 256, &mut b));
-            if written {
-                ok(sluice_stream_memset(s, b, 0, 0, 256));
-            }
-            let mut o = sluice_sync_t { bits: 0 };
-            ok(sluice_buffer_sync(b, &mut o));
-            ok(sluice_stream_synchronize(sa));
-            let run = || {
-                let pair = || {
-                    let mut op = sluice_op_t { bits: 0 };
-                    ok(sluice_op_begin(s, &o, 1, std::ptr::null(), 0, &mut op));
-                    ok(sluice_op_end(op));
-                };
-                (0..1000).for_each(|_| pair());
-                ok(sluice_stream_synchronize(s));
-                let mut reps: Vec<f64> = (0..8)
-                    .map(|_| {
-                        let mut t = Duration::ZERO;
-                        for _ in 0..50 {
-                            let t0 = Instant::now();
-                            (0..1000).for_each(|_| pair());
-                            t += t0.elapsed();
-                            if settle_all {
-                                ok(sluice_device_wait_all(d));
-                            } else {
-                                ok(sluice_stream_synchronize(s));
-                            }
-                        }
-                        t.as_nanos() as f64 / 50_000.0
-                    })
-                    .skip(1)
-                    .collect();
-                reps.sort_by(f64::total_cmp);
-                reps[3]
-            };
-            let v = if spawn {
-                std::thread::scope(|sc| sc.spawn(run).join().unwrap())
-            } else {
-                run()
-            };
-            ok(sluice_buffer_free(b));
-            ok(sluice_stream_destroy(s));
-            v
-        };
-        for (name, all, written, spawn) in [
-            (
-                "as the benchmark: spawned thread, alloc on another stream, stream sync",
-                false,
-                false,
-                true,
-            ),
-            ("the same, on this thread", false, false, false),
-            (
-                "the same, the buffer written on the pairs' stream",
-                false,
-                true,
-                true,
-            ),
-            ("the same, wait_all after each 1000", true, false, true),
-        ] {
-            let v = per_rep(all, written, spawn);
-            row(&format!("op pair, 1 read, median of 7: {name}"), v, 0.0);
-        }
-    }
     if want("threads") {
         // 8 threads, each on its own stream, read the same 4 sync objects.
         let shared: Vec<sluice_sync_t> = (0..4)
@@ -491,16 +415,7 @@ fn main() {
                         &mut st,
                     ));
                     for _ in 0..per {
-                        let mut op = sluice_op_t { bits: 0 };
-                        ok(sluice_op_begin(
-                            st,
-                            shared.as_ptr(),
-                            4,
-                            std::ptr::null(),
-                            0,
-                            &mut op,
-                        ));
-                        ok(sluice_op_end(op));
+                        op_pair(st, shared);
                     }
                     ok(sluice_stream_synchronize(st));
                     ok(sluice_stream_destroy(st));
@@ -551,16 +466,7 @@ fn main() {
                                     if raw {
                                         unsafe { black_box((drv.cuEventRecord)(e, rs as _)) };
                                     } else {
-                                        let mut op = sluice_op_t { bits: 0 };
-                                        ok(sluice_op_begin(
-                                            st,
-                                            objs.as_ptr(),
-                                            objs.len(),
-                                            std::ptr::null(),
-                                            0,
-                                            &mut op,
-                                        ));
-                                        ok(sluice_op_end(op));
+                                        op_pair(st, objs);
                                     }
                                 }
                                 let end = Instant::now();

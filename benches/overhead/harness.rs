@@ -178,6 +178,24 @@ pub fn per_op(n: usize, mut op: impl FnMut(), finish: impl FnOnce()) -> f64 {
     secs(t0.elapsed()) / n as f64
 }
 
+/// A raw event without timing (on any thread with the context bound).
+pub fn raw_event(d: &Driver) -> CUevent {
+    let mut e: CUevent = null_mut();
+    // SAFETY: writes one event handle.
+    cu(
+        d,
+        unsafe { (d.cuEventCreate)(&mut e, CU_EVENT_DISABLE_TIMING) },
+        "cuEventCreate",
+    );
+    e
+}
+
+/// Destroys an event made by [`raw_event`], once.
+pub fn raw_event_destroy(d: &Driver, e: CUevent) {
+    // SAFETY: an event created by raw_event, destroyed once.
+    cu(d, unsafe { (d.cuEventDestroy_v2)(e) }, "cuEventDestroy");
+}
+
 /// `cuStreamSynchronize` on a raw stream; any error stops the run.
 pub fn raw_sync(d: &Driver, s: CUstream) {
     // SAFETY: a live stream of the bound context.
@@ -705,18 +723,11 @@ impl Bench {
     }
 
     pub fn r_event(&self) -> CUevent {
-        let mut e: CUevent = null_mut();
-        // SAFETY: writes one event handle.
-        self.cu(
-            unsafe { (self.d.cuEventCreate)(&mut e, CU_EVENT_DISABLE_TIMING) },
-            "cuEventCreate",
-        );
-        e
+        raw_event(self.d)
     }
 
     pub fn r_event_destroy(&self, e: CUevent) {
-        // SAFETY: an event created by r_event, destroyed once.
-        self.cu(unsafe { (self.d.cuEventDestroy_v2)(e) }, "cuEventDestroy");
+        raw_event_destroy(self.d, e)
     }
 
     pub fn r_alloc(&self, size: usize) -> CUdeviceptr {

@@ -4,6 +4,7 @@
 
 use crate::harness::*;
 use cudarc::driver::sys::{CUcontext, CUevent, CUstream};
+use sluice::backend::cuda::Driver;
 use sluice::ffi::*;
 use std::ptr::null;
 use std::sync::Barrier;
@@ -76,42 +77,16 @@ impl Bench {
                 // SAFETY: the primary context the bench retained, live until it ends.
                 let res = unsafe { (d.cuCtxSetCurrent)(ctx as CUcontext) };
                 cu(d, res, "cuCtxSetCurrent");
-                let mut r = std::ptr::null_mut();
-                ck(sluice_stream_raw(s, &mut r), "sluice_stream_raw");
-                let r = r as CUstream;
-                let mut e: CUevent = std::ptr::null_mut();
-                // SAFETY: writes one event handle.
-                cu(
-                    d,
-                    unsafe { (d.cuEventCreate)(&mut e, CU_EVENT_DISABLE_TIMING) },
-                    "cuEventCreate",
-                );
-                // SAFETY: a live event and stream.
-                let rec = || cu(d, unsafe { (d.cuEventRecord)(e, r) }, "cuEventRecord");
-                for _ in 0..BATCH {
-                    rec();
-                }
-                raw_sync(d, r);
+                let (r, e) = (raw_of(s), raw_event(d));
+                raw_records(d, e, r, 1); // warm-up
                 barrier.wait();
-                let t = per_call(batches, rec, || raw_sync(d, r));
-                // SAFETY: created above, destroyed once.
-                cu(d, unsafe { (d.cuEventDestroy_v2)(e) }, "cuEventDestroy");
+                let t = raw_records(d, e, r, batches);
+                raw_event_destroy(d, e);
                 return t;
             }
-            let mut op = sluice_op_t { bits: 0 };
-            let pair = |op: &mut sluice_op_t| {
-                ck(
-                    sluice_op_begin(s, objs.as_ptr(), objs.len(), null(), 0, op),
-                    "sluice_op_begin",
-                );
-                ck(sluice_op_end(*op), "sluice_op_end");
-            };
-            for _ in 0..BATCH {
-                pair(&mut op); // warm-up: binds the context on this thread
-            }
-            s_sync(s);
+            op_pairs(s, objs, 1); // warm-up: binds the context on this thread
             barrier.wait();
-            per_call(batches, || pair(&mut op), || s_sync(s))
+            op_pairs(s, objs, batches)
         };
 
         let mut rows = Vec::new();
@@ -190,39 +165,13 @@ impl Bench {
     /// (`measure`), so that the host's drift falls on both sides alike.
     fn bench_pairs(&mut self, s: sluice_stream_t, objs: &[sluice_sync_t]) -> Vec<PairRow> {
         let (d, batches) = (self.d, self.cfg.n(50));
-        let mut r = std::ptr::null_mut();
-        ck(sluice_stream_raw(s, &mut r), "sluice_stream_raw");
-        let r = r as CUstream;
-        let mut e: CUevent = std::ptr::null_mut();
-        // SAFETY: writes one event handle.
-        cu(
-            d,
-            unsafe { (d.cuEventCreate)(&mut e, CU_EVENT_DISABLE_TIMING) },
-            "cuEventCreate",
-        );
-        let pairs = |k: usize| {
-            move || {
-                per_call(
-                    batches,
-                    || {
-                        let mut op = sluice_op_t { bits: 0 };
-                        ck(
-                            sluice_op_begin(s, objs.as_ptr(), k, null(), 0, &mut op),
-                            "sluice_op_begin",
-                        );
-                        ck(sluice_op_end(op), "sluice_op_end");
-                    },
-                    || s_sync(s),
-                )
-            }
-        };
-        // SAFETY: a live event and stream.
-        let rec = || cu(d, unsafe { (d.cuEventRecord)(e, r) }, "cuEventRecord");
-        let mut raw = || per_call(batches, rec, || raw_sync(d, r));
-        let (mut p1, mut p4, mut p16) = (pairs(1), pairs(4), pairs(16));
+        let (r, e) = (raw_of(s), self.r_event());
+        let mut raw = || raw_records(d, e, r, batches);
+        let mut p1 = || op_pairs(s, &objs[..1], batches);
+        let mut p4 = || op_pairs(s, &objs[..4], batches);
+        let mut p16 = || op_pairs(s, &objs[..16], batches);
         let t = measure(self.cfg.reps, &mut [&mut raw, &mut p1, &mut p4, &mut p16]);
-        // SAFETY: created above, destroyed once.
-        cu(d, unsafe { (d.cuEventDestroy_v2)(e) }, "cuEventDestroy");
+        self.r_event_destroy(e);
         [1, 4, 16]
             .iter()
             .zip(&t[1..])
@@ -233,6 +182,34 @@ impl Bench {
             })
             .collect()
     }
+}
+
+/// The CUstream under a sluice stream.
+fn raw_of(s: sluice_stream_t) -> CUstream {
+    let mut r = std::ptr::null_mut();
+    ck(sluice_stream_raw(s, &mut r), "sluice_stream_raw");
+    r as CUstream
+}
+
+/// Seconds per `sluice_op_begin` + `sluice_op_end` pair reading `objs` on `s`:
+/// `batches` timed batches of `BATCH`, the stream synced between them.
+fn op_pairs(s: sluice_stream_t, objs: &[sluice_sync_t], batches: usize) -> f64 {
+    let pair = || {
+        let mut op = sluice_op_t { bits: 0 };
+        ck(
+            sluice_op_begin(s, objs.as_ptr(), objs.len(), null(), 0, &mut op),
+            "sluice_op_begin",
+        );
+        ck(sluice_op_end(op), "sluice_op_end");
+    };
+    per_call(batches, pair, || s_sync(s))
+}
+
+/// Seconds per raw `cuEventRecord` of `e` on `r`, timed as [`op_pairs`].
+fn raw_records(d: &Driver, e: CUevent, r: CUstream, batches: usize) -> f64 {
+    // SAFETY: a live event and stream.
+    let rec = || cu(d, unsafe { (d.cuEventRecord)(e, r) }, "cuEventRecord");
+    per_call(batches, rec, || raw_sync(d, r))
 }
 
 /// Issue 17's goals for one thread: a pair reading 1 object costs at most the raw
