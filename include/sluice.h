@@ -1333,8 +1333,9 @@ struct sluice_error_t *sluice_graph_destroy(struct sluice_graph_t graph);
 
 /**
  * Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set (read once, at the
- * process's first instantiate), also writes `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
- * graph and destroys it with `sluice_graph_exec_destroy`.
+ * process's first instantiate), also writes `<dir>/graph-<device>-<id>.dot`.
+ * Ownership: the caller owns the new executable graph and destroys it with
+ * `sluice_graph_exec_destroy`.
  *
  * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`exec_out` NULL);
  * `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`).

@@ -282,7 +282,7 @@ impl Stream {
         // runs with no lock held.
         let end = {
             let mut push = self.push_lock();
-            if self.current_capture().is_some() || self.device.backend.capture_active(self.raw)? {
+            if self.is_capturing() || self.device.backend.capture_active(self.raw)? {
                 return Ok(());
             }
             self.record_in(&mut push, false, 1, 0)?

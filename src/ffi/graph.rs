@@ -169,8 +169,9 @@ pub extern "C" fn sluice_graph_destroy(graph: sluice_graph_t) -> *mut sluice_err
 }
 
 /// Instantiates a graph. With `SLUICE_GRAPH_DOT_DIR` set (read once, at the
-/// process's first instantiate), also writes `<dir>/graph-<device>-<id>.dot`. Ownership: the caller owns the new executable
-/// graph and destroys it with `sluice_graph_exec_destroy`.
+/// process's first instantiate), also writes `<dir>/graph-<device>-<id>.dot`.
+/// Ownership: the caller owns the new executable graph and destroys it with
+/// `sluice_graph_exec_destroy`.
 ///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`exec_out` NULL);
 /// `SLUICE_ERROR_INVALID_HANDLE` (a stale `graph`).
