@@ -7,6 +7,7 @@ use sluice::capture;
 use sluice::graph::UpdateOutcome;
 use sluice::graph_cache::GraphCache;
 use sluice::{ops, Buffer, ErrorCode, Stream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 const W: usize = 4096;
@@ -625,11 +626,11 @@ fn wait_all_beside_captures_on_another_thread_fails_neither() {
     let k = kit();
     let s = k.stream();
     let x = k.buffer(&s, W);
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {
         let waiter = sc.spawn(|| {
             let mut waits = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 k.dev.wait_all().expect("wait_all beside a capture");
                 waits += 1;
             }
@@ -640,7 +641,7 @@ fn wait_all_beside_captures_on_another_thread_fails_neither() {
             k.fill(&s, &x, i, 0);
             capture::capture_end(&s).expect("a capture beside wait_all");
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        stop.store(true, Ordering::Relaxed);
         assert!(waiter.join().unwrap() > 0);
     });
 }
