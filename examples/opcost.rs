@@ -137,12 +137,21 @@ fn main() {
     }
     ok(sluice_device_wait_all(d));
     let (x, y) = (syncs[0], syncs[1]);
-    // OPCOST_LOOP=pair|record: only `n` 1-read pairs (or raw records) and exit, for
-    // `perf stat` / `perf record` of one loop against the other.
+    // OPCOST_LOOP=pair|pair4|record: only `n` 1-read pairs (4-read pairs, or raw
+    // records) and exit, for `perf stat` / `perf record` of one loop against another.
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
+        let four: Vec<sluice_sync_t> = (0..4)
+            .map(|_| {
+                let mut o = sluice_sync_t { bits: 0 };
+                ok(sluice_sync_create(&mut o));
+                o
+            })
+            .collect();
         for i in 0..n {
             if which == "pair" {
                 op_pair(sa, &[x]);
+            } else if which == "pair4" {
+                op_pair(sa, &four);
             } else {
                 unsafe { black_box((drv.cuEventRecord)(eva, ra as _)) };
             }

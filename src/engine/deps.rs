@@ -144,6 +144,20 @@ impl<'s, 'a> Locked<'s, 'a> {
         Some(Locked { set, slot, fast })
     }
 
+    /// Access `i` of a set held by [`Locked::try_slots`]: the object's state (read
+    /// only) and the stream's slot. Each index is taken once at a time.
+    #[inline(always)]
+    pub(super) fn slot_held(&self, i: usize) -> (&'a SyncState, &'a mut SlotState) {
+        let obj: &'a SyncCore = {
+            let r = self.set[i].obj();
+            // SAFETY: the object lives for 'a (ObjRef's contract).
+            unsafe { &*(&*r as *const SyncCore) }
+        };
+        // SAFETY: every slot is held (`try_slots`); exclusive holders (the only
+        // writers of the state) must take it first.
+        unsafe { (obj.state.get_shared(), obj.slot(self.slot)) }
+    }
+
     /// Access `i` as held. Each index is taken once at a time.
     #[inline(always)]
     pub(super) fn held(&self, i: usize) -> Held<'a> {
@@ -192,6 +206,15 @@ impl Drop for Locked<'_, '_> {
     /// an exclusive hold can see one: no slot reader takes an orphaned object).
     #[inline(always)]
     fn drop(&mut self) {
+        let n = self.set.len();
+        if (1..=64).contains(&n) && self.fast == u64::MAX >> (64 - n) {
+            // Every access held through the slot (the common read-only set).
+            for a in self.set {
+                // SAFETY: held since `new` or `try_slots`.
+                unsafe { a.obj().unlock_slot(self.slot) };
+            }
+            return;
+        }
         let mut orphans: SmallVec<[NonNull<SyncCore>; 2]> = SmallVec::new();
         for (i, a) in self.set.iter().enumerate() {
             let obj = a.obj();

@@ -126,6 +126,9 @@ pub(crate) fn op_begin(
             return cap.op_begin(stream, set, kind);
         }
     }
+    if track_open && begin_on_slots(stream, set, seen) {
+        return Ok(());
+    }
     let locked = Locked::new(set, stream);
     if track_open {
         for (i, a) in locked.set.iter().enumerate() {
@@ -160,6 +163,42 @@ pub(crate) fn op_begin(
         }
     }
     Ok(())
+}
+
+/// [`op_begin`]'s common case in one pass per object: every access a read that
+/// the stream's reader slots alone take ([`Locked::try_slots`]), with no open
+/// foreign write and no wait due, and tracing off. Counts the op open and writes
+/// `seen`; false with nothing changed otherwise (the general path then decides).
+#[inline(always)]
+fn begin_on_slots(stream: &Stream, set: &[Access<'_>], seen: &mut Seen) -> bool {
+    if trace::observe().on() {
+        return false;
+    }
+    let Some(locked) = Locked::try_slots(set, stream) else {
+        return false;
+    };
+    let me = stream.id;
+    for i in 0..set.len() {
+        let (st, slot) = locked.slot_held(i);
+        let wait_due = slot.reader.is_none()
+            && st
+                .writer
+                .as_ref()
+                .is_some_and(|w| w.stream_id() != me && !w.known_complete());
+        if st.open_writes != 0 || wait_due {
+            return false;
+        }
+    }
+    for i in 0..set.len() {
+        let (st, slot) = locked.slot_held(i);
+        seen.push(SeenState {
+            version: 0,
+            writes: st.writes,
+            open: true,
+        });
+        slot.open_reads += 1;
+    }
+    true
 }
 
 #[cold]
@@ -240,21 +279,18 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
         // matter), and the recordings it replaces go straight back to the pool.
         if seen.len() == set.len() {
             if let Some(locked) = Locked::try_slots(set, stream) {
-                let mut current = true;
-                for (i, s) in seen.iter().enumerate() {
-                    // Reads only: `still_current` compares the state's `writes`.
-                    current &= s.still_current(&locked.held(i), false);
-                }
+                // Reads only: a read is still current when no write was published.
+                let current =
+                    (0..set.len()).all(|i| locked.slot_held(i).0.writes == seen[i].writes);
                 if current {
                     let mut publish = Publish::new(stream, push);
                     for (i, s) in seen.iter().enumerate() {
-                        if let Held::Slot { slot, .. } = locked.held(i) {
-                            if s.open {
-                                slot.open_reads = slot.open_reads.saturating_sub(1);
-                            }
-                            // SAFETY: one of the references counted per object.
-                            publish_slot(slot, unsafe { rec.dup_counted() }, &mut publish);
+                        let slot = locked.slot_held(i).1;
+                        if s.open {
+                            slot.open_reads = slot.open_reads.saturating_sub(1);
                         }
+                        // SAFETY: one of the references counted per object.
+                        publish_slot(slot, unsafe { rec.dup_counted() }, &mut publish);
                     }
                     // Its `set.len()` references went to the objects.
                     std::mem::forget(rec);
@@ -380,8 +416,17 @@ impl ForeignOp {
         stream: Arc<Stream>,
         set: OwnedAccessSet,
     ) -> std::result::Result<Box<ForeignOp>, (Error, OpMemory)> {
-        mem.write(ForeignOp::unopened(stream, set));
-        // SAFETY: written just above.
+        // Field by field, in place: a whole `ForeignOp` value (its inline sets) would
+        // be built on the stack and copied.
+        let p = mem.as_mut_ptr();
+        // SAFETY: `p` is valid for writes; every field is written once.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).stream).write(stream);
+            std::ptr::addr_of_mut!((*p).set).write(set);
+            std::ptr::addr_of_mut!((*p).seen).write(Seen::new());
+            std::ptr::addr_of_mut!((*p).ended).write(AtomicBool::new(true));
+        }
+        // SAFETY: every field was written just above.
         let mut op = unsafe { mem.assume_init() };
         match op.open() {
             Ok(()) => Ok(op),
