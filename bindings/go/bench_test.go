@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -48,7 +49,15 @@ func compare(b *testing.B, s *Stream, goLoop func(n int), cLoop func(n int) (tim
 // Go loop after one of warm-up, and the benchmark timer is never stopped,
 // so that no read of the memory statistics (a stop of the world) comes
 // right before one loop and not the other.
+//
+// SLUICE_GO_BENCH_LOCK_THREAD=1 locks the benchmark's goroutine to its thread,
+// so that every Go call and the C loop run on one OS thread (with the
+// driver's per-thread state of that thread).
 func compareChunks(b *testing.B, s *Stream, size int, goLoop func(n int), cLoop func(n int) (time.Duration, error)) {
+	if os.Getenv("SLUICE_GO_BENCH_LOCK_THREAD") == "1" {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	b.ReportAllocs()
 	goLoop(size)
 	must(b, s.Synchronize())

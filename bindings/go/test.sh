@@ -143,6 +143,9 @@ else
 	echo "sluice-go-race.test: not carried, skipped"
 fi
 ./sluice-go.test -test.run '^$' -test.bench . -test.benchtime=100000x
+# The per-op rows again with the goroutine locked to its thread (same thread as the C loop).
+echo "go per-call, goroutine locked to its thread:"
+SLUICE_GO_BENCH_LOCK_THREAD=1 ./sluice-go.test -test.run '^$' -test.bench 'StreamQuery|Copy|Memset|Launch|RunOp' -test.benchtime=100000x
 ./prefetchbench -ptx ../kernels/test_kernels.ptx
 ./run-trainer.sh
 EOF
