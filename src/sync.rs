@@ -776,6 +776,30 @@ impl OwnedAccessSet {
         }
     }
 
+    /// An empty set, to be filled in place through [`OwnedAccessSet::fill`].
+    #[inline(always)]
+    pub(crate) fn empty() -> Self {
+        OwnedAccessSet {
+            set: AccessSet::with_room(0),
+            kept: false,
+        }
+    }
+
+    /// The set to fill in place (then normalised by the caller).
+    ///
+    /// # Safety
+    /// As for [`OwnedAccessSet::borrowed`]: every object pushed stays alive until
+    /// the op is counted open on it, or [`OwnedAccessSet::keep`] ran, or the set is
+    /// dropped unused.
+    #[inline(always)]
+    pub(crate) unsafe fn fill<'g>(&mut self) -> &mut AccessSet<'g, OWNED_INLINE> {
+        // SAFETY: only the lifetime changes; the caller's contract covers it.
+        unsafe {
+            &mut *(&mut self.set as *mut AccessSet<'static, OWNED_INLINE>)
+                .cast::<AccessSet<'g, OWNED_INLINE>>()
+        }
+    }
+
     /// Takes a counted reference to each object, for an op not counted open on
     /// them. Once, while the objects are alive (under the caller's borrow).
     pub(crate) fn keep(&mut self) {

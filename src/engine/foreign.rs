@@ -388,7 +388,7 @@ pub struct ForeignOp {
 }
 
 /// Memory for one [`ForeignOp`], reused from op to op by the C ABI (see
-/// [`ForeignOp::begin_in`]).
+/// [`ForeignOp::begin_filled_in`]).
 pub(crate) type OpMemory = Box<MaybeUninit<ForeignOp>>;
 
 impl ForeignOp {
@@ -407,15 +407,40 @@ impl ForeignOp {
         Ok(op)
     }
 
-    /// [`ForeignOp::begin`] on a set made by [`OwnedAccessSet::borrowed`] (whose
-    /// objects the caller keeps alive during this call), in `mem` (a C handle owns
-    /// the box): the memory of the thread's last ended op when there is one, so
-    /// that a begin/end pair allocates nothing. On failure the memory comes back.
-    pub(crate) fn begin_in(
+    /// [`ForeignOp::begin`] in `mem` (a C handle owns the box): the memory of the
+    /// thread's last ended op when there is one, so that a begin/end pair
+    /// allocates nothing. The set is filled in place by `fill` (no copy of it),
+    /// then normalised. On failure (`fill`'s or the begin's) the memory comes back.
+    ///
+    /// # Safety
+    /// As for [`OwnedAccessSet::fill`]: the objects `fill` pushes stay alive during
+    /// this call.
+    #[inline(always)]
+    pub(crate) unsafe fn begin_filled_in<'g>(
+        mem: OpMemory,
+        stream: Arc<Stream>,
+        fill: impl FnOnce(&mut AccessSet<'g, OWNED_INLINE>) -> Result<()>,
+    ) -> std::result::Result<Box<ForeignOp>, (Error, OpMemory)> {
+        let mut op = ForeignOp::write_unopened(mem, stream, OwnedAccessSet::empty());
+        // SAFETY: the caller's contract.
+        let set: &mut AccessSet<'g, OWNED_INLINE> = unsafe { op.set.fill() };
+        if let Err(e) = fill(set) {
+            return Err((e, recycle(op)));
+        }
+        set.normalize();
+        match op.open() {
+            Ok(()) => Ok(op),
+            Err(e) => Err((e, recycle(op))),
+        }
+    }
+
+    /// An unopened op ([`ForeignOp::unopened`]) written into `mem`.
+    #[inline(always)]
+    fn write_unopened(
         mut mem: OpMemory,
         stream: Arc<Stream>,
         set: OwnedAccessSet,
-    ) -> std::result::Result<Box<ForeignOp>, (Error, OpMemory)> {
+    ) -> Box<ForeignOp> {
         // Field by field, in place: a whole `ForeignOp` value (its inline sets) would
         // be built on the stack and copied.
         let p = mem.as_mut_ptr();
@@ -427,16 +452,12 @@ impl ForeignOp {
             std::ptr::addr_of_mut!((*p).ended).write(AtomicBool::new(true));
         }
         // SAFETY: every field was written just above.
-        let mut op = unsafe { mem.assume_init() };
-        match op.open() {
-            Ok(()) => Ok(op),
-            Err(e) => Err((e, recycle(op))),
-        }
+        unsafe { mem.assume_init() }
     }
 
     /// Ends a boxed op ([`ForeignOp::end`]; the box is owned, so the `ended` flag
     /// needs no atomic swap) and gives back its memory for a later
-    /// [`ForeignOp::begin_in`].
+    /// [`ForeignOp::begin_filled_in`].
     pub(crate) fn end_into(mut op: Box<ForeignOp>) -> (Result<()>, OpMemory) {
         let ended = if std::mem::replace(op.ended.get_mut(), true) {
             Err(already_ended())

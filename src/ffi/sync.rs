@@ -5,7 +5,7 @@ use crate::engine::{self, EngineMode, ForeignOp, OpMemory};
 use crate::epoch::Guard;
 use crate::error::{Error, Result};
 use crate::handle::{Reserved, Stale};
-use crate::sync::{Access, AccessSet, ObjRef, OwnedAccessSet, SyncObject};
+use crate::sync::{Access, AccessSet, ObjRef, SyncObject};
 use std::cell::Cell;
 
 /// A sync object: the dependency record of one buffer or of foreign memory. It
@@ -60,9 +60,24 @@ fn access_set<'g, const N: usize>(
     writes: *const sluice_sync_t,
     num_writes: usize,
 ) -> Result<AccessSet<'g, N>> {
+    let mut set = AccessSet::with_room(0);
+    fill_access_set(pin, reads, num_reads, writes, num_writes, &mut set)?;
+    set.normalize();
+    Ok(set)
+}
+
+/// Pushes the accesses of an op's handle arrays into `set` (empty), unnormalised.
+#[inline(always)]
+fn fill_access_set<'g, const N: usize>(
+    pin: &'g Guard,
+    reads: *const sluice_sync_t,
+    num_reads: usize,
+    writes: *const sluice_sync_t,
+    num_writes: usize,
+    set: &mut AccessSet<'g, N>,
+) -> Result<()> {
     let r = slice_in(reads, num_reads, "reads")?;
     let w = slice_in(writes, num_writes, "writes")?;
-    let mut set = AccessSet::with_room(r.len() + w.len());
     for (handles, write, name) in [(r, false, "reads"), (w, true, "writes")] {
         for (i, h) in handles.iter().enumerate() {
             match sluice_sync_t::table().get_pinned(pin, h.bits) {
@@ -72,8 +87,7 @@ fn access_set<'g, const N: usize>(
             }
         }
     }
-    set.normalize();
-    Ok(set)
+    Ok(())
 }
 
 #[cold]
@@ -187,14 +201,18 @@ pub extern "C" fn sluice_op_begin(
         // them (or keeps them), as a library op's are for its whole call.
         let pin = crate::epoch::pin();
         let s = get_pinned(&pin, stream)?;
-        let set = access_set(&pin, reads, num_reads, writes, num_writes)?;
-        // SAFETY: `pin` keeps the objects alive until `begin_in` returns.
-        let set = unsafe { OwnedAccessSet::borrowed(set) };
         let (mem, index) = match SPARE.try_with(Cell::take).ok().flatten() {
             Some(spare) => spare.into_parts(),
             None => (Box::new_uninit(), None),
         };
-        match ForeignOp::begin_in(mem, s, set) {
+        // The set is filled in the op's memory. SAFETY: `pin` keeps the objects
+        // alive until `begin_filled_in` returns.
+        let begun = unsafe {
+            ForeignOp::begin_filled_in(mem, s, |set| {
+                fill_access_set(&pin, reads, num_reads, writes, num_writes, set)
+            })
+        };
+        match begun {
             Ok(op) => {
                 let table = sluice_op_t::table();
                 let bits = match index {
