@@ -384,7 +384,9 @@ pub(crate) struct Publish<'a> {
     pool: *const EventPool,
     inner: Option<ObjGuard<'a, PoolInner>>,
     /// Inline for a few nodes: publishing allocates nothing.
-    others: smallvec::SmallVec<[Box<RecNode>; 4]>,
+    /// Dropped by hand ([`Publish::recycle_others`]): the common publication has
+    /// none and pays no drop.
+    others: std::mem::ManuallyDrop<smallvec::SmallVec<[Box<RecNode>; 4]>>,
     /// The last reference released, held back with `held_extra` more to the same
     /// node: an op's objects usually all drop the same earlier recording, and one
     /// `fetch_sub` then counts them all.
@@ -398,7 +400,7 @@ impl<'a> Publish<'a> {
         Publish {
             pool: Arc::as_ptr(&stream.pool),
             inner: Some(inner),
-            others: smallvec::SmallVec::new(),
+            others: std::mem::ManuallyDrop::new(smallvec::SmallVec::new()),
             held: None,
             held_extra: 0,
         }
@@ -410,7 +412,7 @@ impl<'a> Publish<'a> {
         Publish {
             pool: std::ptr::null(),
             inner: None,
-            others: smallvec::SmallVec::new(),
+            others: std::mem::ManuallyDrop::new(smallvec::SmallVec::new()),
             held: None,
             held_extra: 0,
         }
@@ -461,6 +463,8 @@ impl Publish<'_> {
         for node in self.others.drain(..) {
             recycle(node);
         }
+        // SAFETY: dropped once, here, at the end of the publication.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.others) };
     }
 }
 
@@ -469,7 +473,7 @@ impl Drop for Publish<'_> {
     fn drop(&mut self) {
         self.flush_held();
         drop(self.inner.take());
-        if !self.others.is_empty() {
+        if !self.others.is_empty() || self.others.spilled() {
             self.recycle_others();
         }
     }

@@ -182,26 +182,34 @@ impl<P: Shared> HandleTable<P> {
     }
 
     /// The slot for a fresh index; allocates its segment on first use.
+    #[inline(always)]
     fn slot_for_insert(&self, index: usize) -> &Slot<P> {
         let (k, off) = segment_of(index);
         let mut seg = self.segments[k].load(Ordering::Acquire);
         if seg.is_null() {
-            let _g = self.grow.lock().unwrap_or_else(|p| p.into_inner());
-            seg = self.segments[k].load(Ordering::Acquire);
-            if seg.is_null() {
-                let slots: Box<[Slot<P>]> = (0..SEG0 << k)
-                    .map(|_| Slot {
-                        state: AtomicU64::new(0),
-                        value: AtomicPtr::new(std::ptr::null_mut()),
-                        next_free: AtomicU32::new(0),
-                    })
-                    .collect();
-                seg = Box::into_raw(slots).cast::<Slot<P>>();
-                self.segments[k].store(seg, Ordering::Release);
-            }
+            seg = self.grow_segment(k);
         }
         // SAFETY: as in `slot`.
         unsafe { &*seg.add(off) }
+    }
+
+    /// Segment `k`, allocated by the first caller.
+    #[cold]
+    fn grow_segment(&self, k: usize) -> *mut Slot<P> {
+        let _g = self.grow.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seg = self.segments[k].load(Ordering::Acquire);
+        if seg.is_null() {
+            let slots: Box<[Slot<P>]> = (0..SEG0 << k)
+                .map(|_| Slot {
+                    state: AtomicU64::new(0),
+                    value: AtomicPtr::new(std::ptr::null_mut()),
+                    next_free: AtomicU32::new(0),
+                })
+                .collect();
+            seg = Box::into_raw(slots).cast::<Slot<P>>();
+            self.segments[k].store(seg, Ordering::Release);
+        }
+        seg
     }
 
     /// Pops a free index, or hands out a fresh one.

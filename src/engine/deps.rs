@@ -215,6 +215,14 @@ impl Drop for Locked<'_, '_> {
             }
             return;
         }
+        self.release_mixed();
+    }
+}
+
+impl Locked<'_, '_> {
+    /// [`Drop`] for a set held partly or wholly exclusively.
+    #[inline(never)]
+    fn release_mixed(&mut self) {
         let mut orphans: SmallVec<[NonNull<SyncCore>; 2]> = SmallVec::new();
         for (i, a) in self.set.iter().enumerate() {
             let obj = a.obj();
