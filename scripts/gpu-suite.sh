@@ -408,7 +408,7 @@ run() {
     note "  go prefetch: $(grep -oE 'go_eff_[0-9.x]+=[0-9.]+' "$out/go.log" | tr '\n' ' ')"
     note "  go trainer: $(grep -E '^RESULT (accuracy|resume_identical|steps_per_s|step_only_steps_per_s|input_batches_per_s|kernel self-test|kernel_us_per_step)' "$out/go.log" | sed 's/^RESULT //' | tr '\n' ';')"
     # Per call, Go against the same call from C (issue 17): overhead and allocations.
-    note "  go per-call (overhead-ns/call, allocs/op): $(awk '/^Benchmark.*overhead-ns\/call/ { n = $1; sub(/-[0-9]+$/, "", n); sub(/^Benchmark/, "", n); ov = "?"; al = "?"; for (i = 2; i < NF; i++) { if ($(i+1) == "overhead-ns/call") ov = $i; if ($(i+1) == "allocs/op") al = $i }; printf "%s=%s/%s ", n, ov, al }' "$out/go.log")"
+    note "  go per-call (overhead-ns/call, allocs/op): $(awk '/goroutine locked to its thread/ { printf "| locked to a thread: " } /^Benchmark.*overhead-ns\/call/ { n = $1; sub(/-[0-9]+$/, "", n); sub(/^Benchmark/, "", n); ov = "?"; al = "?"; for (i = 2; i < NF; i++) { if ($(i+1) == "overhead-ns/call") ov = $i; if ($(i+1) == "allocs/op") al = $i }; printf "%s=%s/%s ", n, ov, al }' "$out/go.log")"
   fi
   if has sanitize; then sanitize_part; fi
   if has stress && [ -x .gpu/stress/stress ]; then
