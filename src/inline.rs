@@ -89,6 +89,31 @@ impl<T, const N: usize> Small<T, N> {
         }
     }
 
+    /// Room for `additional` more items without spilling later.
+    #[inline(always)]
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        match self {
+            Small::Inline(a) if a.len + additional <= N => {}
+            _ => self.reserve_spilled(additional),
+        }
+    }
+
+    #[cold]
+    fn reserve_spilled(&mut self, additional: usize) {
+        if let Small::Inline(a) = self {
+            let mut heap = Vec::with_capacity(a.len + additional);
+            let n = std::mem::replace(&mut a.len, 0);
+            for item in &mut a.items[..n] {
+                // SAFETY: initialised below the old length, which is now 0, so
+                // each item is moved out exactly once.
+                heap.push(unsafe { item.assume_init_read() });
+            }
+            *self = Small::Heap(heap);
+        } else if let Small::Heap(h) = self {
+            h.reserve(additional);
+        }
+    }
+
     #[cold]
     fn push_spilled(&mut self, v: T) {
         if let Small::Inline(a) = self {
@@ -155,6 +180,25 @@ mod tests {
         drop(v);
         assert_eq!(std::rc::Rc::strong_count(&probe), 1);
         assert!(matches!(Small::<u8, 2>::with_capacity(3), Small::Heap(_)));
+    }
+
+    #[test]
+    fn reserve_spills_once_keeping_what_it_holds() {
+        let mut v: Small<u32, 2> = Small::new();
+        v.reserve(2);
+        assert!(matches!(v, Small::Inline(_)));
+        v.push(7);
+        v.reserve(5);
+        let Small::Heap(h) = &v else {
+            panic!("a reserve beyond N spills")
+        };
+        assert!(h.capacity() >= 6);
+        let cap = h.capacity();
+        for i in 0..5 {
+            v.push(i);
+        }
+        assert_eq!(&*v, &[7, 0, 1, 2, 3, 4]);
+        assert!(matches!(&v, Small::Heap(h) if h.capacity() == cap));
     }
 
     use std::rc::Rc;

@@ -696,6 +696,12 @@ impl<'a, const N: usize> AccessSet<'a, N> {
         self.0.push(Access::new(obj, write));
     }
 
+    /// Room for `additional` more accesses.
+    #[inline(always)]
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.0.reserve(additional);
+    }
+
     /// Sorts by id and merges duplicates; an object both read and written is a write.
     #[inline(always)]
     pub fn normalize(&mut self) {

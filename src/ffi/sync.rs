@@ -78,6 +78,7 @@ fn fill_access_set<'g, const N: usize>(
 ) -> Result<()> {
     let r = slice_in(reads, num_reads, "reads")?;
     let w = slice_in(writes, num_writes, "writes")?;
+    set.reserve(r.len() + w.len());
     for (handles, write, name) in [(r, false, "reads"), (w, true, "writes")] {
         for (i, h) in handles.iter().enumerate() {
             match sluice_sync_t::table().get_pinned(pin, h.bits) {
