@@ -32,6 +32,17 @@ fn op_pair(s: sluice_stream_t, objs: &[sluice_sync_t]) {
     ok(sluice_op_end(op));
 }
 
+/// `k` standalone sync objects (`sluice_sync_create`).
+fn sync_objects(k: usize) -> Vec<sluice_sync_t> {
+    (0..k)
+        .map(|_| {
+            let mut o = sluice_sync_t { bits: 0 };
+            ok(sluice_sync_create(&mut o));
+            o
+        })
+        .collect()
+}
+
 const WORDS: u64 = 1024;
 
 fn main() {
@@ -140,13 +151,7 @@ fn main() {
     // OPCOST_LOOP=pair|pair4|record: only `n` 1-read pairs (4-read pairs, or raw
     // records) and exit, for `perf stat` / `perf record` of one loop against another.
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
-        let four: Vec<sluice_sync_t> = (0..4)
-            .map(|_| {
-                let mut o = sluice_sync_t { bits: 0 };
-                ok(sluice_sync_create(&mut o));
-                o
-            })
-            .collect();
+        let four = sync_objects(4);
         for i in 0..n {
             if which == "pair" {
                 op_pair(sa, &[x]);
@@ -318,17 +323,7 @@ fn main() {
             continue;
         }
         // The 1-object row reads a buffer's object, as before; the others standalone ones.
-        let objs: Vec<sluice_sync_t> = if k == 1 {
-            vec![x]
-        } else {
-            (0..k)
-                .map(|_| {
-                    let mut o = sluice_sync_t { bits: 0 };
-                    ok(sluice_sync_create(&mut o));
-                    o
-                })
-                .collect()
-        };
+        let objs: Vec<sluice_sync_t> = if k == 1 { vec![x] } else { sync_objects(k) };
         let s = ns(&mut || op_pair(sa, &objs));
         let r = ns(&mut || unsafe {
             black_box((drv.cuEventRecord)(eva, ra as _));
@@ -403,13 +398,7 @@ fn main() {
     }
     if want("threads") {
         // 8 threads, each on its own stream, read the same 4 sync objects.
-        let shared: Vec<sluice_sync_t> = (0..4)
-            .map(|_| {
-                let mut o = sluice_sync_t { bits: 0 };
-                ok(sluice_sync_create(&mut o));
-                o
-            })
-            .collect();
+        let shared = sync_objects(4);
         let per = (n / 10).max(1000);
         let t0 = Instant::now();
         std::thread::scope(|sc| {
@@ -447,15 +436,6 @@ fn main() {
         // shared by all threads or each thread's own; and T threads recording raw
         // events on their streams. Total pairs (records) per second over all threads.
         let per = (n / 2).max(2000) as usize;
-        let mk_syncs = |k: usize| -> Vec<sluice_sync_t> {
-            (0..k)
-                .map(|_| {
-                    let mut o = sluice_sync_t { bits: 0 };
-                    ok(sluice_sync_create(&mut o));
-                    o
-                })
-                .collect()
-        };
         // Best of 3 of: all pairs over the time from the start signal to the last
         // thread's end.
         let run = |threads: usize, objs: &[Vec<sluice_sync_t>], raw: bool| -> f64 {
@@ -505,10 +485,10 @@ fn main() {
             );
         }
         for k in [1usize, 4, 16] {
-            let one = vec![mk_syncs(k)];
+            let one = vec![sync_objects(k)];
             println!("| {k} | 1 | — | {:.2} |", run(1, &one, false));
             for threads in [8usize, 16] {
-                let own: Vec<_> = (0..threads).map(|_| mk_syncs(k)).collect();
+                let own: Vec<_> = (0..threads).map(|_| sync_objects(k)).collect();
                 let shared = run(threads, &one, false);
                 let disjoint = run(threads, &own, false);
                 println!("| {k} | {threads} | shared (read-only) | {shared:.2} |");

@@ -100,24 +100,27 @@ impl<T, const N: usize> Small<T, N> {
 
     #[cold]
     fn reserve_spilled(&mut self, additional: usize) {
-        if let Small::Inline(a) = self {
-            let mut heap = Vec::with_capacity(a.len + additional);
-            let n = std::mem::replace(&mut a.len, 0);
-            for item in &mut a.items[..n] {
-                // SAFETY: initialised below the old length, which is now 0, so
-                // each item is moved out exactly once.
-                heap.push(unsafe { item.assume_init_read() });
+        match self {
+            Small::Inline(a) => {
+                let capacity = a.len + additional;
+                self.spill(capacity);
             }
-            *self = Small::Heap(heap);
-        } else if let Small::Heap(h) = self {
-            h.reserve(additional);
+            Small::Heap(h) => h.reserve(additional),
         }
     }
 
     #[cold]
     fn push_spilled(&mut self, v: T) {
+        self.spill(2 * N);
+        if let Small::Heap(h) = self {
+            h.push(v);
+        }
+    }
+
+    /// Moves inline items to the heap, with room for `capacity` (a heap set stays).
+    fn spill(&mut self, capacity: usize) {
         if let Small::Inline(a) = self {
-            let mut heap = Vec::with_capacity(2 * N);
+            let mut heap = Vec::with_capacity(capacity);
             let n = std::mem::replace(&mut a.len, 0);
             for item in &mut a.items[..n] {
                 // SAFETY: initialised below the old length, which is now 0, so
@@ -125,9 +128,6 @@ impl<T, const N: usize> Small<T, N> {
                 heap.push(unsafe { item.assume_init_read() });
             }
             *self = Small::Heap(heap);
-        }
-        if let Small::Heap(h) = self {
-            h.push(v);
         }
     }
 

@@ -136,23 +136,23 @@ impl<'s, 'a> Locked<'s, 'a> {
                 return None;
             }
         }
-        let fast = if set.len() == 64 {
-            u64::MAX
-        } else {
-            (1u64 << set.len()) - 1
-        };
+        let fast = all_bits(set.len());
         Some(Locked { set, slot, fast })
+    }
+
+    /// The object of access `i`, alive for 'a.
+    #[inline(always)]
+    fn core(&self, i: usize) -> &'a SyncCore {
+        let r = self.set[i].obj();
+        // SAFETY: the object lives for 'a (ObjRef's contract).
+        unsafe { &*(&*r as *const SyncCore) }
     }
 
     /// Access `i` of a set held by [`Locked::try_slots`]: the object's state (read
     /// only) and the stream's slot. Each index is taken once at a time.
     #[inline(always)]
     pub(super) fn slot_held(&self, i: usize) -> (&'a SyncState, &'a mut SlotState) {
-        let obj: &'a SyncCore = {
-            let r = self.set[i].obj();
-            // SAFETY: the object lives for 'a (ObjRef's contract).
-            unsafe { &*(&*r as *const SyncCore) }
-        };
+        let obj = self.core(i);
         // SAFETY: every slot is held (`try_slots`); exclusive holders (the only
         // writers of the state) must take it first.
         unsafe { (obj.state.get_shared(), obj.slot(self.slot)) }
@@ -161,11 +161,7 @@ impl<'s, 'a> Locked<'s, 'a> {
     /// Access `i` as held. Each index is taken once at a time.
     #[inline(always)]
     pub(super) fn held(&self, i: usize) -> Held<'a> {
-        let obj: &'a SyncCore = {
-            let r = self.set[i].obj();
-            // SAFETY: the object lives for 'a (ObjRef's contract).
-            unsafe { &*(&*r as *const SyncCore) }
-        };
+        let obj = self.core(i);
         if i < 64 && self.fast & (1 << i) != 0 {
             // SAFETY: the slot is held; exclusive holders (the only writers of the
             // state) must take it first.
@@ -207,7 +203,7 @@ impl Drop for Locked<'_, '_> {
     #[inline(always)]
     fn drop(&mut self) {
         let n = self.set.len();
-        if (1..=64).contains(&n) && self.fast == u64::MAX >> (64 - n) {
+        if (1..=64).contains(&n) && self.fast == all_bits(n) {
             // Every access held through the slot (the common read-only set).
             for a in self.set {
                 // SAFETY: held since `new` or `try_slots`.
@@ -356,14 +352,39 @@ pub(super) unsafe fn waits_for_exclusive(
 /// known complete (the slot path does not prune; see [`SyncCore::try_read_slot`]).
 #[inline(always)]
 pub(super) fn waits_for_slot(st: &SyncState, slot: &SlotState, me: u64, need: &mut Waits) {
-    if let Some(w) = st.writer.as_ref() {
+    match slot_wait(st, slot, me) {
+        SlotWait::Due(w) => need.add(w),
+        SlotWait::SameStream => need.same += 1,
+        SlotWait::None => {}
+    }
+}
+
+/// What a read through the stream's own slot waits for (see [`waits_for_slot`]).
+pub(super) enum SlotWait<'r> {
+    None,
+    /// A conflict that stream order covers.
+    SameStream,
+    Due(&'r Recording),
+}
+
+#[inline(always)]
+pub(super) fn slot_wait<'r>(st: &'r SyncState, slot: &SlotState, me: u64) -> SlotWait<'r> {
+    match st.writer.as_ref() {
         // The slot (a line the stream owns) first: the writer's recording and its
         // pool are read only when the stream has no reader entry.
-        if slot.reader.is_some() || w.stream_id() == me {
-            need.same += 1;
-        } else if !w.known_complete() {
-            need.add(w);
-        }
+        Some(w) if slot.reader.is_some() || w.stream_id() == me => SlotWait::SameStream,
+        Some(w) if !w.known_complete() => SlotWait::Due(w),
+        _ => SlotWait::None,
+    }
+}
+
+/// The mask of the first `n` (at most 64) accesses.
+#[inline(always)]
+fn all_bits(n: usize) -> u64 {
+    if n >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << n) - 1
     }
 }
 

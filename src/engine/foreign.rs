@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::deps::{
-    collect_waits, issue_waits, publish_slot, waits_for_exclusive, waits_for_slot, Held, Locked,
-    Waits,
+    collect_waits, issue_waits, publish_slot, slot_wait, waits_for_exclusive, waits_for_slot, Held,
+    Locked, SlotWait, Waits,
 };
 use super::push::{after_op, push_op, unrecorded};
 
@@ -63,6 +63,12 @@ impl SeenState {
         }
     }
 
+    /// A read is still current when no write was published since begin.
+    #[inline(always)]
+    fn read_current(&self, st: &SyncState) -> bool {
+        st.writes == self.writes
+    }
+
     /// True when publishing a recording `seq` of stream `me` into the object keeps
     /// the engine's bookkeeping true although it was recorded without holding the
     /// object: for a read, no write was published since begin (a pruned writer is
@@ -71,7 +77,7 @@ impl SeenState {
     /// published since begin.
     fn still_current(&self, held: &Held<'_>, write: bool) -> bool {
         match held {
-            Held::Slot { st, .. } => st.writes == self.writes,
+            Held::Slot { st, .. } => self.read_current(st),
             // SAFETY: held exclusively.
             Held::Exclusive { obj, st } if write => {
                 (unsafe { version_exclusive(obj, st) }) == self.version
@@ -180,12 +186,7 @@ fn begin_on_slots(stream: &Stream, set: &[Access<'_>], seen: &mut Seen) -> bool 
     let me = stream.id;
     for i in 0..set.len() {
         let (st, slot) = locked.slot_held(i);
-        let wait_due = slot.reader.is_none()
-            && st
-                .writer
-                .as_ref()
-                .is_some_and(|w| w.stream_id() != me && !w.known_complete());
-        if st.open_writes != 0 || wait_due {
+        if st.open_writes != 0 || matches!(slot_wait(st, slot, me), SlotWait::Due(_)) {
             return false;
         }
     }
@@ -279,9 +280,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
         // matter), and the recordings it replaces go straight back to the pool.
         if seen.len() == set.len() {
             if let Some(locked) = Locked::try_slots(set, stream) {
-                // Reads only: a read is still current when no write was published.
-                let current =
-                    (0..set.len()).all(|i| locked.slot_held(i).0.writes == seen[i].writes);
+                let current = (0..set.len()).all(|i| seen[i].read_current(locked.slot_held(i).0));
                 if current {
                     let mut publish = Publish::new(stream, push);
                     for (i, s) in seen.iter().enumerate() {
