@@ -27,6 +27,8 @@ struct PairRow {
 struct OpRow {
     /// 0: raw `cuEventRecord` on each thread's stream (no sluice call).
     objects: usize,
+    /// Raw rows only: host work (a timed spin) between two records, in ns.
+    host_work_ns: u64,
     threads: usize,
     shared: bool,
     per_pair: f64,
@@ -72,25 +74,29 @@ impl Bench {
         let ctx = ctx as usize;
         // One thread's loop: `batches` x BATCH op_begin/op_end pairs reading `objs`,
         // or raw cuEventRecord calls on the stream's CUstream when `objs` is empty.
-        let worker = |s: sluice_stream_t, objs: &[sluice_sync_t], barrier: &Barrier| -> f64 {
-            if objs.is_empty() {
-                // SAFETY: the primary context the bench retained, live until it ends.
-                let res = unsafe { (d.cuCtxSetCurrent)(ctx as CUcontext) };
-                cu(d, res, "cuCtxSetCurrent");
-                let (r, e) = (raw_of(s), raw_event(d));
-                raw_records(d, e, r, 1); // warm-up
+        let worker =
+            |s: sluice_stream_t, objs: &[sluice_sync_t], work_ns: u64, barrier: &Barrier| -> f64 {
+                if objs.is_empty() {
+                    // SAFETY: the primary context the bench retained, live until it ends.
+                    let res = unsafe { (d.cuCtxSetCurrent)(ctx as CUcontext) };
+                    cu(d, res, "cuCtxSetCurrent");
+                    let (r, e) = (raw_of(s), raw_event(d));
+                    raw_records(d, e, r, 1, work_ns); // warm-up
+                    barrier.wait();
+                    let t = raw_records(d, e, r, batches, work_ns);
+                    raw_event_destroy(d, e);
+                    return t;
+                }
+                op_pairs(s, objs, 1); // warm-up: binds the context on this thread
                 barrier.wait();
-                let t = raw_records(d, e, r, batches);
-                raw_event_destroy(d, e);
-                return t;
-            }
-            op_pairs(s, objs, 1); // warm-up: binds the context on this thread
-            barrier.wait();
-            op_pairs(s, objs, batches)
-        };
+                op_pairs(s, objs, batches)
+            };
 
         let mut rows = Vec::new();
-        for &k in &[0usize, 1, 4, 16] {
+        // (objects, host work between raw records in ns): the raw rows with host
+        // work show what the driver's many-thread rate does when its caller does
+        // anything between records (as sluice's pair does: about its own cost).
+        for &(k, work_ns) in &[(0usize, 0u64), (0, 150), (0, 300), (1, 0), (4, 0), (16, 0)] {
             let runs: &[(usize, bool)] = if k == 0 {
                 &[(1, false), (8, false), (THREADS, false)]
             } else {
@@ -117,7 +123,7 @@ impl Bench {
                                     &syncs[t][..k]
                                 };
                                 let (s, b, w) = (streams[t], &barrier, &worker);
-                                sc.spawn(move || w(s, objs, b))
+                                sc.spawn(move || w(s, objs, work_ns, b))
                             })
                             .collect();
                         hs.into_iter()
@@ -137,6 +143,7 @@ impl Bench {
                 }
                 rows.push(OpRow {
                     objects: k,
+                    host_work_ns: work_ns,
                     threads,
                     shared,
                     per_pair: median(means),
@@ -166,7 +173,7 @@ impl Bench {
     fn bench_pairs(&mut self, s: sluice_stream_t, objs: &[sluice_sync_t]) -> Vec<PairRow> {
         let (d, batches) = (self.d, self.cfg.n(50));
         let (r, e) = (raw_of(s), self.r_event());
-        let mut raw = || raw_records(d, e, r, batches);
+        let mut raw = || raw_records(d, e, r, batches, 0);
         let mut p1 = || op_pairs(s, &objs[..1], batches);
         let mut p4 = || op_pairs(s, &objs[..4], batches);
         let mut p16 = || op_pairs(s, &objs[..16], batches);
@@ -205,10 +212,20 @@ fn op_pairs(s: sluice_stream_t, objs: &[sluice_sync_t], batches: usize) -> f64 {
     per_call(batches, pair, || s_sync(s))
 }
 
-/// Seconds per raw `cuEventRecord` of `e` on `r`, timed as [`op_pairs`].
-fn raw_records(d: &Driver, e: CUevent, r: CUstream, batches: usize) -> f64 {
-    // SAFETY: a live event and stream.
-    let rec = || cu(d, unsafe { (d.cuEventRecord)(e, r) }, "cuEventRecord");
+/// Seconds per raw `cuEventRecord` of `e` on `r`, timed as [`op_pairs`], each
+/// followed by `work_ns` of host work (a spin on the clock; none at 0).
+fn raw_records(d: &Driver, e: CUevent, r: CUstream, batches: usize, work_ns: u64) -> f64 {
+    let work = std::time::Duration::from_nanos(work_ns);
+    let rec = || {
+        // SAFETY: a live event and stream.
+        cu(d, unsafe { (d.cuEventRecord)(e, r) }, "cuEventRecord");
+        if work_ns > 0 {
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < work {
+                std::hint::spin_loop();
+            }
+        }
+    };
     per_call(batches, rec, || raw_sync(d, r))
 }
 
@@ -246,11 +263,18 @@ fn print_pairs(b: &mut Bench, pairs: &[PairRow]) {
 /// pairs reach 0.95x the raw record rate of as many threads, and shared read-only
 /// objects 0.9x the disjoint rate of the same object count.
 fn print_sharing_goals(b: &mut Bench, rows: &[OpRow]) {
-    let rate = |objects: usize, threads: usize, shared: bool| {
+    let rate_with = |objects: usize, threads: usize, shared: bool, work: u64| {
         rows.iter()
-            .find(|r| r.objects == objects && r.threads == threads && r.shared == shared)
+            .find(|r| {
+                r.objects == objects
+                    && r.threads == threads
+                    && r.shared == shared
+                    && r.host_work_ns == work
+            })
             .map(|r| r.total_rate)
     };
+    let rate =
+        |objects: usize, threads: usize, shared: bool| rate_with(objects, threads, shared, 0);
     println!("## Many threads against the raw record rate (from the table above)\n");
     println!("| threads | comparison | ratio | goal | result |");
     println!("|---:|---|---:|---|---|");
@@ -273,6 +297,16 @@ fn print_sharing_goals(b: &mut Bench, rows: &[OpRow]) {
                 );
             }
         }
+        for work in [150, 300] {
+            if let (Some(busy), Some(raw)) =
+                (rate_with(0, threads, false, work), rate(0, threads, false))
+            {
+                println!(
+                    "| {threads} | raw records + {work} ns host work / raw records | {:.3} | — | info |",
+                    busy / raw
+                );
+            }
+        }
     }
     println!();
 }
@@ -285,14 +319,16 @@ fn print_ops(rows: &[OpRow]) {
     println!("| sync objects | threads | objects | ns/pair (mean per thread) | slowest thread ns/pair | total Mpairs/s |");
     println!("|---:|---:|---|---:|---:|---:|");
     for r in rows {
-        let objs = if r.objects == 0 {
-            "raw cuEventRecord"
+        let objs = if r.objects == 0 && r.host_work_ns > 0 {
+            format!("raw cuEventRecord + {} ns host work", r.host_work_ns)
+        } else if r.objects == 0 {
+            "raw cuEventRecord".into()
         } else if r.threads == 1 {
-            "—"
+            "—".into()
         } else if r.shared {
-            "shared (read-only)"
+            "shared (read-only)".into()
         } else {
-            "disjoint"
+            "disjoint".into()
         };
         println!(
             "| {} | {} | {} | {:.0} | {:.0} | {:.2} |",
