@@ -148,15 +148,41 @@ fn main() {
     }
     ok(sluice_device_wait_all(d));
     let (x, y) = (syncs[0], syncs[1]);
-    // OPCOST_LOOP=pair|pair4|record: only `n` 1-read pairs (4-read pairs, or raw
-    // records) and exit, for `perf stat` / `perf record` of one loop against another.
+    // OPCOST_LOOP=pair|pair4|ping|record: only `n` 1-read pairs (4-read pairs, the
+    // ping-pong chain's launches, or raw records) and exit, for `perf stat` /
+    // `perf record` of one loop against another.
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
         let four = sync_objects(4);
+        let (mut p0, mut p1, mut words) = (ptrs[0], ptrs[1], WORDS);
         for i in 0..n {
             if which == "pair" {
                 op_pair(sa, &[x]);
             } else if which == "pair4" {
                 op_pair(sa, &four);
+            } else if which == "ping" {
+                // As the "ping-pong op" row: a launch on each stream in turn, each
+                // reading the other's output (a wait) and writing its own.
+                let ((s, r, w), (a, b)) = if i % 2 == 0 {
+                    ((sa, y, x), (&mut p0, &mut p1))
+                } else {
+                    ((sb, x, y), (&mut p1, &mut p0))
+                };
+                let mut args = [
+                    (b as *mut u64).cast::<c_void>(),
+                    (a as *mut u64).cast::<c_void>(),
+                    (&mut words as *mut u64).cast::<c_void>(),
+                ];
+                ok(sluice_stream_launch(
+                    s,
+                    f,
+                    &dims,
+                    args.as_mut_ptr(),
+                    args.len(),
+                    &r,
+                    1,
+                    &w,
+                    1,
+                ));
             } else {
                 unsafe { black_box((drv.cuEventRecord)(eva, ra as _)) };
             }
