@@ -96,7 +96,15 @@ impl Bench {
         // (objects, host work between raw records in ns): the raw rows with host
         // work show what the driver's many-thread rate does when its caller does
         // anything between records (as sluice's pair does: about its own cost).
-        for &(k, work_ns) in &[(0usize, 0u64), (0, 150), (0, 300), (1, 0), (4, 0), (16, 0)] {
+        for &(k, work_ns) in &[
+            (0usize, 0u64),
+            (0, 50),
+            (0, 150),
+            (0, 300),
+            (1, 0),
+            (4, 0),
+            (16, 0),
+        ] {
             let runs: &[(usize, bool)] = if k == 0 {
                 &[(1, false), (8, false), (THREADS, false)]
             } else {
@@ -299,7 +307,7 @@ fn print_sharing_goals(b: &mut Bench, rows: &[OpRow]) {
         }
         // The driver's many-thread rate falls once its callers do anything between
         // records (the pair's own cost is about 150 ns of such work).
-        for work in [150, 300] {
+        for work in [50, 150, 300] {
             if let (Some(busy), Some(raw)) =
                 (rate_with(0, threads, false, work), rate(0, threads, false))
             {
