@@ -19,8 +19,9 @@ use std::sync::atomic::{
 };
 use std::sync::{Arc, Mutex};
 
-/// Even, starts at 2; 0 in a participant word means "not pinned".
-static EPOCH: AtomicU64 = AtomicU64::new(2);
+// The epoch is `HOT.epoch` (`crate::hot`): even, starts at 2; 0 in a participant word
+// means "not pinned".
+use crate::hot::HOT;
 /// Participant words of the first `SLOTS` threads, scanned without a lock.
 const SLOTS: usize = 1024;
 /// One cache line each, so that threads pinning at once do not share a line.
@@ -127,7 +128,7 @@ pub fn pin() -> Guard {
                 w = register();
             }
             // SAFETY: a participant word lives in a static or a never-freed Arc.
-            unsafe { &*w }.swap(EPOCH.load(SeqCst), SeqCst);
+            unsafe { &*w }.swap(HOT.epoch.load(SeqCst), SeqCst);
         }
         t.pin_depth.set(d + 1);
     });
@@ -189,7 +190,7 @@ pub fn synchronize() {
     }
     // Threads pinned now have an epoch <= e; wait until each has unpinned (or
     // pinned again, later).
-    let e = EPOCH.fetch_add(2, SeqCst);
+    let e = HOT.epoch.fetch_add(2, SeqCst);
     let wait = |w: &AtomicU64| {
         let mut spins = 0u32;
         while pinned_since(w, e) {

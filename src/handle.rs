@@ -139,24 +139,28 @@ fn segment_of(index: usize) -> (usize, usize) {
 }
 
 impl<P: Shared> HandleTable<P> {
-    pub fn new(tag: u8) -> Self {
+    /// A table (const, so that a table can be a plain `static`: the op path then
+    /// reads no initialisation state before it).
+    pub const fn new(tag: u8) -> Self {
+        Self::with_lookups(tag, true)
+    }
+
+    /// A table whose entries are only inserted and removed, never looked up (tokens
+    /// such as open ops): removing one does not wait for other threads' lookups.
+    pub const fn new_tokens(tag: u8) -> Self {
+        Self::with_lookups(tag, false)
+    }
+
+    const fn with_lookups(tag: u8, borrowed: bool) -> Self {
         HandleTable {
             tag,
-            borrowed: true,
-            segments: std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut())),
+            borrowed,
+            segments: [const { AtomicPtr::new(std::ptr::null_mut()) }; SEGMENTS],
             free_head: AtomicU64::new(0),
             next: AtomicUsize::new(0),
             grow: Mutex::new(()),
             _owns: PhantomData,
         }
-    }
-
-    /// A table whose entries are only inserted and removed, never looked up (tokens
-    /// such as open ops): removing one does not wait for other threads' lookups.
-    pub fn new_tokens(tag: u8) -> Self {
-        let mut t = Self::new(tag);
-        t.borrowed = false;
-        t
     }
 
     #[inline(always)]

@@ -19,6 +19,7 @@ pub mod event;
 pub mod graph;
 pub mod graph_cache;
 mod handle;
+mod hot;
 mod inline;
 pub mod kernel_cache;
 pub mod log;

@@ -28,7 +28,7 @@ pub(crate) use push::push_op;
 pub use push::{run_op, run_op_recorded};
 
 use crate::c_enum::c_enum;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 
 c_enum! {
     /// Engine modes, seen by C as `SLUICE_ENGINE_*`.
@@ -40,10 +40,11 @@ c_enum! {
     }
 }
 
-/// The engine mode as a `u8`; `MODE_UNSET` until first read from `SLUICE_ENGINE`
-/// or set (a plain static, so every op reads one byte).
-static MODE: AtomicU8 = AtomicU8::new(MODE_UNSET);
-const MODE_UNSET: u8 = u8::MAX;
+/// The engine mode as a `u8` (`crate::hot`, so every op reads one byte on the line
+/// of the other words it reads); `MODE_UNSET` until first read from `SLUICE_ENGINE`
+/// or set.
+use crate::hot::HOT;
+pub(crate) const MODE_UNSET: u8 = u8::MAX;
 
 #[cold]
 fn mode_from_env() -> u8 {
@@ -52,7 +53,10 @@ fn mode_from_env() -> u8 {
         _ => EngineMode::Async,
     } as u8;
     // A mode set meanwhile wins.
-    match MODE.compare_exchange(MODE_UNSET, m, Ordering::Relaxed, Ordering::Relaxed) {
+    match HOT
+        .engine_mode
+        .compare_exchange(MODE_UNSET, m, Ordering::Relaxed, Ordering::Relaxed)
+    {
         Ok(_) => m,
         Err(now) => now,
     }
@@ -61,7 +65,7 @@ fn mode_from_env() -> u8 {
 /// The process-wide engine mode (from `SLUICE_ENGINE`, default async).
 #[inline(always)]
 pub fn engine_mode() -> EngineMode {
-    let m = match MODE.load(Ordering::Relaxed) {
+    let m = match HOT.engine_mode.load(Ordering::Relaxed) {
         MODE_UNSET => mode_from_env(),
         m => m,
     };
@@ -73,5 +77,5 @@ pub fn engine_mode() -> EngineMode {
 }
 
 pub fn set_engine_mode(mode: EngineMode) {
-    MODE.store(mode as u8, Ordering::Relaxed);
+    HOT.engine_mode.store(mode as u8, Ordering::Relaxed);
 }

@@ -15,7 +15,7 @@ use crate::module::{Function, Module};
 use crate::stream::Stream;
 use crate::sync::SyncObject;
 use crate::Device;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 /// A C handle type: a `repr(C)` struct holding one `u64`, naming an object of
 /// `Target` in its own table.
@@ -46,8 +46,8 @@ macro_rules! handles {
                 const WHAT: &'static str = $what;
                 #[inline(always)]
                 fn table() -> &'static HandleTable<$target> {
-                    static TABLE: LazyLock<HandleTable<$target>> =
-                        LazyLock::new(|| handles!(@new Tag::$handle as u8 $(, $tokens)?));
+                    static TABLE: HandleTable<$target> =
+                        handles!(@new Tag::$handle as u8 $(, $tokens)?);
                     &TABLE
                 }
                 #[inline(always)]

@@ -33,17 +33,17 @@ pub use names::KernelName;
 use names::SpanName;
 use sink::{Json, Sink, PID_DEVICE, PID_THREADS};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 use std::time::{Duration, Instant};
 
 const TRACE: u8 = 1;
 const COUNT: u8 = 2;
-const UNSET: u8 = 0x80;
+pub(crate) const UNSET: u8 = 0x80;
 
-/// The switch every op reads: `TRACE | COUNT`, or `UNSET` until the environment
-/// was read.
-static STATE: AtomicU8 = AtomicU8::new(UNSET);
+// The switch every op reads, `HOT.trace_state` (`crate::hot`): `TRACE | COUNT`, or
+// `UNSET` until the environment was read.
+use crate::hot::HOT;
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 /// Serialises starts and stops (a stop resolves device spans after releasing SINK).
@@ -109,7 +109,7 @@ impl Obs {
 /// The op path's check: one relaxed load and a branch when off.
 #[inline(always)]
 pub(crate) fn observe() -> Obs {
-    if STATE.load(Ordering::Relaxed) != 0 {
+    if HOT.trace_state.load(Ordering::Relaxed) != 0 {
         observe_slow()
     } else {
         Obs(0)
@@ -131,10 +131,10 @@ fn observe_slow() -> Obs {
 
 /// The switch, reading the environment on first use.
 fn state() -> u8 {
-    if STATE.load(Ordering::Relaxed) & UNSET != 0 {
+    if HOT.trace_state.load(Ordering::Relaxed) & UNSET != 0 {
         init();
     }
-    STATE.load(Ordering::Relaxed)
+    HOT.trace_state.load(Ordering::Relaxed)
 }
 
 fn control() -> MutexGuard<'static, ()> {
@@ -152,7 +152,7 @@ fn publish_state(sink: &Option<Sink>) {
         } else {
             0
         };
-    STATE.store(s, Ordering::Relaxed);
+    HOT.trace_state.store(s, Ordering::Relaxed);
 }
 
 /// Reads `SLUICE_COUNTERS` and `SLUICE_TRACE` once.
@@ -556,7 +556,7 @@ pub(crate) fn thread_instant(name: &str, cat: &str, args: impl FnOnce(&mut Json<
 /// A log message, as an instant on the calling thread's track. Reads the switch
 /// without initialising it: logging may happen while the trace starts.
 pub(crate) fn log_event(level: LogLevel, msg: &str) {
-    let st = STATE.load(Ordering::Relaxed);
+    let st = HOT.trace_state.load(Ordering::Relaxed);
     if st & UNSET != 0 || st & TRACE == 0 {
         return;
     }
@@ -612,7 +612,7 @@ pub(crate) fn rng_event(what: &str, stream: &Stream, n: usize) {
 
 /// Forgets a destroyed stream's recordings.
 pub(crate) fn stream_gone(id: u64) {
-    let st = STATE.load(Ordering::Relaxed);
+    let st = HOT.trace_state.load(Ordering::Relaxed);
     if st & TRACE != 0 && st & UNSET == 0 {
         buf::other(Rec::Gone {
             t: now_ns(),
