@@ -9,8 +9,8 @@
 //! device spans of every Nth op (`SLUICE_TRACE_SAMPLE=N`).
 //!
 //! Off, an op pays one relaxed load of `HOT.trace_state` (`crate::hot`) and a
-//! branch: everything else is out of line (`#[cold]`). The same switch turns on the counters that cost work
-//! on the op path (`crate::counters`).
+//! branch: everything else is out of line (`#[cold]`). The same switch turns on
+//! the counters that cost work on the op path (`crate::counters`).
 //!
 //! Locks: a push lock, then the sink's or the device samples'; the sink's, then
 //! the device samples' or the file's. Logging only tries the sink's.
