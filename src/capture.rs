@@ -19,6 +19,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 /// A stream's part in captures.
 #[derive(Default)]
+// `active` first: the stream keeps it on the line of the fields every op reads.
+#[repr(C)]
 pub(crate) struct CaptureSlot {
     /// Fast check for "is this stream capturing"; the capture itself is `current`.
     active: AtomicBool,

@@ -38,9 +38,10 @@ pub struct Stream {
     slot_number: u32,
     /// What `raw()` exports: the caller's handle for adopted streams.
     exported: u64,
-    pub stats: StreamStats,
-    /// The capture this stream takes part in, if any.
+    /// The capture this stream takes part in, if any (its `active` flag, which
+    /// every op reads, ends the first cache line).
     pub(crate) capture: CaptureSlot,
+    pub stats: StreamStats,
     /// Label of the most recent labelled operation, for fault reports.
     label: Mutex<Option<Arc<str>>>,
     /// Bumped by every `set_label`: traced ops read the label only when it moved.
@@ -48,6 +49,9 @@ pub struct Stream {
     /// Freed device blocks (size, address) reusable in this stream's order.
     pub(crate) block_cache: BlockCache,
 }
+
+// The capture flag that every op reads shares the first line with the fields above.
+const _: () = assert!(std::mem::offset_of!(Stream, capture) < 64);
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
