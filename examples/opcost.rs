@@ -148,41 +148,44 @@ fn main() {
     }
     ok(sluice_device_wait_all(d));
     let (x, y) = (syncs[0], syncs[1]);
+    let (mut xa, mut ya, mut na) = (ptrs[0], ptrs[1], WORDS);
+    let (mut yb, mut xb, mut nb) = (ptrs[1], ptrs[0], WORDS);
+    let arg = |v: &mut u64| (v as *mut u64).cast::<c_void>();
+    let mut args_a = [arg(&mut xa), arg(&mut ya), arg(&mut na)];
+    let mut args_b = [arg(&mut yb), arg(&mut xb), arg(&mut nb)];
+    let launch = |s: sluice_stream_t,
+                  reads: &[sluice_sync_t],
+                  writes: &[sluice_sync_t],
+                  a: &mut [*mut c_void]| {
+        ok(sluice_stream_launch(
+            s,
+            f,
+            &dims,
+            a.as_mut_ptr(),
+            a.len(),
+            reads.as_ptr(),
+            reads.len(),
+            writes.as_ptr(),
+            writes.len(),
+        ))
+    };
     // OPCOST_LOOP=pair|pair4|ping|record: only `n` 1-read pairs (4-read pairs, the
     // ping-pong chain's launches, or raw records) and exit, for `perf stat` /
     // `perf record` of one loop against another.
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
         let four = sync_objects(4);
-        let (mut p0, mut p1, mut words) = (ptrs[0], ptrs[1], WORDS);
         for i in 0..n {
             if which == "pair" {
                 op_pair(sa, &[x]);
             } else if which == "pair4" {
                 op_pair(sa, &four);
             } else if which == "ping" {
-                // As the "ping-pong op" row: a launch on each stream in turn, each
-                // reading the other's output (a wait) and writing its own.
-                let ((s, r, w), (a, b)) = if i % 2 == 0 {
-                    ((sa, y, x), (&mut p0, &mut p1))
+                // The "ping-pong op" row's launches.
+                if i % 2 == 0 {
+                    launch(sa, &[y], &[x], &mut args_a)
                 } else {
-                    ((sb, x, y), (&mut p1, &mut p0))
-                };
-                let mut args = [
-                    (b as *mut u64).cast::<c_void>(),
-                    (a as *mut u64).cast::<c_void>(),
-                    (&mut words as *mut u64).cast::<c_void>(),
-                ];
-                ok(sluice_stream_launch(
-                    s,
-                    f,
-                    &dims,
-                    args.as_mut_ptr(),
-                    args.len(),
-                    &r,
-                    1,
-                    &w,
-                    1,
-                ));
+                    launch(sb, &[x], &[y], &mut args_b)
+                }
             } else {
                 unsafe { black_box((drv.cuEventRecord)(eva, ra as _)) };
             }
@@ -192,12 +195,6 @@ fn main() {
         }
         return;
     }
-    let (mut xa, mut ya, mut na) = (ptrs[0], ptrs[1], WORDS);
-    let (mut yb, mut xb, mut nb) = (ptrs[1], ptrs[0], WORDS);
-    let arg = |v: &mut u64| (v as *mut u64).cast::<c_void>();
-    let mut args_a = [arg(&mut xa), arg(&mut ya), arg(&mut na)];
-    let mut args_b = [arg(&mut yb), arg(&mut xb), arg(&mut nb)];
-
     println!("| call | sluice ns | raw driver calls ns | sluice's own ns |\n|---|---:|---:|---:|");
     let row = |name: &str, s: f64, r: f64| println!("| {name} | {s:.1} | {r:.1} | {:.1} |", s - r);
 
@@ -229,22 +226,6 @@ fn main() {
         });
         row("event record + destroy", s, r);
     }
-    let launch = |s: sluice_stream_t,
-                  reads: &[sluice_sync_t],
-                  writes: &[sluice_sync_t],
-                  a: &mut [*mut c_void]| {
-        ok(sluice_stream_launch(
-            s,
-            f,
-            &dims,
-            a.as_mut_ptr(),
-            a.len(),
-            reads.as_ptr(),
-            reads.len(),
-            writes.as_ptr(),
-            writes.len(),
-        ))
-    };
     let raw_launch = |s: *mut c_void, a: &mut [*mut c_void]| unsafe {
         black_box((drv.cuLaunchKernel)(
             rf,

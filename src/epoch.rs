@@ -12,6 +12,7 @@
 //! that block (synchronize, host waits, copies to the host) clone and unpin first,
 //! and no table entry is removed while pinned.
 
+use crate::hot::HOT;
 use crate::tls;
 use std::sync::atomic::{
     AtomicBool, AtomicU64, AtomicUsize,
@@ -21,7 +22,7 @@ use std::sync::{Arc, Mutex};
 
 // The epoch is `HOT.epoch` (`crate::hot`): even, starts at 2; 0 in a participant word
 // means "not pinned".
-use crate::hot::HOT;
+
 /// Participant words of the first `SLOTS` threads, scanned without a lock.
 const SLOTS: usize = 1024;
 /// One cache line each, so that threads pinning at once do not share a line.

@@ -28,6 +28,7 @@ pub(crate) use push::push_op;
 pub use push::{run_op, run_op_recorded};
 
 use crate::c_enum::c_enum;
+use crate::hot::HOT;
 use std::sync::atomic::Ordering;
 
 c_enum! {
@@ -40,10 +41,8 @@ c_enum! {
     }
 }
 
-/// The engine mode as a `u8` (`crate::hot`, so every op reads one byte on the line
-/// of the other words it reads); `MODE_UNSET` until first read from `SLUICE_ENGINE`
-/// or set.
-use crate::hot::HOT;
+/// `HOT.engine_mode` (`crate::hot`: every op reads this byte on the line of the
+/// other words it reads) until it was first read from `SLUICE_ENGINE` or set.
 pub(crate) const MODE_UNSET: u8 = u8::MAX;
 
 #[cold]

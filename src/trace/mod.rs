@@ -25,6 +25,7 @@ use crate::counters::{CopyDir, StreamCounts};
 use crate::engine::Waits;
 use crate::error::{Error, ErrorCode, Result};
 use crate::event::{PoolInner, Recording};
+use crate::hot::HOT;
 use crate::log::LogLevel;
 use crate::memory::BufferKind;
 use crate::stream::Stream;
@@ -41,9 +42,8 @@ const TRACE: u8 = 1;
 const COUNT: u8 = 2;
 pub(crate) const UNSET: u8 = 0x80;
 
-// The switch every op reads, `HOT.trace_state` (`crate::hot`): `TRACE | COUNT`, or
-// `UNSET` until the environment was read.
-use crate::hot::HOT;
+// The switch every op reads is `HOT.trace_state` (`crate::hot`): `TRACE | COUNT`,
+// or `UNSET` until the environment was read.
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static SINK: Mutex<Option<Sink>> = Mutex::new(None);
 /// Serialises starts and stops (a stop resolves device spans after releasing SINK).
