@@ -25,3 +25,32 @@ func TestSlotPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestFillBatch: a batch holds the images and labels of its permutation's
+// indices in order, whatever fillBatch touches ahead, at every position of an
+// epoch (its last images have nothing ahead to touch).
+func TestFillBatch(t *testing.T) {
+	const n, batch = 100, 16
+	d := &dataset{trainX: make([]byte, n*inputs), trainY: make([]byte, n)}
+	for i := range d.trainX {
+		d.trainX[i] = byte(i*7 + i/inputs)
+	}
+	for i := range d.trainY {
+		d.trainY[i] = byte(i % 10)
+	}
+	s := newSampler(d, batch, 3)
+	b := make([]byte, batch*(inputs+1))
+	for g := 0; g < 2*s.nb; g++ {
+		s.fillBatch(b, g)
+		idx := s.perm(g / s.nb)[(g%s.nb)*batch:][:batch]
+		for i, j := range idx {
+			want := d.trainX[j*inputs : (j+1)*inputs]
+			if got := b[i*inputs : (i+1)*inputs]; string(got) != string(want) {
+				t.Fatalf("batch %d, image %d: not image %d", g, i, j)
+			}
+			if b[batch*inputs+i] != d.trainY[j] {
+				t.Fatalf("batch %d, label %d: %d, want %d", g, i, b[batch*inputs+i], d.trainY[j])
+			}
+		}
+	}
+}
