@@ -232,9 +232,9 @@ sanitize_part() {
   local budget=${SLUICE_GPU_SANITIZE_BUDGET:-540} jobs=${SLUICE_GPU_SANITIZE_JOBS:-1}
   local t0 bins=() tool b runs left share results="$out/sanitize-results.txt"
   for b in .gpu/rust/*; do
-    # faults, soak: host backend only; c_constants, op_allocs: no CUDA call at all
-    # (compute-sanitizer refuses a program that makes none).
-    case $(basename "$b") in faults | soak | c_constants | op_allocs) ;; *) bins+=("$b") ;; esac
+    # faults, soak: host backend only. Binaries that make no CUDA call are counted
+    # apart by sanitize_one.
+    case $(basename "$b") in faults | soak) ;; *) bins+=("$b") ;; esac
   done
   [ -x .gpu/c/sluice_c_tests ] && bins+=(.gpu/c/sluice_c_tests)
   if [ -n "${SLUICE_GPU_SANITIZE_ONLY:-}" ]; then

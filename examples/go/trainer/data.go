@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -152,14 +153,11 @@ func (s *sampler) fillBatch(b []byte, g int) {
 		copy(x[i*inputs:(i+1)*inputs], s.d.trainX[j*inputs:(j+1)*inputs])
 		y[i] = s.d.trainY[j]
 	}
-	gatherSink.Add(uint32(touched))
+	runtime.KeepAlive(touched) // the touches are for their misses only
 }
 
 // gatherAhead is how many images ahead fillBatch touches.
 const gatherAhead = 8
-
-// gatherSink keeps fillBatch's touches from being optimised away.
-var gatherSink atomic.Uint32
 
 // slotPlan maps a prefetcher slot's sequence number to the global batches it
 // holds: per consecutive batches of one epoch (fewer at an epoch's end when
