@@ -1,6 +1,6 @@
 # Builds the Rust library with cargo and stages it as a versioned shared library.
 #
-# The cdylib's SONAME, libsluice.so.<MAJOR>, comes from the crate's build.rs, so a
+# The cdylib's SONAME, libsluice.so.<MAJOR>, comes from cdylib/build.rs, so a
 # plain `cargo build` and this build give the same library the same name. Cargo
 # runs on every build and decides itself whether anything changed; its target
 # directory is private to this CMake build by default.
@@ -54,7 +54,7 @@ add_custom_target(sluice_cargo ALL
     "${SLUICE_STAGE_DIR}/libsluice.so"
     "${SLUICE_STAGE_DIR}/libsluice.a"
   WORKING_DIRECTORY "${PROJECT_SOURCE_DIR}"
-  COMMENT "cargo build --release (sluice, SONAME ${SLUICE_SONAME} from build.rs)"
+  COMMENT "cargo build --release (sluice, SONAME ${SLUICE_SONAME} from cdylib/build.rs)"
   USES_TERMINAL
   VERBATIM)
 

@@ -48,7 +48,7 @@ build() {
   export CARGO_PROFILE_RELEASE_DEBUG=0
   cargo build --release --lib
   cp target/release/libsluice.so .gpu/
-  # Its SONAME is libsluice.so.0 (build.rs): every binary linked against it asks for
+  # Its SONAME is libsluice.so.0 (cdylib/build.rs): every binary linked against it asks for
   # that name, found beside it through the rpaths.
   ln -sf libsluice.so .gpu/libsluice.so.0
   if has rust || has sanitize; then
@@ -225,7 +225,8 @@ sanitize_one() {
 # Every Rust test binary and the C suite under each compute-sanitizer tool, within
 # one time budget for the whole part. SLUICE_GPU_SANITIZE_JOBS=N runs N at once
 # (each with the whole budget as its limit); 1 (the default) runs them in turn,
-# sharing the budget.
+# sharing the budget: each run gets an equal share of what is left, and the runs
+# that ran out of it run again, sharing what the first pass left.
 sanitize_part() {
   command -v compute-sanitizer >/dev/null || { note "sanitize: no compute-sanitizer, skipped"; return; }
   local tools=${SLUICE_GPU_SANITIZE_TOOLS:-"memcheck initcheck racecheck synccheck"}
@@ -260,6 +261,24 @@ sanitize_part() {
         sanitize_one "$tool" "$b" "$share" >> "$results"
       done
     done
+    # A second pass: the runs that ran out of their share get what is left, split
+    # among them (the fast binaries leave most of the budget unused).
+    local again=() line
+    mapfile -t again < <(grep -E '^[a-z]+ [^ ]+ (124|137) ' "$results" || true)
+    if [ "${#again[@]}" -gt 0 ]; then
+      grep -vE '^[a-z]+ [^ ]+ (124|137) ' "$results" > "$results.keep" || true
+      mv "$results.keep" "$results"
+      runs=${#again[@]}
+      for line in "${again[@]}"; do
+        read -r tool n _ <<<"$line"
+        b=$(printf '%s\n' "${bins[@]}" | grep -m1 "/$n\$")
+        left=$(( budget - ($(date +%s) - t0) ))
+        share=$(( left / runs ))
+        runs=$((runs - 1))
+        if [ "$share" -lt 5 ] || [ -z "$b" ]; then echo "$line" >> "$results"; continue; fi
+        sanitize_one "$tool" "$b" "$share" >> "$results"
+      done
+    fi
   fi
   local n rc reports total failed timedout unknown nocuda
   while read -r tool n rc reports; do

@@ -31,7 +31,7 @@ soname=$(readelf -d target/release/libsluice.so | sed -n 's/.*(SONAME).*\[\(.*\)
 echo "SONAME: $soname"
 [ "$soname" = libsluice.so.0 ] || { echo "want SONAME libsluice.so.0" >&2; exit 1; }
 [ "$(readlink target/release/libsluice.so.0)" = libsluice.so ] \
-  || { echo "target/release/libsluice.so.0 is not a link to libsluice.so (build.rs makes it)" >&2; exit 1; }
+  || { echo "target/release/libsluice.so.0 is not a link to libsluice.so (cdylib/build.rs makes it)" >&2; exit 1; }
 
 step "kernels on the CPU: the RNG's four-states-per-thread kernels against its per-state ones"
 bash tests/kernels_on_cpu/run.sh

@@ -6,7 +6,7 @@ package sluice
 // `cargo build --release` (run `go generate` in this directory, or
 // bindings/go/test.sh). The rpath lets binaries find the library there
 // without LD_LIBRARY_PATH, under its SONAME libsluice.so.0 (the symlink that
-// the crate's build.rs makes beside libsluice.so). Build with `-tags sluice_pkgconfig` to link an
+// cdylib/build.rs makes beside libsluice.so). Build with `-tags sluice_pkgconfig` to link an
 // installed library found through pkg-config instead (see README.md).
 
 /*

@@ -49,7 +49,7 @@ step() { printf '\n==> %s\n' "$*"; }
 step "cargo build --release"
 (cd "$root" && cargo build --release --quiet)
 # The library's SONAME is libsluice.so.0: what the test binaries ask for at run
-# time. build.rs makes this link; make sure.
+# time. cdylib/build.rs makes this link; make sure.
 ln -sf libsluice.so "$root/target/release/libsluice.so.0"
 
 cd "$here"

@@ -43,8 +43,8 @@ echo "== cargo build --release"
 (cd "$ROOT" && cargo build --release --quiet)
 LIB="$ROOT/target/release/libsluice.so"
 [[ -f $LIB ]] || { echo "missing $LIB" >&2; exit 1; }
-# The library's SONAME is libsluice.so.0 (build.rs): binaries linked against it ask
-# for that name. build.rs makes the link beside it; make sure, and check the name.
+# The library's SONAME is libsluice.so.0 (cdylib/build.rs): binaries linked against it ask
+# for that name. cdylib/build.rs makes the link beside it; make sure, and check the name.
 ln -sf libsluice.so "$ROOT/target/release/libsluice.so.0"
 soname=$(readelf -d "$LIB" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [[ $soname == libsluice.so.0 ]] || { echo "SONAME of $LIB is '$soname', want libsluice.so.0" >&2; exit 1; }
