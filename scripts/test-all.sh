@@ -25,13 +25,20 @@ cargo clippy --all-targets -- -D warnings
 step "rust: tests (host backend)"
 cargo test
 
-step "library: SONAME libsluice.so.0 (as the CMake install's), and the link beside it"
+step "library: SONAME libsluice.so.0 (as the CMake install's), the link beside it, its exports"
 cargo build --release --quiet --lib
 soname=$(readelf -d target/release/libsluice.so | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 echo "SONAME: $soname"
 [ "$soname" = libsluice.so.0 ] || { echo "want SONAME libsluice.so.0" >&2; exit 1; }
 [ "$(readlink target/release/libsluice.so.0)" = libsluice.so ] \
   || { echo "target/release/libsluice.so.0 is not a link to libsluice.so (cdylib/build.rs makes it)" >&2; exit 1; }
+# The .so (cdylib/ links the rlib) exports exactly the header's functions.
+if ! diff <(grep -oE '\bsluice_[a-z0-9_]+\(' include/sluice.h | tr -d '(' | sort -u) \
+          <(nm -D --defined-only target/release/libsluice.so | awk '{print $3}' | sort -u); then
+  echo "libsluice.so's exported symbols differ from include/sluice.h's functions (< header, > library)" >&2
+  exit 1
+fi
+echo "exports: $(nm -D --defined-only target/release/libsluice.so | wc -l) symbols, the header's functions"
 
 step "kernels on the CPU: the RNG's four-states-per-thread kernels against its per-state ones"
 bash tests/kernels_on_cpu/run.sh
