@@ -225,6 +225,22 @@ sanitize_one() {
   echo "$tool $n $rc $(sanitizer_reports "$out/sanitize-$tool-$n.log")"
 }
 
+# sanitize_in_turn LAST "TOOL BINARY"...: each run in turn under sanitize_one, with
+# an equal share of what is left of sanitize_part's budget. Results go to
+# $results; with LAST 0 the runs that ran out of their share are printed
+# instead ("TOOL BINARY"), for a second pass.
+sanitize_in_turn() {
+  local last=$1 runs=$(( $# - 1 )) pair tool b share line out_of_time='^[^ ]+ [^ ]+ (124|137) '
+  shift
+  for pair in "$@"; do
+    read -r tool b <<<"$pair"
+    share=$(( (budget - ($(date +%s) - t0)) / runs ))
+    runs=$((runs - 1))
+    if [ "$share" -lt 5 ]; then line="$tool $(basename "$b") 124 ?"; else line=$(sanitize_one "$tool" "$b" "$share"); fi
+    if [ "$last" = 0 ] && [[ $line =~ $out_of_time ]]; then echo "$pair"; else echo "$line" >> "$results"; fi
+  done
+}
+
 # Every Rust test binary and the C suite under each compute-sanitizer tool, within
 # one time budget for the whole part. SLUICE_GPU_SANITIZE_JOBS=N runs N at once
 # (each with the whole budget as its limit); 1 (the default) runs them in turn,
@@ -234,7 +250,7 @@ sanitize_part() {
   command -v compute-sanitizer >/dev/null || { note "sanitize: no compute-sanitizer, skipped"; return; }
   local tools=${SLUICE_GPU_SANITIZE_TOOLS:-"memcheck initcheck racecheck synccheck"}
   local budget=${SLUICE_GPU_SANITIZE_BUDGET:-540} jobs=${SLUICE_GPU_SANITIZE_JOBS:-1}
-  local t0 bins=() tool b runs left share results="$out/sanitize-results.txt"
+  local t0 bins=() tool b results="$out/sanitize-results.txt"
   for b in .gpu/rust/*; do
     # faults, soak: host backend only. Binaries that make no CUDA call are counted
     # apart by sanitize_one.
@@ -248,40 +264,18 @@ sanitize_part() {
   fi
   : > "$results"
   t0=$(date +%s)
+  local pairs=() again=()
+  for tool in $tools; do for b in "${bins[@]}"; do pairs+=("$tool $b"); done; done
   if [ "$jobs" -gt 1 ]; then
     export -f sanitize_one sanitizer_reports
     export out
-    for tool in $tools; do for b in "${bins[@]}"; do echo "$tool $b"; done; done \
+    printf '%s\n' "${pairs[@]}" \
       | xargs -P "$jobs" -L 1 bash -c 'sanitize_one "$0" "$1" '"$budget" >> "$results"
   else
-    runs=$(( ${#bins[@]} * $(wc -w <<<"$tools") ))
-    for tool in $tools; do
-      for b in "${bins[@]}"; do
-        left=$(( budget - ($(date +%s) - t0) ))
-        share=$(( left / (runs > 0 ? runs : 1) ))
-        runs=$((runs - 1))
-        if [ "$share" -lt 5 ]; then echo "$tool $(basename "$b") 124 ?" >> "$results"; continue; fi
-        sanitize_one "$tool" "$b" "$share" >> "$results"
-      done
-    done
-    # A second pass: the runs that ran out of their share get what is left, split
-    # among them (the fast binaries leave most of the budget unused).
-    local again=() line
-    mapfile -t again < <(grep -E '^[a-z]+ [^ ]+ (124|137) ' "$results" || true)
-    if [ "${#again[@]}" -gt 0 ]; then
-      grep -vE '^[a-z]+ [^ ]+ (124|137) ' "$results" > "$results.keep" || true
-      mv "$results.keep" "$results"
-      runs=${#again[@]}
-      for line in "${again[@]}"; do
-        read -r tool n _ <<<"$line"
-        b=$(printf '%s\n' "${bins[@]}" | grep -m1 "/$n\$")
-        left=$(( budget - ($(date +%s) - t0) ))
-        share=$(( left / runs ))
-        runs=$((runs - 1))
-        if [ "$share" -lt 5 ] || [ -z "$b" ]; then echo "$line" >> "$results"; continue; fi
-        sanitize_one "$tool" "$b" "$share" >> "$results"
-      done
-    fi
+    # A second pass: the runs that ran out of their share get what the first pass
+    # left (the fast binaries leave most of the budget unused).
+    mapfile -t again < <(sanitize_in_turn 0 "${pairs[@]}")
+    [ "${#again[@]}" -eq 0 ] || sanitize_in_turn 1 "${again[@]}"
   fi
   local n rc reports total failed timedout unknown nocuda
   while read -r tool n rc reports; do

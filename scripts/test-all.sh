@@ -33,12 +33,12 @@ echo "SONAME: $soname"
 [ "$(readlink target/release/libsluice.so.0)" = libsluice.so ] \
   || { echo "target/release/libsluice.so.0 is not a link to libsluice.so (cdylib/build.rs makes it)" >&2; exit 1; }
 # The .so (cdylib/ links the rlib) exports exactly the header's functions.
-if ! diff <(grep -oE '\bsluice_[a-z0-9_]+\(' include/sluice.h | tr -d '(' | sort -u) \
-          <(nm -D --defined-only target/release/libsluice.so | awk '{print $3}' | sort -u); then
+exports=$(nm -D --defined-only target/release/libsluice.so | awk '{print $3}' | sort -u)
+if ! diff <(grep -oE '\bsluice_[a-z0-9_]+\(' include/sluice.h | tr -d '(' | sort -u) <(echo "$exports"); then
   echo "libsluice.so's exported symbols differ from include/sluice.h's functions (< header, > library)" >&2
   exit 1
 fi
-echo "exports: $(nm -D --defined-only target/release/libsluice.so | wc -l) symbols, the header's functions"
+echo "exports: $(wc -l <<<"$exports") symbols, the header's functions"
 
 step "kernels on the CPU: the RNG's four-states-per-thread kernels against its per-state ones"
 bash tests/kernels_on_cpu/run.sh
