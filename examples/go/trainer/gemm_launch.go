@@ -46,6 +46,24 @@ type gemmOp struct {
 	reads   []sluice.Syncable // besides A and B
 	writes  []sluice.Syncable // besides C (and the workspace)
 	host    func()            // the host backend's callback
+	layer2  *layer2Args       // gemm_tn_sgd: its layer2_block blocks (nil: none)
+}
+
+// layer2Args are gemm_tn_sgd's last arguments: layer2_block's, run by
+// blocks blocks past the product's tiles (rowloss 0: no loss block).
+type layer2Args struct {
+	blocks                   int
+	a1, dz2, p1, v1          uint64
+	scale                    float32
+	rowloss, losses, counter uint64
+}
+
+// args are the kernel arguments; a nil l asks for no blocks.
+func (l *layer2Args) args() []any {
+	if l == nil {
+		l = &layer2Args{}
+	}
+	return []any{l.a1, l.dz2, l.p1, l.v1, l.scale, l.rowloss, l.losses, l.counter}
 }
 
 // gemm enqueues g: on cuda the kernel (TF32, or the FP32 fallback picked by
@@ -53,9 +71,6 @@ type gemmOp struct {
 func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	reads := uniq(append(syncs(g.A.buf, g.B.buf), g.reads...))
 	writes := uniq(append(syncs(g.C.buf), g.writes...))
-	if m.host {
-		return m.run(s, "", sluice.LaunchConfig{}, reads, writes, g.host)
-	}
 	kchunk, z := g.K, 1
 	var ws, tickets uint64
 	suffix := g.suffix
@@ -75,16 +90,23 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 		kchunk = ceilDiv(ceilDiv(g.K, z), gemmBK) * gemmBK
 	} else if g.chunk > 0 {
 		kchunk, z = g.chunk, gemmSplits(g.K, g.chunk)
-		if z > 1 {
+		if z > 1 && !m.host { // the host backend has no workspace
 			ws, tickets = m.gemmWS.DevicePtr(), m.gemmTickets.DevicePtr()
 			writes = append(writes, m.gemmWS, m.gemmTickets)
 		}
 	}
+	gx, gy := ceilDiv(g.N, gemmBN), ceilDiv(g.M, gemmBM)
+	if g.layer2 != nil {
+		gy += ceilDiv(g.layer2.blocks, gx) // rows of blocks past the tiles
+	}
 	cfg := sluice.LaunchConfig{
-		Grid:  sluice.Dim3{X: uint32(ceilDiv(g.N, gemmBN)), Y: uint32(ceilDiv(g.M, gemmBM)), Z: uint32(z)},
+		Grid:  sluice.Dim3{X: uint32(gx), Y: uint32(gy), Z: uint32(z)},
 		Block: sluice.Dim3{X: gemmThreads},
 	}
 	args := []any{int32(g.M), int32(g.N), int32(g.K), int32(kchunk), g.A.ptr(), g.B.ptr(), g.C.ptr()}
 	args = append(append(args, g.extra...), ws, tickets)
-	return m.fns[g.name+suffix].Launch(s, cfg, reads, writes, args...)
+	if strings.HasPrefix(g.name, "gemm_tn_sgd") {
+		args = append(args, g.layer2.args()...)
+	}
+	return m.run(s, g.name+suffix, cfg, reads, writes, g.host, args...)
 }

@@ -573,7 +573,7 @@ func TestDropDrawMatchesTheEpilogue(t *testing.T) {
 func TestKernelMacrosMatchTheGoConstants(t *testing.T) {
 	want := map[string]int{
 		"MI": gemmMI, "NJ": gemmNJ, "GBK": gemmBK, "NSTAGE": gemmStages, "NSTAGE_H": gemmStagesH,
-		"GTHREADS": gemmThreads, "CE_THREADS": ceThreads, "BWD2_UNITS": bwd2Units,
+		"GTHREADS": gemmThreads, "CE_THREADS": ceThreads, "L2_UNITS": l2Units,
 		"CLUSTER_NN": gemmClusterNN, "CLUSTER_TN": gemmClusterTN,
 	}
 	re := regexp.MustCompile(`(?m)^#define ([A-Z0-9_]+) ([0-9]+)\b`)

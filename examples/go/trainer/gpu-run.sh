@@ -8,8 +8,8 @@
 #   2. epochs 1-2 with -save, then a fresh process
 #      with -resume for epochs 3-5, against run 1       RESULT resume_identical=1
 #   2b. epoch 1 with two steps per graph and with one   RESULT graph_steps_identical=1
-#   2c. epoch 1 with the loss stored by bwd2 and by a
-#       kernel of its own (-loss-in-bwd2=false)          RESULT loss_modes_identical=1
+#   2c. epoch 1 with the loss stored by gemm_tn_sgd and
+#       by a kernel of its own (-loss-in-sgd=false)      RESULT loss_modes_identical=1
 #   3. steps/s, the median of 3 processes per mode (each the median of its
 #      epochs 2 to 8: an epoch takes 10 to 20 ms, and the replayed rate varies
 #      from epoch to epoch; the eager step's host time varies between processes):
@@ -88,9 +88,9 @@ fi
 echo "RESULT graph_steps_identical=$same ($(wc -l <"$tmp/p1.losses") steps)"
 [ $same = 1 ] || rc=1
 
-echo "== 2c. the loss stored by bwd2's last block against loss_store's kernel: epoch 1's losses, bit for bit"
+echo "== 2c. the loss stored by gemm_tn_sgd's last block against loss_store's kernel: epoch 1's losses, bit for bit"
 same=0
-if run lossk -epochs 1 -batch 256 -loss-in-bwd2=false -losses "$tmp/lk.losses" >/dev/null &&
+if run lossk -epochs 1 -batch 256 -loss-in-sgd=false -losses "$tmp/lk.losses" >/dev/null &&
 	[ -s "$tmp/lk.losses" ] && cmp -s "$tmp/lk.losses" "$tmp/p2.losses"; then
 	same=1
 fi

@@ -112,10 +112,9 @@ func hostBiasReLUDropout(a, draws, bias []float32, rows int, p, scale float32) {
 	}
 }
 
-// hostBwd2 is bwd2: da1 = (dz2 W2^T) * scale where a1 > 0 (relu passed and
-// dropout kept), else 0; dW2 = a1^T dz2; db2 and db1 the column sums of dz2
-// and da1.
-func hostBwd2(rows, hid int, a1, dz2, w2, da1, gw2, gb1, gb2 []float32, scale float32) {
+// hostDa1 is fwd2_ce's da1: (dz2 W2^T) * scale where a1 > 0 (relu passed and
+// dropout kept), else 0.
+func hostDa1(rows, hid int, a1, dz2, w2, da1 []float32, scale float32) {
 	hostGemm(false, true, rows, hid, classes, dz2, w2, da1)
 	for i, a := range a1[:rows*hid] {
 		if a > 0 {
@@ -124,6 +123,11 @@ func hostBwd2(rows, hid int, a1, dz2, w2, da1, gw2, gb1, gb2 []float32, scale fl
 			da1[i] = 0
 		}
 	}
+}
+
+// hostLayer2Grads is layer2_block's sums: dW2 = a1^T dz2; db2 and db1 the
+// column sums of dz2 and da1.
+func hostLayer2Grads(rows, hid int, a1, dz2, da1, gw2, gb1, gb2 []float32) {
 	hostGemm(true, false, hid, classes, rows, a1, dz2, gw2)
 	hostBiasGrad(dz2[:rows*classes], gb2)
 	hostBiasGrad(da1[:rows*hid], gb1)

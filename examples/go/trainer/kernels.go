@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
+	"sync"
 )
 
 // kernelSource is the model's CUDA C, compiled at start-up with NVRTC
@@ -14,30 +16,31 @@ import (
 // The input stage (model.loadInput), on the input stream beside the step
 // before: input_bf16 (or input_f32) turns a batch's pixels into x and copies
 // its labels into an input set (input_pair_bf16: two batches, for a graph of
-// two steps). A training step is then 4 kernels
+// two steps). A training step is then 3 kernels
 // (model.trainStep):
 //
 //	gemm_nn_bias_relu_drop  a1 = dropout(relu(x W1 + b1)), split-K     a1, RNG states
-//	fwd2_ce              logits = a1 W2 + b2, softmax cross-entropy    dz2, rowloss, right
-//	bwd2                 da1, dW2, db2, db1 (column blocks), then      da1, b1, W2, b2,
-//	                     SGD with momentum of b1, W2 and b2;           their momentum,
-//	                     its last block: the batch's mean loss         losses[step]
-//	gemm_tn_sgd          dW1 = x^T da1, then SGD with momentum of W1   W1, its momentum
+//	fwd2_ce              logits = a1 W2 + b2, softmax cross-entropy,   dz2, da1, rowloss,
+//	                     da1 = (dz2 W2^T) * mask                       right
+//	gemm_tn_sgd          dW1 = x^T da1, then SGD with momentum of W1;  W1, b1, W2, b2,
+//	                     more blocks (layer2_block): dW2, db2, db1     their momentum,
+//	                     and SGD of b1, W2, b2; one: the mean loss     losses[step]
 //
-// With -loss-in-bwd2=false a fifth kernel, loss_store, stores the loss
+// With -loss-in-sgd=false a fourth kernel, loss_store, stores the loss
 // instead, after fwd2_ce.
 //
 // The two SGD steps are the products' epilogues: no gradient is written out.
-// The source comes in three parts: kernels_primitives.go, kernels_gemm.go
-// (the products) and kernels_layers.go (the other kernels).
-const kernelSource = kernelPrimitives + kernelGemm + kernelLayers
+// The source comes in three parts: kernels_primitives.go, kernels_layers.go
+// (the kernels other than the products, and layer2_block) and
+// kernels_gemm.go (the products).
+const kernelSource = kernelPrimitives + kernelLayers + kernelGemm
 
 // kernelNames are the functions the model looks up in the compiled module.
 var kernelNames = []string{
 	"gemm_nn", "gemm_tn", "gemm_nn_bias_relu", "gemm_nn_bias_relu_drop",
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
 	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
-	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "bwd2",
+	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store",
 }
 
 // pdlKernels are the prefixes of the kernels launched with programmatic
@@ -45,7 +48,7 @@ var kernelNames = []string{
 // input stage's, but x W1 (gemm_nn_bias_relu_drop). Launched early, its
 // blocks would wait on SMs that x^T da1, the kernel ahead, still needs (run
 // 189: the step alone 1.09x faster without it; docs/decisions.md).
-var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "bwd2", "input_"}
+var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_"}
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel
 // source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.
@@ -88,4 +91,36 @@ func defineOptions(defs string) []string {
 		opts[i] = "-D" + d
 	}
 	return opts
+}
+
+// kernelParams maps each kernel of kernelSource to its number of
+// parameters, as the source declares them: the host backend checks each
+// launch's arguments against it (model.run), as the driver does on cuda. A
+// kernel declared in a macro (NAME##SUFFIX) stands for every suffix, and
+// GEMM_ARGS counts as its parameters.
+var kernelParams = sync.OnceValue(func() map[string]int {
+	gemmArgs := strings.Count(regexp.MustCompile(`#define GEMM_ARGS ([^\n]*)`).FindStringSubmatch(kernelSource)[1], ",") + 1
+	decl := regexp.MustCompile(`__global__\s+void\s+(?:ATTR[NT][\s\\]+)?(?:__launch_bounds__\([^)]*\)[\s\\]*)?([a-z0-9_]+)(?:##SUFFIX)?\(`)
+	params := map[string]int{}
+	for _, m := range decl.FindAllStringSubmatchIndex(kernelSource, -1) {
+		name := kernelSource[m[2]:m[3]]
+		list, _, _ := strings.Cut(kernelSource[m[1]:], ")")
+		n := strings.Count(list, ",") + 1
+		if strings.Contains(list, "GEMM_ARGS") {
+			n += gemmArgs - 1
+		}
+		params[name] = n
+	}
+	return params
+})
+
+// kernelParamCount is kernelParams' count for a kernel name, whose suffix
+// (_bf16, _simt) a macro may have added.
+func kernelParamCount(name string) (int, bool) {
+	for _, base := range []string{name, strings.TrimSuffix(name, "_bf16"), strings.TrimSuffix(name, "_simt")} {
+		if n, ok := kernelParams()[base]; ok {
+			return n, true
+		}
+	}
+	return 0, false
 }

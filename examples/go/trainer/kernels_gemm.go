@@ -2,7 +2,8 @@ package main
 
 // kernelGemm is the part of kernelSource that holds the products: the tiling,
 // the FP32 and BF16 main loops, the epilogues (bias, ReLU, dropout, the SGD
-// step), gemm_tile and its kernels (extern "C").
+// step), gemm_tile and its kernels (extern "C"). gemm_tn_sgd's grid has more
+// rows of blocks past its tiles: they run layer2_block (kernels_layers.go).
 //
 // The two large products (x W1: 256x512x784, and x^T da1: 784x512x256) run
 // on the tensor cores with FP32 accumulation: in BF16 (mma.sync m16n8k16,
@@ -416,7 +417,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   // pdl_enter (the kernel ahead writes neither).
   SgdPairs sgp;
   if constexpr (EPI == EPI_SGD && CL == 0) sgd_load(sgp, C, sg.v, M, N, m0 + wm + g, n0 + wn + 2 * t);
-  // EPI_SGD's A is the batch x, which the kernel ahead (bwd2) never writes:
+  // EPI_SGD's A is the batch x, which the kernel ahead (fwd2_ce) never writes:
   // the BF16 loop issues its first stages before pdl_enter.
   constexpr bool early_a = HALF && EPI == EPI_SGD && TN_EARLY_A;
   if (!early_a) pdl_enter();
@@ -555,7 +556,15 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
   }                                                                                                \
   __global__ void ATTRT __launch_bounds__(GTHREADS) gemm_tn_sgd##SUFFIX(                           \
       GEMM_ARGS, float* v, unsigned short* ph, float lr, float mu, float wd, float* ws,            \
-      unsigned* counters) {                                                                        \
+      unsigned* counters, const float* a1, const float* dz2, float* p1, float* v1, float scale,    \
+      const float* rowloss, float* losses, unsigned* counter) {                                    \
+    const unsigned tiles_y = (M + GBM - 1) / GBM; /* layer2_block's blocks: the rows past them */ \
+    if (blockIdx.y >= tiles_y) {                                                                   \
+      if (blockIdx.z == 0)                                                                         \
+        layer2_block((blockIdx.y - tiles_y) * gridDim.x + blockIdx.x, a1, dz2, p1, v1, K, N,      \
+                     scale, lr, mu, wd, rowloss, losses, counter);                                 \
+      return;                                                                                      \
+    }                                                                                              \
     gemm_tile<true, MMA, HALF, EPI_SGD, CLT>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws,       \
                                              counters, SgdArgs{v, ph, lr, mu, wd});                \
   }                                                                                                \

@@ -30,18 +30,24 @@ __global__ void scale_copy(float* dst, const float* src, unsigned n, float s) {
 // A block of 128 threads (4 warps) per row r of a1 (hid units): the logits
 // l = a1[r] W2 + b2 (thread k sums units k, k+128, ..., each warp adds its
 // lanes by a xor butterfly, then the 4 warps' sums in warp order), a right
-// prediction counted in *right; when train, also the row's loss and the
-// gradient (softmax - onehot) * inv_rows. The rows of W2 of a thread's first
-// CE_UNITS units and b2 load before pdl_enter (the kernel ahead writes a1,
-// never W2; through L1, as every block reads all of W2), then those units'
-// a1 all at once.
+// prediction counted in *right; when train, also the row's loss, the
+// gradient dz = (softmax - onehot) * inv_rows, and the row of da1 (to da1h
+// in bf16 when it is not null, else to da1):
+//   da1[r,c] = a1[r,c] > 0 ? scale * sum_j dz[j] W2[c,j] : 0
+// (a1 > 0 exactly where relu passed and dropout kept: the mask is scale
+// there), each thread for its units, whose rows of W2 it holds. The rows of
+// W2 of a thread's first CE_UNITS units and b2 load before pdl_enter (the
+// kernel ahead writes a1, never W2; through L1, as every block reads all of
+// W2), then those units' a1 all at once.
 #define CE_THREADS 128
 #define CE_UNITS 4
 __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const float* w2, const float* b2,
                                                       const unsigned char* labels, float* dlogits,
                                                       float* rowloss, unsigned* right, unsigned rows,
-                                                      unsigned hid, float inv_rows, int train) {
+                                                      unsigned hid, float inv_rows, int train, float* da1,
+                                                      unsigned short* da1h, float scale) {
   __shared__ float s_part[CE_THREADS / 32][10];
+  __shared__ float s_dz[10];
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x;
   float w[CE_UNITS][10], bias[10];
 #pragma unroll
@@ -87,51 +93,87 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
       if ((int)lane == j) s_part[warp][j] = acc[j];
   }
   __syncthreads();
-  if (warp != 0) return;
-  float l[10];
-#pragma unroll
-  for (int j = 0; j < 10; ++j) {
-    float v = s_part[0][j];
-#pragma unroll
-    for (int w = 1; w < CE_THREADS / 32; ++w) v += s_part[w][j];
-    l[j] = v + bias[j];
-  }
-  float mx = l[0];
-  int arg = 0;
-#pragma unroll
-  for (int j = 1; j < 10; ++j)
-    if (l[j] > mx) { mx = l[j]; arg = j; }
-  const int y = labels[r];
-  if (train) {
-    float e[10], sum = 0.0f, ly = 0.0f;
+  if (warp == 0) {
+    float l[10];
 #pragma unroll
     for (int j = 0; j < 10; ++j) {
-      e[j] = expf(l[j] - mx);
-      sum += e[j];
-      if (j == y) ly = l[j];
-    }
-    const float inv = 1.0f / sum;
+      float v = s_part[0][j];
 #pragma unroll
-    for (int j = 0; j < 10; ++j)
-      if ((int)lane == j) dlogits[r * 10 + j] = (e[j] * inv - (j == y ? 1.0f : 0.0f)) * inv_rows;
-    if (lane == 0) rowloss[r] = logf(sum) - (ly - mx);
+      for (int w = 1; w < CE_THREADS / 32; ++w) v += s_part[w][j];
+      l[j] = v + bias[j];
+    }
+    float mx = l[0];
+    int arg = 0;
+#pragma unroll
+    for (int j = 1; j < 10; ++j)
+      if (l[j] > mx) { mx = l[j]; arg = j; }
+    const int y = labels[r];
+    if (train) {
+      float e[10], sum = 0.0f, ly = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 10; ++j) {
+        e[j] = expf(l[j] - mx);
+        sum += e[j];
+        if (j == y) ly = l[j];
+      }
+      const float inv = 1.0f / sum;
+#pragma unroll
+      for (int j = 0; j < 10; ++j)
+        if ((int)lane == j) {
+          const float d = (e[j] * inv - (j == y ? 1.0f : 0.0f)) * inv_rows;
+          dlogits[r * 10 + j] = d;
+          s_dz[j] = d;
+        }
+      if (lane == 0) rowloss[r] = logf(sum) - (ly - mx);
+    }
+    if (lane == 0 && arg == y) atomicAdd(right, 1u);
   }
-  if (lane == 0 && arg == y) atomicAdd(right, 1u);
+  if (!train || (da1 == nullptr && da1h == nullptr)) return;  // the same for the whole block
+  __syncthreads();
+  float dz[10];
+#pragma unroll
+  for (int j = 0; j < 10; ++j) dz[j] = s_dz[j];
+  // da1 of unit c, whose a1 is av and row of W2 wc (the sum's order as bwd2's was).
+  auto da1_store = [&](unsigned c, float av, const float (&wc)[10]) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
+    const float v = av > 0.0f ? s * scale : 0.0f;
+    const unsigned long long i = (unsigned long long)r * hid + c;
+    if (da1h != nullptr)
+      da1h[i] = f2bf(v);
+    else
+      da1[i] = v;
+  };
+#pragma unroll
+  for (int k = 0; k < CE_UNITS; ++k) {
+    const unsigned c = threadIdx.x + k * CE_THREADS;
+    if (c < hid) da1_store(c, av[k], w[k]);
+  }
+  for (unsigned c = threadIdx.x + CE_UNITS * CE_THREADS; c < hid; c += CE_THREADS) {
+    float wc[10];
+#pragma unroll
+    for (int j = 0; j < 10; ++j) wc[j] = w2[(unsigned long long)c * 10 + j];
+    da1_store(c, a[c], wc);
+  }
 }
 
-// One block of 256 threads: losses[*counter] = mean of rowloss (thread k sums
-// rows k, k+256, ..., then a fixed tree); ++*counter. rowloss comes from the
-// kernel ahead (fwd2_ce): read after pdl_enter.
+// One block: losses[*counter] = mean of rowloss (as 256 threads would: k
+// sums rows k, k+256, ..., then a fixed tree, each thread standing in for
+// 256 / blockDim.x of them); ++*counter. rowloss comes from fwd2_ce, a
+// kernel ahead: read after pdl_enter.
 __device__ __forceinline__ void store_loss(const float* rowloss, float* losses, unsigned* counter,
                                            unsigned rows) {
   pdl_enter();
   __shared__ float sh[256];
-  float s = 0.0f;
-  for (unsigned r = threadIdx.x; r < rows; r += 256) s += rowloss[r];
-  sh[threadIdx.x] = s;
+  for (unsigned k = threadIdx.x; k < 256; k += blockDim.x) {
+    float s = 0.0f;
+    for (unsigned r = k; r < rows; r += 256) s += rowloss[r];
+    sh[k] = s;
+  }
   __syncthreads();
   for (unsigned w = 128; w > 0; w >>= 1) {
-    if (threadIdx.x < w) sh[threadIdx.x] += sh[threadIdx.x + w];
+    for (unsigned k = threadIdx.x; k < w; k += blockDim.x) sh[k] += sh[k + w];
     __syncthreads();
   }
   if (threadIdx.x == 0) {
@@ -145,50 +187,54 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
   store_loss(rowloss, losses, counter, rows);
 }
 
-// The backward pass of the second layer and of the hidden activation, 4
-// hidden units per block of 256 threads (thread: unit c = 4 * block + tid %
-// 4, rows tid / 4, tid / 4 + 64, ...):
-//   da1[r,c] = a1[r,c] > 0 ? scale * sum_j dz2[r,j] W2[c,j] : 0
-//     (written to da1h in bf16 instead when da1h is not null)
-//     (a1 > 0 exactly where relu passed and dropout kept: the mask is scale there)
+// The second layer's gradients and their SGD step, as blocks of x^T da1's
+// kernel (gemm_tn_sgd, past its tiles). Block blk of 128 threads takes
+// L2_UNITS hidden units (unit c = L2_UNITS blk + tid % L2_UNITS), each
+// summed over L2_SLOTS row slots (slot s: rows s, s + L2_SLOTS, ...; thread
+// tid has slots tid / L2_UNITS and that + 32):
 //   dW2[c,j] = sum_r a1[r,c] dz2[r,j]    db1[c] = sum_r da1[r,c]
-// and unit c == hid is the bias of the second layer: db2[j] = sum_r dz2[r,j].
-// The 64 partial sums of each unit are added in a fixed order. Those
-// gradients then step their parameters by SGD with momentum (sgd1): p1 and v1
-// are the parameters and velocities from b1 on ([b1 (hid), W2 (hid x 10),
-// b2 (10)]). A block reads only its own units' rows of W2, all before it
-// updates them. Before pdl_enter (the kernel ahead writes dz2; a1, W2 and
-// the parameters come from earlier kernels) a thread loads its unit's row of
-// W2, its first BWD2_ROWS rows of a1 and the parameter it steps; after it,
-// those rows of dz2 all at once. With rowloss not null, one more block (the
-// grid's last) does loss_store's work instead, so that the step needs no
-// kernel of its own for it.
-#define BWD2_UNITS 4
-#define BWD2_SLOTS 64
-#define BWD2_ROWS 4
-__global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, const float* w2,
-                                            float* da1, unsigned short* da1h, float* p1, float* v1,
-                                            unsigned rows, unsigned hid, float scale, float lr,
-                                            float mu, float wd, const float* rowloss, float* losses,
-                                            unsigned* counter) {
-  if (rowloss != nullptr && blockIdx.x == gridDim.x - 1) {
-    store_loss(rowloss, losses, counter, rows);
+// with da1 recomputed as fwd2_ce stores it (bf16 may hold it); unit c == hid
+// is the second layer's bias: db2[j] = sum_r dz2[r,j]. A warp adds its 8
+// slots of a unit by a xor butterfly, then the 8 groups of 8 slots are
+// added in order: a fixed order (the one of the kernel bwd2 had, with 256
+// threads). Those gradients step their parameters by SGD with momentum
+// (sgd1): p1 and v1 are the parameters and velocities from b1 on ([b1 (hid),
+// W2 (hid x 10), b2 (10)]); a block reads only its own units' rows of W2,
+// all before it updates them. Before pdl_enter (the kernel ahead, fwd2_ce,
+// writes dz2; a1, W2 and the parameters come from earlier kernels) a thread
+// loads its unit's row of W2, its slots' first L2_ROWS rows of a1 and the
+// parameter it steps. The block after the units' (blk == l2_blocks(hid))
+// stores the loss when rowloss is not null.
+#define L2_UNITS 4
+#define L2_SLOTS 64
+#define L2_ROWS 4
+__device__ __forceinline__ unsigned l2_blocks(unsigned hid) { return (hid + L2_UNITS) / L2_UNITS; }
+
+__device__ __forceinline__ void layer2_block(unsigned blk, const float* a1, const float* dz2, float* p1,
+                                             float* v1, unsigned rows, unsigned hid, float scale,
+                                             float lr, float mu, float wd, const float* rowloss,
+                                             float* losses, unsigned* counter) {
+  if (blk >= l2_blocks(hid)) {
+    if (blk == l2_blocks(hid) && rowloss != nullptr) store_loss(rowloss, losses, counter, rows);
     return;
   }
-  __shared__ float part[256 / 32][BWD2_UNITS][11];
-  const unsigned col = threadIdx.x % BWD2_UNITS, slot = threadIdx.x / BWD2_UNITS;
-  const unsigned c = blockIdx.x * BWD2_UNITS + col;
-  float wc[10], a[BWD2_ROWS];
+  __shared__ float part[L2_SLOTS / 8][L2_UNITS][11];
+  const unsigned col = threadIdx.x % L2_UNITS, slot0 = threadIdx.x / L2_UNITS;
+  const unsigned c = blk * L2_UNITS + col;
+  const float* w2 = p1 + hid;
+  float wc[10], a[2][L2_ROWS];
 #pragma unroll
   for (int j = 0; j < 10; ++j) wc[j] = c < hid ? w2[(unsigned long long)c * 10 + j] : 0.0f;
 #pragma unroll
-  for (int k = 0; k < BWD2_ROWS; ++k) {
-    const unsigned r = slot + k * BWD2_SLOTS;
-    a[k] = c < hid && r < rows ? __ldcg(a1 + (unsigned long long)r * hid + c) : 0.0f;
-  }
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int k = 0; k < L2_ROWS; ++k) {
+      const unsigned r = slot0 + 32 * h + k * L2_SLOTS;
+      a[h][k] = c < hid && r < rows ? __ldcg(a1 + (unsigned long long)r * hid + c) : 0.0f;
+    }
   // The parameter this thread steps at the end (see there): index pk.
-  const unsigned u = blockIdx.x * BWD2_UNITS + threadIdx.x / 11, q = threadIdx.x % 11;
-  const bool stepper = threadIdx.x < BWD2_UNITS * 11 && u <= hid && (q < 10 || u < hid);
+  const unsigned u = blk * L2_UNITS + threadIdx.x / 11, q = threadIdx.x % 11;
+  const bool stepper = threadIdx.x < L2_UNITS * 11 && u <= hid && (q < 10 || u < hid);
   const unsigned long long pk = q < 10 ? hid + (unsigned long long)u * 10 + q : u;
   float pp = 0.0f, pv = 0.0f;
   if (stepper) {
@@ -196,59 +242,55 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
     pv = __ldcg(v1 + pk);
   }
   pdl_enter();
-  float gw[10], gb = 0.0f;
+  float gw[2][10], gb[2] = {0.0f, 0.0f};
 #pragma unroll
-  for (int j = 0; j < 10; ++j) gw[j] = 0.0f;
-  // Row r of the thread's unit: da1, and the sums.
-  auto row = [&](unsigned r, float av, const float (&dz)[10]) {
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 10; ++j) gw[h][j] = 0.0f;
+  // Row r of the thread's unit into the sums of its slot h.
+  auto row = [&](int h, unsigned r, float av) {
+    float dz[10];
+#pragma unroll
+    for (int j = 0; j < 10; ++j) dz[j] = dz2[(unsigned long long)r * 10 + j];
     float s = 0.0f;
 #pragma unroll
     for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
-    const float v = av > 0.0f ? s * scale : 0.0f;
-    if (da1h != 0)
-      da1h[(unsigned long long)r * hid + c] = f2bf(v);
-    else
-      da1[(unsigned long long)r * hid + c] = v;
-    gb += v;
+    gb[h] += av > 0.0f ? s * scale : 0.0f;
 #pragma unroll
-    for (int j = 0; j < 10; ++j) gw[j] += av * dz[j];
+    for (int j = 0; j < 10; ++j) gw[h][j] += av * dz[j];
   };
-  if (c < hid) {
-    float dz[BWD2_ROWS][10];
 #pragma unroll
-    for (int k = 0; k < BWD2_ROWS; ++k) {
-      const unsigned r = slot + k * BWD2_SLOTS;
+  for (int h = 0; h < 2; ++h) {
+    const unsigned slot = slot0 + 32 * h;
+    if (c < hid) {
 #pragma unroll
-      for (int j = 0; j < 10; ++j) dz[k][j] = r < rows ? dz2[(unsigned long long)r * 10 + j] : 0.0f;
-    }
+      for (int k = 0; k < L2_ROWS; ++k)
+        if (slot + k * L2_SLOTS < rows) row(h, slot + k * L2_SLOTS, a[h][k]);
+      for (unsigned r = slot + L2_ROWS * L2_SLOTS; r < rows; r += L2_SLOTS)
+        row(h, r, a1[(unsigned long long)r * hid + c]);
+    } else if (c == hid) {
+      for (unsigned r = slot; r < rows; r += L2_SLOTS) {
 #pragma unroll
-    for (int k = 0; k < BWD2_ROWS; ++k)
-      if (slot + k * BWD2_SLOTS < rows) row(slot + k * BWD2_SLOTS, a[k], dz[k]);
-    for (unsigned r = slot + BWD2_ROWS * BWD2_SLOTS; r < rows; r += BWD2_SLOTS) {
-      float d[10];
-#pragma unroll
-      for (int j = 0; j < 10; ++j) d[j] = dz2[(unsigned long long)r * 10 + j];
-      row(r, a1[(unsigned long long)r * hid + c], d);
-    }
-  } else if (c == hid) {
-    for (unsigned r = slot; r < rows; r += BWD2_SLOTS) {
-#pragma unroll
-      for (int j = 0; j < 10; ++j) gw[j] += dz2[(unsigned long long)r * 10 + j];
+        for (int j = 0; j < 10; ++j) gw[h][j] += dz2[(unsigned long long)r * 10 + j];
+      }
     }
   }
   // The 8 slots of a warp (lanes col, col + 4, ..., col + 28) by a xor
-  // butterfly, then the 8 warps in warp order: a fixed order.
-#pragma unroll
-  for (int off = BWD2_UNITS; off < 32; off <<= 1) {
-#pragma unroll
-    for (int j = 0; j < 10; ++j) gw[j] += __shfl_xor_sync(0xffffffffu, gw[j], off);
-    gb += __shfl_xor_sync(0xffffffffu, gb, off);
-  }
+  // butterfly; group h of warp w is slots 8 (w + 4 h) to 8 (w + 4 h) + 7.
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane < BWD2_UNITS) {
 #pragma unroll
-    for (int j = 0; j < 10; ++j) part[warp][lane][j] = gw[j];
-    part[warp][lane][10] = gb;
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int off = L2_UNITS; off < 32; off <<= 1) {
+#pragma unroll
+      for (int j = 0; j < 10; ++j) gw[h][j] += __shfl_xor_sync(0xffffffffu, gw[h][j], off);
+      gb[h] += __shfl_xor_sync(0xffffffffu, gb[h], off);
+    }
+    if (lane < L2_UNITS) {
+#pragma unroll
+      for (int j = 0; j < 10; ++j) part[warp + 4 * h][lane][j] = gw[h][j];
+      part[warp + 4 * h][lane][10] = gb[h];
+    }
   }
   __syncthreads();
   // One thread per parameter: unit u's W2[u, q] (b2[q] for u == hid) for q <
@@ -257,7 +299,7 @@ __global__ void __launch_bounds__(256) bwd2(const float* a1, const float* dz2, c
     const unsigned uc = threadIdx.x / 11;
     float sum = part[0][uc][q];
 #pragma unroll
-    for (int w = 1; w < 256 / 32; ++w) sum += part[w][uc][q];
+    for (int g = 1; g < L2_SLOTS / 8; ++g) sum += part[g][uc][q];
     sgd1(pp, pv, sum, lr, mu, wd);
     p1[pk] = pp;
     v1[pk] = pv;
@@ -326,5 +368,5 @@ __global__ void input_f32(float* x, unsigned char* y, const unsigned char* px, c
 
 const (
 	ceThreads = 128 // fwd2_ce's block (CE_THREADS)
-	bwd2Units = 4   // hidden units per bwd2 block (BWD2_UNITS)
+	l2Units   = 4   // hidden units per layer2_block (L2_UNITS)
 )

@@ -112,7 +112,7 @@ __device__ __forceinline__ void stage_ring(int nk, Issue issue, Ahead ahead, Com
 // early loads overlap this one's work: the step alone ran 1.065x faster on an
 // H200 (docs/gpu-runs.md, run 149). Never before the wait: so when a kernel
 // starts, every kernel but the one ahead has completed, and data they wrote
-// may be read before pdl_enter (fwd2_ce's W2, bwd2's a1 and W2, the products'
+// may be read before pdl_enter (fwd2_ce's W2, layer2_block's a1 and W2, the products'
 // RNG states and SGD parameters, x^T da1's x). With 0 the
 // next kernel launches as this one's blocks exit.
 #ifndef PDL_TRIGGER

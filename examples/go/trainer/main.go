@@ -11,7 +11,7 @@
 //   - the RNG: the weights are drawn from it (normal, scaled), and dropout
 //     draws from its per-element states inside the kernel (<sluice/rng.cuh>);
 //     its checkpoint is saved with the weights;
-//   - a GraphCache: the training step (4 kernels) is captured once and
+//   - a GraphCache: the training step (3 kernels) is captured once and
 //     replayed, two steps per graph over four input sets (-graph-steps 1:
 //     a step per graph; -eager: launched op by op);
 //   - sync objects for all ordering: every kernel names the buffers it
@@ -60,7 +60,7 @@ type options struct {
 	save, resume, losses   string
 	eager, graph, blocking bool
 	overlapInput           bool
-	lossInBwd2             bool
+	lossInSGD              bool
 	pdl                    bool
 	pdlKernels             string
 	benchSteps, benchInput int
@@ -91,7 +91,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
-	flag.BoolVar(&o.lossInBwd2, "loss-in-bwd2", true, "the backward kernel bwd2 stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
+	flag.BoolVar(&o.lossInSGD, "loss-in-sgd", true, "the step's last kernel (gemm_tn_sgd) stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
 	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1 or 2 (2: a graph runs the steps of two batches, read from four input sets)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
@@ -231,7 +231,7 @@ func run() error {
 	if pairs {
 		m.sets = 4
 	}
-	m.lossInBwd2 = o.lossInBwd2
+	m.lossInSGD = o.lossInSGD
 	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
 		inputs, o.hidden, classes, m.nParams, o.drop, o.lr, o.momentum, modeName(o))
 

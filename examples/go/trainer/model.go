@@ -38,13 +38,13 @@ type model struct {
 
 	B, H    int // batch rows, hidden units
 	nParams int
-	// lossInBwd2: bwd2 stores the loss (one more block) and the step has no
-	// loss_store kernel.
-	lossInBwd2 bool
-	dropout    float32
-	scale      float32 // 1/(1-dropout)
-	lr, mu     float32
-	wd         float32
+	// lossInSGD: gemm_tn_sgd stores the loss (one more block) and the step
+	// has no loss_store kernel.
+	lossInSGD bool
+	dropout   float32
+	scale     float32 // 1/(1-dropout)
+	lr, mu    float32
+	wd        float32
 
 	// The input sets, written by the input stage (loadInput): each a batch's
 	// pixels as the products' x operand (bf16 when half, else floats) and
@@ -66,7 +66,7 @@ type model struct {
 	gemmSuffix          string // "" (TF32 tensor cores) or "_simt" (FP32), from selfTest
 	// cuda, half: the training step's products take bf16 operands (selfTest):
 	// x in the input sets, W1 as w1h (written by gemm_tn_sgd, and by
-	// halfWeights from the parameters), da1 as da1h (written by bwd2).
+	// halfWeights from the parameters), da1 as da1h (written by fwd2_ce).
 	half      bool
 	w1h, da1h *sluice.Buffer
 	// Parameters [W1 (inputs x H), b1 (H), W2 (H x classes), b2 (classes)],
@@ -304,9 +304,13 @@ func grid1(n int) sluice.LaunchConfig {
 
 // run enqueues one kernel on s as one tracked op that reads and writes the
 // given buffers: the CUDA function name with args, or on the host backend
-// the host callback fn.
+// the host callback fn, after the check of the arguments' number that the
+// driver makes on cuda.
 func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, reads, writes []sluice.Syncable, fn func(), args ...any) error {
 	if m.host {
+		if n, ok := kernelParamCount(name); !ok || n != len(args) {
+			return fmt.Errorf("kernel %q takes %d parameters (known: %v), %d arguments were given", name, n, ok, len(args))
+		}
 		return s.HostCallback(func() error { fn(); return nil }, reads, writes)
 	}
 	return m.fns[name].Launch(s, cfg, reads, writes, args...)

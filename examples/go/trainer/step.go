@@ -38,10 +38,11 @@ func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream) error {
 }
 
 // trainStep enqueues one training step on s over the input set in use
-// (loadInput wrote it): forward, loss, backward and the SGD update, each a tracked op whose
-// reads and writes order it (5 kernels, listed in kernels.go). It issues the
-// same ops every time, so a graph captured from it can be replayed for every
-// step (the step index lives in trainStats on the device).
+// (loadInput wrote it): forward, loss, backward and the SGD update, each a
+// tracked op whose reads and writes order it (3 kernels, listed in
+// kernels.go). It issues the same ops every time, so a graph captured from it
+// can be replayed for every step (the step index lives in trainStats on the
+// device).
 func (m *model) trainStep(s *sluice.Stream) error {
 	B, H := m.B, m.H
 	xin, yin := m.inX[m.parity], m.inY[m.parity]
@@ -56,7 +57,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	p, scale := m.dropout, m.scale
 	lr, mu, wd := m.lr, m.mu, m.wd
 	// The parameters, velocities and gradients from b1 on ([b1, W2, b2]),
-	// which bwd2 steps; gemm_tn_sgd steps W1.
+	// which gemm_tn_sgd's layer2_block blocks step; its tiles step W1.
 	nW1 := inputs * H
 	rest := func(b *sluice.Buffer) arr { return m.f32(b, nW1, m.nParams-nW1) }
 	pRest, vRest, gRest := rest(m.params), rest(m.vel), rest(m.grads)
@@ -69,10 +70,14 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	inv := 1 / float32(B)
 	// The products' operands: x, W1 and da1 as floats, or their bf16 copies.
 	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
-	var da1h, w1h uint64 // bwd2's and gemm_tn_sgd's bf16 outputs (0: none)
+	var da1h, w1h uint64 // fwd2_ce's and gemm_tn_sgd's bf16 outputs (0: none)
 	if m.half {
 		x, w1op, da1op = arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
 		da1h, w1h, gemmSuffix = m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
+	}
+	da1f := da1.ptr() // fwd2_ce's float da1 (0 when it writes da1h)
+	if m.half {
+		da1f = 0
 	}
 
 	steps := []func() error{
@@ -98,60 +103,53 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				},
 			})
 		},
-		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses, right predictions
+		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses,
+		// right predictions; da1 = (dz2 W2^T) * mask
 		func() error {
-			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, yin), syncs(m.z2, m.dz2, m.rowloss, m.trainStats),
+			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, yin),
+				syncs(m.z2, m.dz2, da1op.buf, m.rowloss, m.trainStats),
 				func() {
 					hostGemm(false, false, B, classes, H, a1.f, w2.f, z2.f)
 					hostBiasAdd(z2.f, b2.f)
 					hostSoftmaxCE(z2.f, yu8.b, dz2.f, rowloss.f, stats.u[1:], inv)
+					hostDa1(B, H, a1.f, dz2.f, w2.f, da1.f, scale)
 				},
 				a1.ptr(), w2.ptr(), b2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(), stats.ptr()+4,
-				uint32(B), uint32(H), inv, int32(1))
+				uint32(B), uint32(H), inv, int32(1), da1f, da1h, scale)
 		},
 		func() error {
-			if m.lossInBwd2 {
-				return nil // bwd2 stores it
+			if m.lossInSGD {
+				return nil // gemm_tn_sgd stores it
 			}
 			return m.run(s, "loss_store", sluice.LaunchConfig{Grid: sluice.Dim3{X: 1}, Block: sluice.Dim3{X: 256}},
 				syncs(m.rowloss), syncs(m.losses, m.trainStats),
 				func() { hostLossStore(rowloss.f, losses.f, stats.u) },
 				rowloss.ptr(), losses.ptr(), stats.ptr(), uint32(B))
 		},
-		// da1, dW2, db2, db1, and the SGD step of b1, W2 and b2
+		// dW1 = x^T da1, and the SGD step of W1 (and its bf16 copy); in more
+		// blocks dW2, db2, db1 and the SGD step of b1, W2 and b2 (and the loss)
 		func() error {
-			blocks := ceilDiv(H+1, bwd2Units)
-			reads, writes := syncs(m.a1, m.dz2), append(syncs(da1op.buf, m.params, m.vel), hostGrads...)
-			var lossArgs [3]uint64 // rowloss, losses, the counter: bwd2's last block stores the loss
-			if m.lossInBwd2 {
-				blocks++
+			l2 := layer2Args{blocks: ceilDiv(H+1, l2Units), a1: a1.ptr(), dz2: dz2.ptr(), p1: pRest.ptr(), v1: vRest.ptr(), scale: scale}
+			reads, writes := syncs(m.a1, m.dz2), append(syncs(m.vel), hostGrads...)
+			if m.lossInSGD {
+				l2.blocks++
+				l2.rowloss, l2.losses, l2.counter = rowloss.ptr(), losses.ptr(), stats.ptr()
 				reads, writes = append(reads, m.rowloss), append(writes, m.losses, m.trainStats)
-				lossArgs = [3]uint64{rowloss.ptr(), losses.ptr(), stats.ptr()}
 			}
-			cfg := sluice.LaunchConfig{Grid: sluice.Dim3{X: uint32(blocks)}, Block: sluice.Dim3{X: 256}}
-			return m.run(s, "bwd2", cfg, reads, writes,
-				func() {
-					if m.lossInBwd2 {
-						hostLossStore(rowloss.f, losses.f, stats.u)
-					}
-					hostBwd2(B, H, a1.f, dz2.f, w2.f, da1.f, gw2.f, gb1.f, gb2.f, scale)
-					hostSGD(pRest.f, vRest.f, gRest.f, lr, mu, wd)
-				},
-				a1.ptr(), dz2.ptr(), w2.ptr(), da1.ptr(), da1h, pRest.ptr(), vRest.ptr(), uint32(B), uint32(H), scale, lr, mu, wd,
-				lossArgs[0], lossArgs[1], lossArgs[2])
-		},
-		// dW1 = x^T da1, and the SGD step of W1 (and its bf16 copy)
-		func() error {
-			writes := append(syncs(m.vel), hostGrads...)
 			if m.half {
 				writes = append(writes, m.w1h)
 			}
 			return m.gemm(s, gemmOp{
 				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: pW1,
-				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, writes: writes,
+				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, reads: reads, writes: writes, layer2: &l2,
 				host: func() {
 					hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f)
 					hostSGD(pW1.f, vW1.f, gw1.f, lr, mu, wd)
+					hostLayer2Grads(B, H, a1.f, dz2.f, da1.f, gw2.f, gb1.f, gb2.f)
+					hostSGD(pRest.f, vRest.f, gRest.f, lr, mu, wd)
+					if m.lossInSGD {
+						hostLossStore(rowloss.f, losses.f, stats.u)
+					}
 				},
 			})
 		},

@@ -113,7 +113,7 @@ func TestCorruptCheckpoint(t *testing.T) {
 // TestInputRoutingAndBenchModes: copying batches on the training stream into
 // one input set computes the same losses, bit for bit, as the default (an
 // input stream and four sets, two steps per graph), and so do one step per
-// graph and storing the loss with a kernel of its own instead of bwd2's
+// graph and storing the loss with a kernel of its own instead of gemm_tn_sgd's
 // (replayed and eagerly); -bench-steps and -bench-input report a rate.
 func TestInputRoutingAndBenchModes(t *testing.T) {
 	dir := t.TempDir()
@@ -131,9 +131,9 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 	if p, s := graphRuns(t, out), graphRuns(t, single); p == 0 || 2*p != s {
 		t.Fatalf("graph runs: %d with two steps per graph, %d with one (want half)", p, s)
 	}
-	// The loss stored by a kernel of its own (loss_store) instead of bwd2's
+	// The loss stored by a kernel of its own (loss_store) instead of gemm_tn_sgd's
 	// last block, replayed and eagerly.
-	for _, args := range [][]string{{"-loss-in-bwd2=false"}, {"-loss-in-bwd2=false", "-eager"}} {
+	for _, args := range [][]string{{"-loss-in-sgd=false"}, {"-loss-in-sgd=false", "-eager"}} {
 		trainer(t, append([]string{"-epochs", "1", "-losses", b}, args...)...)
 		if la, lb := read(t, a), read(t, b); !bytes.Equal(la, lb) {
 			t.Fatalf("losses differ with %q:\n%s\n%s", args, la, lb)
