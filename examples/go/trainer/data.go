@@ -108,33 +108,60 @@ func loadMNIST(dir string, limit, testLimit int) (*dataset, error) {
 // sampler maps a global batch index to its images: epoch e is the
 // permutation rand.Perm of a PCG seeded (seed, e), cut into batches of B
 // (the last partial batch dropped), so any process can start at any batch.
+// A permutation of 60,000 takes about 0.6 ms: the first use of epoch e
+// starts e + 1's in the background, so that the producers do not all wait
+// for it at the epoch's end.
 type sampler struct {
 	d         *dataset
 	B, nb     int // batch, batches per epoch
 	seed      uint64
 	mu        sync.Mutex
-	perms     map[int][]int
+	perms     map[int]*epochPerm
 	permOrder []int
 }
 
-func newSampler(d *dataset, batch int, seed uint64) *sampler {
-	return &sampler{d: d, B: batch, nb: len(d.trainY) / batch, seed: seed, perms: make(map[int][]int)}
+// epochPerm is one epoch's permutation, made once by whoever needs it first.
+type epochPerm struct {
+	once sync.Once
+	p    []int
 }
 
+func newSampler(d *dataset, batch int, seed uint64) *sampler {
+	return &sampler{d: d, B: batch, nb: len(d.trainY) / batch, seed: seed, perms: make(map[int]*epochPerm)}
+}
+
+// perm returns epoch's permutation, waiting only while it is being made.
 func (s *sampler) perm(epoch int) []int {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	p, ok := s.perms[epoch]
-	if !ok {
-		p = rand.New(rand.NewPCG(s.seed, uint64(epoch))).Perm(len(s.d.trainY))
-		s.perms[epoch] = p
-		s.permOrder = append(s.permOrder, epoch)
-		if len(s.permOrder) > 3 { // producers run at most one epoch ahead
-			delete(s.perms, s.permOrder[0])
-			s.permOrder = s.permOrder[1:]
-		}
+	e, _ := s.entry(epoch)
+	next, added := s.entry(epoch + 1)
+	s.mu.Unlock()
+	if added {
+		go s.make(next, epoch+1)
 	}
-	return p
+	s.make(e, epoch)
+	return e.p
+}
+
+// entry is epoch's permutation, added (not yet made) when new. The map keeps
+// the latest 4 epochs (producers run at most one epoch ahead of the
+// consumer, and the next is made ahead). The caller holds s.mu.
+func (s *sampler) entry(epoch int) (*epochPerm, bool) {
+	if e, ok := s.perms[epoch]; ok {
+		return e, false
+	}
+	e := &epochPerm{}
+	s.perms[epoch] = e
+	s.permOrder = append(s.permOrder, epoch)
+	if len(s.permOrder) > 4 {
+		delete(s.perms, s.permOrder[0])
+		s.permOrder = s.permOrder[1:]
+	}
+	return e, true
+}
+
+func (s *sampler) make(e *epochPerm, epoch int) {
+	e.once.Do(func() { e.p = rand.New(rand.NewPCG(s.seed, uint64(epoch))).Perm(len(s.d.trainY)) })
 }
 
 // fillBatch writes global batch g into b as one batch of the input stage

@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+)
 
 // TestSlotPlan: slots of two batches cover every batch of every epoch once,
 // in order, with a slot of one at the end of an epoch of an odd number of
@@ -52,5 +57,45 @@ func TestFillBatch(t *testing.T) {
 				t.Fatalf("batch %d, label %d: %d, want %d", g, i, b[batch*inputs+i], d.trainY[j])
 			}
 		}
+	}
+}
+
+// TestPermAhead: each epoch's permutation is rand.Perm of its PCG, whichever
+// of many goroutines asks first and in whatever order; the first use of an
+// epoch makes the next one in the background, and the oldest are dropped.
+func TestPermAhead(t *testing.T) {
+	const n = 1000
+	s := newSampler(&dataset{trainY: make([]byte, n)}, 10, 7)
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 6; i++ {
+				e := (i + g) % 6
+				if want := rand.New(rand.NewPCG(7, uint64(e))).Perm(n); !slices.Equal(s.perm(e), want) {
+					t.Errorf("epoch %d: not its permutation", e)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	s = newSampler(&dataset{trainY: make([]byte, n)}, 10, 7)
+	s.perm(3)
+	s.mu.Lock()
+	next := s.perms[4]
+	s.mu.Unlock()
+	if next == nil {
+		t.Fatal("epoch 4 was not started ahead by epoch 3's first use")
+	}
+	s.make(next, 4)
+	if !slices.Equal(next.p, rand.New(rand.NewPCG(7, 4)).Perm(n)) {
+		t.Fatal("epoch 4 made ahead is not its permutation")
+	}
+	for e := 5; e < 9; e++ {
+		s.perm(e)
+	}
+	if len(s.perms) != 4 || s.perms[3] != nil {
+		t.Fatalf("%d permutations kept (epoch 3's: %v), want the latest 4", len(s.perms), s.perms[3] != nil)
 	}
 }
