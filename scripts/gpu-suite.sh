@@ -13,7 +13,8 @@
 # after the benchmark, each followed by the base commit's when there is one;
 # SLUICE_GPU_OPS_REPEAT=N does the same for the op bookkeeping table.
 # SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit and runs it right
-# after the current one (A/B in the same run).
+# after the current one (A/B in the same run), and with the go part that commit's
+# trainer (against this library), which run-trainer.sh compares with the current one.
 # The prefetch part also runs benches/prefetch at SLUICE_GPU_PREFETCH_KB (default 200) KiB.
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 # Opt-in part "soak" (not in the default list): tests/stress in soak mode, 16 threads
@@ -69,14 +70,17 @@ for l in sys.stdin:
     bench=$(ls -t target/release/deps/overhead-* 2>/dev/null | grep -v '\.d$' | head -1 || true)
     [ -n "$bench" ] && cp "$bench" .gpu/overhead
   fi
-  if has bench && [ -n "${SLUICE_GPU_BASE:-}" ]; then
-    wt=$(mktemp -d)
-    git worktree add -q --detach "$wt" "$SLUICE_GPU_BASE"
-    (cd "$wt" && CARGO_TARGET_DIR="$wt/target" cargo build --release --bench overhead 2>/dev/null)
+  # The base commit's checkout (SLUICE_GPU_BASE), for its benchmark and its trainer.
+  local base_wt=""
+  if [ -n "${SLUICE_GPU_BASE:-}" ] && { has bench || has go; }; then
+    base_wt=$(mktemp -d)
+    git worktree add -q --detach "$base_wt" "$SLUICE_GPU_BASE"
+  fi
+  if has bench && [ -n "$base_wt" ]; then
+    (cd "$base_wt" && CARGO_TARGET_DIR="$base_wt/target" cargo build --release --bench overhead 2>/dev/null)
     mkdir -p .gpu/base
-    cp "$(ls -t "$wt"/target/release/deps/overhead-* | grep -v '\.d$' | head -1)" .gpu/base/overhead
-    git -C "$wt" log --oneline -1 > .gpu/base/commit
-    git worktree remove --force "$wt"
+    cp "$(ls -t "$base_wt"/target/release/deps/overhead-* | grep -v '\.d$' | head -1)" .gpu/base/overhead
+    git -C "$base_wt" log --oneline -1 > .gpu/base/commit
   fi
   if has stress || has soak; then bash tests/stress/build.sh .gpu/stress/stress; fi
   if has repro && [ -d ../shared/repro/graph-launch-race ]; then
@@ -113,7 +117,10 @@ for l in sys.stdin:
     mkdir -p .gpu/cpp && cp "$(find build/gpu-cpp -name sluice_cpp_tests -type f -executable | head -1)" .gpu/cpp/
   fi
   if { has c || has sanitize; } && [ -x tests/c/run.sh ]; then bash tests/c/run.sh --build-only "$PWD/.gpu/c"; fi
-  if has go && [ -x bindings/go/test.sh ]; then bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"; fi
+  if has go && [ -x bindings/go/test.sh ]; then
+    SLUICE_GO_TRAINER_BASE=$base_wt bash bindings/go/test.sh --build-gpu "$PWD/.gpu/go"
+  fi
+  [ -z "$base_wt" ] || git worktree remove --force "$base_wt"
   # The carry limit is 64 MiB: the installed static library is not used there, and
   # symbol tables are not needed to run.
   [ -f .gpu/sluice/lib/libsluice.a ] && printf '!<arch>\n' > .gpu/sluice/lib/libsluice.a
@@ -433,7 +440,7 @@ run() {
     SLUICE_BACKEND=cuda timeout 600 .gpu/go/run.sh > "$out/go.log" 2>&1
     note "go (tests, race, cgo bench, prefetchbench, trainer): rc=$? $(grep -cE '^--- PASS' "$out/go.log") PASS, $(grep -cE '^--- FAIL' "$out/go.log") FAIL"
     note "  go prefetch: $(grep -oE 'go_eff_[0-9.x]+=[0-9.]+' "$out/go.log" | tr '\n' ' ')"
-    note "  go trainer: $(grep -E '^RESULT (accuracy|resume_identical|steps_per_s|step_only_steps_per_s|input_batches_per_s|kernel self-test|kernel_us_per_step)' "$out/go.log" | sed 's/^RESULT //' | tr '\n' ';')"
+    note "  go trainer: $(grep -E '^RESULT (accuracy|resume_identical|steps_per_s|step_only_steps_per_s|input_batches_per_s|kernel self-test|kernel_us_per_step|base_bits|base_ab_)' "$out/go.log" | sed 's/^RESULT //' | tr '\n' ';')"
     # Per call, Go against the same call from C (issue 17): overhead and allocations.
     note "  go per-call (overhead-ns/call, allocs/op): $(awk '/goroutine locked to its thread/ { printf "| locked to a thread: " } /^Benchmark.*overhead-ns\/call/ { n = $1; sub(/-[0-9]+$/, "", n); sub(/^Benchmark/, "", n); ov = "?"; al = "?"; for (i = 2; i < NF; i++) { if ($(i+1) == "overhead-ns/call") ov = $i; if ($(i+1) == "allocs/op") al = $i }; printf "%s=%s/%s ", n, ov, al }' "$out/go.log")"
   fi

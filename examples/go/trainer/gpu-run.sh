@@ -19,6 +19,8 @@
 #      the step alone, after training, on the last batch
 #      without the input pipeline (-bench-steps)         RESULT step_only_steps_per_s graph=... eager=... ratio=...
 #      the input pipeline alone (-bench-input)            RESULT input_batches_per_s=... (time per phase)
+#   3c. with ./trainer-base (scripts/gpu-suite.sh, SLUICE_GPU_BASE): part 1 again
+#      with it, and both trainers' rates, alternating    RESULT base_bits=... base_ab_graph=...
 #
 # Exits non-zero if a run fails or the resumed run differs. Extra arguments go
 # to every trainer run (for example -hidden 256).
@@ -137,6 +139,36 @@ echo "RESULT step_only_steps_per_s graph=$go graph_one_step=$g1o ratio=$(ratio "
 echo "== 3b. the input pipeline alone: 20000 batches through the prefetcher into the input sets, no step"
 if run input -bench-input 20000 >/dev/null; then
 	echo "RESULT input_batches_per_s=$(field input input_batches_per_s) ($(grep '^input phases' "$tmp/input.out"))"
+fi
+
+# 3c. Against the base commit's trainer (./trainer-base, built against this library
+# when scripts/gpu-suite.sh has SLUICE_GPU_BASE): part 1's run again with it (the
+# same losses and weights, or not: a change may mean to change them), then 3 rounds
+# of both trainers alternating, replayed and eager, one process each.
+if [ -x ./trainer-base ]; then
+	echo "== 3c. against the base trainer ($(cat trainer-base.commit 2>/dev/null))"
+	weights() { grep -h 'final weights' "$tmp/$1.out" | tail -1; }
+	./trainer-base -epochs 5 -batch 256 -losses "$tmp/base.losses" "${extra[@]}" >"$tmp/base.out" 2>&1 || echo "trainer-base failed: $(tail -1 "$tmp/base.out")"
+	bits=differ
+	[ -s "$tmp/base.losses" ] && cmp -s "$tmp/base.losses" "$tmp/full.losses" && [ "$(weights base)" = "$(weights full)" ] && bits=identical
+	echo "RESULT base_bits=$bits (base: $(weights base); current: $(weights full))"
+	declare -A ab
+	for rep in 1 2 3; do
+		for t in trainer-base trainer; do
+			for mode in graph eager; do
+				args=(-epochs 8 -batch 256 -bench-steps 2340)
+				[ $mode = eager ] && args+=(-eager)
+				./$t "${args[@]}" "${extra[@]}" >"$tmp/ab.out" 2>&1 || echo "$t $mode failed: $(tail -1 "$tmp/ab.out")"
+				ab[$t.$mode]+="$(sed -n 's/^RESULT steps_per_s=\([0-9.]*\).*/\1/p' "$tmp/ab.out") "
+				[ $mode = graph ] && ab[$t.alone]+="$(sed -n 's/^RESULT step_only_steps_per_s=\([0-9.]*\).*/\1/p' "$tmp/ab.out") "
+			done
+		done
+	done
+	for k in graph alone eager; do
+		b=$(echo "${ab[trainer-base.$k]}" | median) c=$(echo "${ab[trainer.$k]}" | median)
+		echo "base / current $k steps/s: ${ab[trainer-base.$k]}/ ${ab[trainer.$k]}"
+		echo "RESULT base_ab_$k base=$b current=$c ratio=$(ratio "$c" "$b") (medians of 3, alternating)"
+	done
 fi
 
 # 4. Where a step's device time goes: one eager epoch of 50 batches with a device
