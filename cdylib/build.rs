@@ -19,7 +19,7 @@ fn main() {
         return;
     }
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,{soname}");
-    // OUT_DIR is <target>/<profile>/build/sluice-<hash>/out: the library lands in
+    // OUT_DIR is <target>/<profile>/build/sluice-cdylib-<hash>/out: the library lands in
     // <target>/<profile>.
     if let Some(dir) = std::env::var_os("OUT_DIR")
         .map(PathBuf::from)

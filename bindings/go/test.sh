@@ -21,7 +21,7 @@
 # With --build-gpu, SLUICE_GO_TRAINER_BASE=DIR (a checkout of another commit,
 # as scripts/gpu-suite.sh makes for SLUICE_GPU_BASE) also builds that
 # checkout's trainer, against this library, into DIR/trainer-base: run-trainer.sh
-# then compares the two (its part 5).
+# then compares the two (its part 3c).
 #
 # Environment: SLUICE_BACKEND defaults to host here. CGO_ENABLED must not be 0
 # (the race detector and the binding both need cgo).

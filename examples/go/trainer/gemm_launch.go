@@ -51,6 +51,7 @@ type gemmOp struct {
 
 // layer2Args are gemm_tn_sgd's last arguments: layer2_block's, run by
 // blocks blocks past the product's tiles (rowloss 0: no loss block).
+// gemm_tn_sgd always has them.
 type layer2Args struct {
 	blocks                   int
 	a1, dz2, p1, v1          uint64
@@ -58,11 +59,7 @@ type layer2Args struct {
 	rowloss, losses, counter uint64
 }
 
-// args are the kernel arguments; a nil l asks for no blocks.
 func (l *layer2Args) args() []any {
-	if l == nil {
-		l = &layer2Args{}
-	}
 	return []any{l.a1, l.dz2, l.p1, l.v1, l.scale, l.rowloss, l.losses, l.counter}
 }
 
@@ -95,18 +92,16 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 			writes = append(writes, m.gemmWS, m.gemmTickets)
 		}
 	}
+	args := []any{int32(g.M), int32(g.N), int32(g.K), int32(kchunk), g.A.ptr(), g.B.ptr(), g.C.ptr()}
+	args = append(append(args, g.extra...), ws, tickets)
 	gx, gy := ceilDiv(g.N, gemmBN), ceilDiv(g.M, gemmBM)
 	if g.layer2 != nil {
 		gy += ceilDiv(g.layer2.blocks, gx) // rows of blocks past the tiles
+		args = append(args, g.layer2.args()...)
 	}
 	cfg := sluice.LaunchConfig{
 		Grid:  sluice.Dim3{X: uint32(gx), Y: uint32(gy), Z: uint32(z)},
 		Block: sluice.Dim3{X: gemmThreads},
-	}
-	args := []any{int32(g.M), int32(g.N), int32(g.K), int32(kchunk), g.A.ptr(), g.B.ptr(), g.C.ptr()}
-	args = append(append(args, g.extra...), ws, tickets)
-	if strings.HasPrefix(g.name, "gemm_tn_sgd") {
-		args = append(args, g.layer2.args()...)
 	}
 	return m.run(s, g.name+suffix, cfg, reads, writes, g.host, args...)
 }

@@ -29,7 +29,8 @@ func TestKernelParams(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `kernel "loss_store" takes 4 parameters`) || called {
 		t.Fatalf("3 arguments for loss_store: %v (callback ran: %v)", err, called)
 	}
-	if err := m.run(nil, "no_such_kernel", sluice.LaunchConfig{}, nil, nil, func() {}); err == nil {
-		t.Fatal("an unknown kernel was accepted")
+	if err := m.run(nil, "no_such_kernel", sluice.LaunchConfig{}, nil, nil, func() {}); err == nil ||
+		!strings.Contains(err.Error(), `no kernel "no_such_kernel"`) {
+		t.Fatalf("an unknown kernel: %v", err)
 	}
 }

@@ -308,8 +308,12 @@ func grid1(n int) sluice.LaunchConfig {
 // driver makes on cuda.
 func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, reads, writes []sluice.Syncable, fn func(), args ...any) error {
 	if m.host {
-		if n, ok := kernelParamCount(name); !ok || n != len(args) {
-			return fmt.Errorf("kernel %q takes %d parameters (known: %v), %d arguments were given", name, n, ok, len(args))
+		n, ok := kernelParamCount(name)
+		if !ok {
+			return fmt.Errorf("no kernel %q in the kernel source", name)
+		}
+		if n != len(args) {
+			return fmt.Errorf("kernel %q takes %d parameters, %d arguments were given", name, n, len(args))
 		}
 		return s.HostCallback(func() error { fn(); return nil }, reads, writes)
 	}

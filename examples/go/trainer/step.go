@@ -70,14 +70,12 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	inv := 1 / float32(B)
 	// The products' operands: x, W1 and da1 as floats, or their bf16 copies.
 	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
-	var da1h, w1h uint64 // fwd2_ce's and gemm_tn_sgd's bf16 outputs (0: none)
+	// fwd2_ce writes da1 as floats (da1f) or in bf16 (da1h), the other 0;
+	// w1h is gemm_tn_sgd's bf16 copy of W1 (0: none).
+	da1f, da1h, w1h := da1.ptr(), uint64(0), uint64(0)
 	if m.half {
 		x, w1op, da1op = arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
-		da1h, w1h, gemmSuffix = m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
-	}
-	da1f := da1.ptr() // fwd2_ce's float da1 (0 when it writes da1h)
-	if m.half {
-		da1f = 0
+		da1f, da1h, w1h, gemmSuffix = 0, m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
 	}
 
 	steps := []func() error{
