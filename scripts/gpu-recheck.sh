@@ -8,6 +8,7 @@
 #     after 10 s is called hung and its threads' stacks are dumped (gdb, when there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/gpu-suite.sh unpack
 out=${OUT:-/tmp/sluice-recheck}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$PWD/.gpu" SLUICE_BACKEND=cuda
