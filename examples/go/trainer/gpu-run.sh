@@ -13,7 +13,10 @@
 #   3. steps/s, the median of 3 processes per mode (each the median of its
 #      epochs 2 to 8: an epoch takes 10 to 20 ms, and the replayed rate varies
 #      from epoch to epoch; the eager step's host time varies between processes):
-#      graph replay against the eager step              RESULT steps_per_s graph=... eager=... ratio=...  (goal >= 2)
+#      graph replay against the eager step, both with
+#      the same input pipeline (two batches per lease)  RESULT steps_per_s graph=... eager=... ratio=...  (goal >= 2)
+#      and against the eager step leasing a batch at
+#      a time (the baseline of runs up to 227)          RESULT steps_per_s graph=... eager_batch_per_lease=... ratio=...
 #      two steps per graph against one (-graph-steps 1) RESULT steps_per_s graph=... graph_one_step=...
 #      prefetcher against a blocking copy               RESULT steps_per_s prefetch=... blocking=... ratio=...
 #      the step alone, after training, on the last batch
@@ -103,9 +106,10 @@ echo "== 3. steps/s at batch 256: 3 processes per mode, alternating; each the me
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 declare -A rates
 for rep in 1 2 3; do
-	for mode in graph_prefetch graph1_prefetch eager_prefetch graph_blocking eager_blocking; do
+	for mode in graph_prefetch graph1_prefetch eager_prefetch eager1_prefetch graph_blocking eager_blocking; do
 		args=(-epochs 8 -batch 256)
 		[[ $mode == eager_* ]] && args+=(-eager)
+		[[ $mode == eager1_* ]] && args+=(-eager -eager-pairs=false)
 		[[ $mode == graph1_* ]] && args+=(-graph-steps 1)
 		[[ $mode == *_blocking ]] && args+=(-blocking)
 		[[ $mode == *_prefetch ]] && args+=(-bench-steps 2340)
@@ -114,7 +118,7 @@ for rep in 1 2 3; do
 		[[ $mode == *_prefetch ]] && rates[${mode}_only]+="$(field "${mode}_$rep" step_only_steps_per_s) "
 	done
 done
-for mode in graph_prefetch graph1_prefetch eager_prefetch graph_blocking eager_blocking; do
+for mode in graph_prefetch graph1_prefetch eager_prefetch eager1_prefetch graph_blocking eager_blocking; do
 	echo "$mode steps/s: ${rates[$mode]}"
 done
 g1=$(echo "${rates[graph1_prefetch]}" | median)
@@ -122,7 +126,9 @@ gp=$(echo "${rates[graph_prefetch]}" | median)
 ep=$(echo "${rates[eager_prefetch]}" | median)
 gb=$(echo "${rates[graph_blocking]}" | median)
 eb=$(echo "${rates[eager_blocking]}" | median)
-echo "RESULT steps_per_s graph=$gp eager=$ep ratio=$(ratio "$gp" "$ep") (prefetcher)"
+e1=$(echo "${rates[eager1_prefetch]}" | median)
+echo "RESULT steps_per_s graph=$gp eager=$ep ratio=$(ratio "$gp" "$ep") (prefetcher, two batches per lease in both)"
+echo "RESULT steps_per_s graph=$gp eager_batch_per_lease=$e1 ratio=$(ratio "$gp" "$e1") (prefetcher, the eager loop leasing a batch at a time)"
 echo "RESULT steps_per_s graph_blocking=$gb eager_blocking=$eb ratio=$(ratio "$gb" "$eb") (blocking copies)"
 echo "RESULT steps_per_s graph=$gp graph_one_step=$g1 ratio=$(ratio "$gp" "$g1") (two steps per graph against one)"
 echo "RESULT steps_per_s prefetch=$gp blocking=$gb ratio=$(ratio "$gp" "$gb") (graph)"
@@ -153,11 +159,17 @@ if [ -x ./trainer-base ]; then
 	[ -s "$tmp/base.losses" ] && cmp -s "$tmp/base.losses" "$tmp/full.losses" && [ "$(weights base)" = "$(weights full)" ] && bits=identical
 	echo "RESULT base_bits=$bits (base: $(weights base); current: $(weights full))"
 	declare -A ab
+	# A base trainer without -eager-pairs leases a batch at a time eagerly: so
+	# does the current one then, so that both run the same mode.
+	eager_cur=(-eager)
+	./trainer-base -h 2>&1 | grep -q -- '-eager-pairs' || eager_cur+=(-eager-pairs=false)
 	for rep in 1 2 3; do
 		for t in trainer-base trainer; do
 			for mode in graph eager; do
 				args=(-epochs 8 -batch 256 -bench-steps 2340)
-				[ $mode = eager ] && args+=(-eager)
+				if [ $mode = eager ]; then
+					if [ $t = trainer ]; then args+=("${eager_cur[@]}"); else args+=(-eager); fi
+				fi
 				./$t "${args[@]}" "${extra[@]}" >"$tmp/ab.out" 2>&1 || echo "$t $mode failed: $(tail -1 "$tmp/ab.out")"
 				ab[$t.$mode]+="$(sed -n 's/^RESULT steps_per_s=\([0-9.]*\).*/\1/p' "$tmp/ab.out") "
 				[ $mode = graph ] && ab[$t.alone]+="$(sed -n 's/^RESULT step_only_steps_per_s=\([0-9.]*\).*/\1/p' "$tmp/ab.out") "

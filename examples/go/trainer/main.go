@@ -33,6 +33,7 @@
 //	SLUICE_BACKEND=host go run . -limit 8192 -hidden 64 -test-limit 2000
 //	go run . -epochs 2 -save ck.bin && go run . -epochs 5 -resume ck.bin
 //	go run . -eager                          # the step op by op, not replayed
+//	go run . -eager -eager-pairs=false       # the same, a batch per lease
 //	go run . -blocking                       # a blocking copy per batch, no prefetcher
 package main
 
@@ -65,6 +66,7 @@ type options struct {
 	pdlKernels             string
 	benchSteps, benchInput int
 	graphSteps             int
+	eagerPairs             bool
 	depth, producers       int
 	data                   string
 	gemm                   string
@@ -92,6 +94,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
 	flag.BoolVar(&o.lossInSGD, "loss-in-sgd", true, "the step's last kernel (gemm_tn_sgd) stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
+	flag.BoolVar(&o.eagerPairs, "eager-pairs", true, "with -eager, the prefetcher and -overlap-input: lease two batches per slot and run their input stage as one kernel, as the replayed loop does (-graph-steps 2), so that only the step's issue differs from it (false: a batch per lease)")
 	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1 or 2 (2: a graph runs the steps of two batches, read from four input sets)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
@@ -137,6 +140,9 @@ func modeName(o *options) string {
 	m := "graph"
 	if !o.graph {
 		m = "eager"
+		if !o.eagerPairs && o.overlapInput && !o.blocking {
+			m = "eager-batch-per-lease"
+		}
 	}
 	in := "prefetch"
 	if o.blocking {
@@ -226,8 +232,9 @@ func run() error {
 		return err
 	}
 	defer m.Close()
-	// Two steps per graph read four input sets, two per graph in turn.
-	pairs := o.graph && o.graphSteps == 2 && o.overlapInput && !o.blocking
+	// Two steps per graph, or eagerly two steps per lease (-eager-pairs), read
+	// four input sets, two per lease in turn.
+	pairs := o.overlapInput && !o.blocking && (o.graph && o.graphSteps == 2 || !o.graph && o.eagerPairs)
 	if pairs {
 		m.sets = 4
 	}
@@ -418,7 +425,11 @@ func run() error {
 	}
 
 	if stopProducers != nil {
-		err := stopProducers()
+		ps, err := pf.Stats()
+		if err == nil {
+			fmt.Printf("prefetcher: %d slots leased for %d steps, %d per slot\n", ps.Batches, (o.epochs-start)*smp.nb, plan.per)
+		}
+		err = errors.Join(err, stopProducers())
 		stopProducers = nil
 		if err != nil {
 			return err

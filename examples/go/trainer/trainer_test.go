@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -132,12 +133,17 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 		t.Fatalf("graph runs: %d with two steps per graph, %d with one (want half)", p, s)
 	}
 	// The loss stored by a kernel of its own (loss_store) instead of gemm_tn_sgd's
-	// last block, replayed and eagerly.
-	for _, args := range [][]string{{"-loss-in-sgd=false"}, {"-loss-in-sgd=false", "-eager"}} {
-		trainer(t, append([]string{"-epochs", "1", "-losses", b}, args...)...)
+	// last block, replayed and eagerly; and eagerly with a batch per lease.
+	leased := map[string]int{}
+	for _, args := range [][]string{{"-loss-in-sgd=false"}, {"-loss-in-sgd=false", "-eager"}, {"-eager"}, {"-eager", "-eager-pairs=false"}} {
+		out := trainer(t, append([]string{"-epochs", "1", "-losses", b}, args...)...)
 		if la, lb := read(t, a), read(t, b); !bytes.Equal(la, lb) {
 			t.Fatalf("losses differ with %q:\n%s\n%s", args, la, lb)
 		}
+		leased[strings.Join(args, " ")] = slotsLeased(t, out)
+	}
+	if p, s := leased["-eager"], leased["-eager -eager-pairs=false"]; p == 0 || s != 2*p && s != 2*p-1 {
+		t.Fatalf("slots leased eagerly: %d with two batches per lease, %d with one (want half)", p, s)
 	}
 	for _, c := range []struct {
 		out string
@@ -154,6 +160,17 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 			t.Fatalf("%s: not a rate", m[0])
 		}
 	}
+}
+
+// slotsLeased is the number of prefetcher slots a trainer's output reports.
+func slotsLeased(t *testing.T, out string) int {
+	t.Helper()
+	m := regexp.MustCompile(`prefetcher: (\d+) slots leased`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no prefetcher line in:\n%s", out)
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
 }
 
 // graphRuns is the number of graph cache runs (eager, captured or replayed)
