@@ -4,7 +4,8 @@
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
 # Parts can be chosen with SLUICE_GPU_PARTS="rng rust c go cpp bench prefetch sanitize torch
 # python stress repro probe" (the default; python runs bindings/python/tests/gpu_torch_test.py
-# with the GPU machine's PyTorch, and skips without it; prefetch is benches/prefetch, built there with nvcc;
+# with the GPU machine's PyTorch, and skips without it; torch also times cuBLAS on the Go
+# trainer's two products, benches/gemm/torch_probe.py; prefetch is benches/prefetch, built there with nvcc;
 # rng checks the RNG's device code against cuRAND with nvcc and exports the reference
 # draws that the Rust RNG tests compare with),
 # plus "opcost" (sluice's own cost per call on the real
@@ -507,6 +508,12 @@ run() {
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1
     note "torch interop + trainer: rc=$? $(grep -c '^PASS' "$out/torch.log") of 2 PASS (sluice streams; adopted torch pool + raw CUDA streams), $(grep -c '^FAIL' "$out/torch.log") FAIL"
     note "  torch trainer: $(grep -E '^RESULT torch_' "$out/torch.log" | sed 's/^RESULT //' | tr '\n' ';')"
+  fi
+  if has torch && python3 -c 'import torch' 2>/dev/null; then
+    # cuBLAS (through PyTorch) for the Go trainer's two products: what a product
+    # of that shape can take on this GPU, beside the trainer's own (ktrace, go part).
+    timeout 120 python3 benches/gemm/torch_probe.py > "$out/torch_gemm.md" 2>&1
+    note "torch cuBLAS products (us per graph node): rc=$? $(grep -E '^\| (bf16|—) ' "$out/torch_gemm.md" | cut -d'|' -f3,4 | tr -s ' ' | tr '\n' ';')"
   fi
   if has python; then
     # The ctypes example (bindings/python/examples), the same script CI runs on host.
