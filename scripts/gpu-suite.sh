@@ -3,9 +3,9 @@
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
 # Parts can be chosen with SLUICE_GPU_PARTS="rng rust c go cpp bench prefetch sanitize torch
-# python stress repro probe" (the default; python runs bindings/python/tests/gpu_torch_test.py
-# with the GPU machine's PyTorch, and skips without it; torch also times cuBLAS on the Go
-# trainer's two products, benches/gemm/torch_probe.py; prefetch is benches/prefetch, built there with nvcc;
+# python stress repro probe gemm" (the default; python runs bindings/python/tests/gpu_torch_test.py
+# with the GPU machine's PyTorch, and skips without it; gemm times the Go trainer's two
+# products in cuBLAS, benches/gemm/torch_probe.py, and in benches/gemm/wgmma_probe.cu; prefetch is benches/prefetch, built there with nvcc;
 # rng checks the RNG's device code against cuRAND with nvcc and exports the reference
 # draws that the Rust RNG tests compare with),
 # plus "opcost" (sluice's own cost per call on the real
@@ -41,7 +41,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-}
-parts=${SLUICE_GPU_PARTS:-"rng rust c go cpp bench prefetch sanitize torch python stress repro probe"}
+parts=${SLUICE_GPU_PARTS:-"rng rust c go cpp bench prefetch sanitize torch python stress repro probe gemm"}
 has() { [[ " $parts " == *" $1 "* ]]; }
 
 build() {
@@ -361,6 +361,23 @@ unpack() {
   if [ -f .gpu/packed.tgz ]; then tar xzf .gpu/packed.tgz && rm -f .gpu/packed.tgz; fi
 }
 
+# The Go trainer's two products against cuBLAS (through PyTorch) and against the
+# wgmma probe (benches/gemm, built there with nvcc), per graph node: how short a
+# product of that shape can be on this GPU (issue 14).
+gemm_part() {
+  if python3 -c 'import torch' 2>/dev/null; then
+    timeout 120 python3 benches/gemm/torch_probe.py > "$out/torch_gemm.md" 2>&1
+    note "gemm: cuBLAS through torch (us per graph node): rc=$? $(grep -E '^\| (bf16|—) ' "$out/torch_gemm.md" | cut -d'|' -f3,4 | tr -s ' ' | tr '\n' ';')"
+  fi
+  if command -v nvcc > /dev/null && nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/wgmma_probe \
+       benches/gemm/wgmma_probe.cu > "$out/wgmma-build.log" 2>&1; then
+    timeout 60 /tmp/wgmma_probe > "$out/wgmma_probe.md" 2>&1
+    note "gemm: wgmma probe: rc=$? $(grep -E '^\| 64x' "$out/wgmma_probe.md" | tr -s ' ' | tr '\n' ';')"
+  else
+    note "gemm: wgmma probe not built (wgmma-build.log)"
+  fi
+}
+
 # Waits for a detached soak's end and prints its summary.
 soak_wait() {
   out=${OUT:-/tmp/sluice-gpu-out}; mkdir -p "$out"
@@ -509,12 +526,7 @@ run() {
     note "torch interop + trainer: rc=$? $(grep -c '^PASS' "$out/torch.log") of 2 PASS (sluice streams; adopted torch pool + raw CUDA streams), $(grep -c '^FAIL' "$out/torch.log") FAIL"
     note "  torch trainer: $(grep -E '^RESULT torch_' "$out/torch.log" | sed 's/^RESULT //' | tr '\n' ';')"
   fi
-  if has torch && python3 -c 'import torch' 2>/dev/null; then
-    # cuBLAS (through PyTorch) for the Go trainer's two products: what a product
-    # of that shape can take on this GPU, beside the trainer's own (ktrace, go part).
-    timeout 120 python3 benches/gemm/torch_probe.py > "$out/torch_gemm.md" 2>&1
-    note "torch cuBLAS products (us per graph node): rc=$? $(grep -E '^\| (bf16|—) ' "$out/torch_gemm.md" | cut -d'|' -f3,4 | tr -s ' ' | tr '\n' ';')"
-  fi
+  if has gemm; then gemm_part; fi
   if has python; then
     # The ctypes example (bindings/python/examples), the same script CI runs on host.
     SLUICE_BACKEND=cuda timeout 60 python3 bindings/python/examples/sluice_ctypes.py \
