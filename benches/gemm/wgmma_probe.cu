@@ -3,7 +3,8 @@
 // cuBLAS's (issue 14; docs/decisions.md, "How short the products can be"):
 //   x W1:  256x784 · 784x512, x row-major (K-major), W1 as the trainer stores it
 //          (784 x 512 row-major: MN-major), or transposed (K-major);
-//   xᵀ da1: 784x256 · 256x512, both operands as stored (MN-major).
+//   xᵀ da1: 784x256 · 256x512, both operands as stored (MN-major), or both
+//          transposed (K-major).
 // bf16 operands, f32 accumulators, no epilogue. One warpgroup per 64 x BN tile;
 // the whole K range loaded at once with cp.async, one group per stage, each
 // stage's MMAs issued as soon as it lands, every sum in one fixed order.
@@ -259,6 +260,12 @@ int main() {
     for (auto &v : da1) v = to_bf16(rnd() * 0.01f);
     for (int k = 0; k < IN; k++)
         for (int n = 0; n < H; n++) w1t[(size_t)n * IN + k] = w1[(size_t)k * H + n];
+    // xᵀ and da1ᵀ, for the K-major form of xᵀ da1 (producers could write them so).
+    std::vector<uint16_t> xt((size_t)IN * B), da1t((size_t)H * B);
+    for (int k = 0; k < B; k++) {
+        for (int m = 0; m < IN; m++) xt[(size_t)m * B + k] = x[(size_t)k * IN + m];
+        for (int n = 0; n < H; n++) da1t[(size_t)n * B + k] = da1[(size_t)k * H + n];
+    }
     std::vector<double> fwd((size_t)B * H), tn((size_t)IN * H);
     for (int m = 0; m < B; m++)
         for (int k = 0; k < IN; k++) {
@@ -270,13 +277,17 @@ int main() {
             const double xv = from_bf16(x[(size_t)k * IN + m]);
             for (int n = 0; n < H; n++) tn[(size_t)m * H + n] += xv * from_bf16(da1[(size_t)k * H + n]);
         }
-    uint16_t *dx, *dw1, *dw1t, *dda1;
+    uint16_t *dx, *dw1, *dw1t, *dda1, *dxt, *dda1t;
     float *dc;
     CK(cudaMalloc(&dx, x.size() * 2));
     CK(cudaMalloc(&dw1, w1.size() * 2));
     CK(cudaMalloc(&dw1t, w1t.size() * 2));
     CK(cudaMalloc(&dda1, da1.size() * 2));
+    CK(cudaMalloc(&dxt, xt.size() * 2));
+    CK(cudaMalloc(&dda1t, da1t.size() * 2));
     CK(cudaMalloc(&dc, tn.size() * 4));
+    CK(cudaMemcpy(dxt, xt.data(), xt.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dda1t, da1t.data(), da1t.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dx, x.data(), x.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dw1, w1.data(), w1.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dw1t, w1t.data(), w1t.size() * 2, cudaMemcpyHostToDevice));
@@ -291,6 +302,8 @@ int main() {
     run<64, false, false, B, H, IN, 7>("x W1, W1 transposed (K-major)", dx, dw1t, dc, fwd);
     run<32, true, true, IN, H, B, 4>("xᵀ da1, both as stored (MN-major)", dx, dda1, dc, tn);
     run<64, true, true, IN, H, B, 4>("xᵀ da1, both as stored (MN-major)", dx, dda1, dc, tn);
+    run<32, false, false, IN, H, B, 4>("xᵀ da1, both transposed (K-major)", dxt, dda1t, dc, tn);
+    run<64, false, false, IN, H, B, 4>("xᵀ da1, both transposed (K-major)", dxt, dda1t, dc, tn);
     std::printf("\n%s\n", failures ? "FAIL: a product had no descriptor choice that checks" : "PASS");
     return failures ? 1 : 0;
 }
