@@ -57,7 +57,8 @@ var accRe = regexp.MustCompile(`RESULT accuracy=([0-9.]+)`)
 // the checkpoints after epoch 2 (weights, momentum, RNG states, position)
 // are equal byte for byte. The split run uses the other modes (eager step,
 // blocking copies) for its first epoch, so they are checked to compute the
-// same bits as the graph-replayed, prefetched one.
+// same bits as the graph-replayed, prefetched one; a second resume runs
+// eagerly with two batches per lease.
 func TestResumeBitIdentical(t *testing.T) {
 	dir := t.TempDir()
 	p := func(n string) string { return filepath.Join(dir, n) }
@@ -81,6 +82,11 @@ func TestResumeBitIdentical(t *testing.T) {
 	}
 	if !bytes.Equal(read(t, p("full.ckpt")), read(t, p("b.ckpt"))) {
 		t.Error("the checkpoints after epoch 2 differ (weights, momentum or RNG states)")
+	}
+	// Resumed eagerly, two batches per lease (the eager default): the same bits.
+	trainer(t, "-epochs", "2", "-resume", p("a.ckpt"), "-eager", "-losses", p("c.losses"), "-save", p("c.ckpt"))
+	if !bytes.Equal(read(t, p("b.losses")), read(t, p("c.losses"))) || !bytes.Equal(read(t, p("b.ckpt")), read(t, p("c.ckpt"))) {
+		t.Error("resumed eagerly, the losses or the checkpoint differ from the replayed resume")
 	}
 }
 
