@@ -16,6 +16,7 @@
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o wgmma_probe benches/gemm/wgmma_probe.cu
 //   ./wgmma_probe
+#include <cstddef>
 #include <cstdint>
 
 constexpr int BM = 64, KSTEP = 16;
