@@ -11,8 +11,10 @@
 //
 // Shared memory holds each operand as 8 x 8 "core matrices" of 128 bytes without
 // swizzle: core (r / 8, k / 8) at ((k / 8) * (rows / 8) + r / 8) * 128, a 16-byte
-// row per k (K-major) or per r (MN-major). Which descriptor field (LBO or SBO)
-// takes the stride along K is tried both ways; the check says which one holds.
+// row per k (K-major) or per r (MN-major). The PTX ISA's matrix descriptor and
+// CUTLASS's canonical no-swizzle ("INTERLEAVE") layouts put the stride between
+// core matrices along K in LBO and along M/N in SBO, for both majors; the probe
+// runs that first and the swapped fields second, and the check says which holds.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o wgmma_probe benches/gemm/wgmma_probe.cu
 //   ./wgmma_probe
