@@ -18,12 +18,12 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 
 // steps2 issues two training steps on s, over input sets m.parity (even)
 // and m.parity + 1: as one graph replayed from cache, or eagerly when cache
-// is nil (-eager, two batches per lease). Replayed, the device pays one graph boundary per two
-// steps, and the second step's first kernel may start while the first step's
-// last one finishes (programmatic launch). With four sets, the input stage of
-// the next two batches runs beside it. Its kernels are the same ops in the
-// same order as two step calls, so the losses and weights are bit-identical
-// to theirs. m.parity ends at the second.
+// is nil (-eager, two batches per lease). Replayed, the device pays one graph
+// boundary per two steps, and the second step's first kernel may start while
+// the first step's last one finishes (programmatic launch). With four sets,
+// the input stage of the next two batches runs beside it. Its kernels are the
+// same ops in the same order as two step calls, so the losses and weights are
+// bit-identical to theirs. m.parity ends at the second.
 func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream) error {
 	first := m.parity
 	both := func(s *sluice.Stream) error {
