@@ -137,10 +137,11 @@ for l in sys.stdin:
 }
 
 # The device tool refuses a call whose working tree (tracked files) and .gpu pass
-# 64 MiB. The test executables of .gpu/rust and .gpu/go travel packed (gzip takes
-# them to about 45 %; `run` unpacks them first). Over 62 MiB even so, the largest
+# 64 MiB. The test executables of .gpu/rust and .gpu/go travel packed (gzip halves
+# them; `run` unpacks them first). Over 62 MiB even so, the largest
 # optional ones stay behind, each with a note: the Go -race binary (run.sh skips
-# it), fuzz_abi (its proptest VM runs on the host in CI), then the RNG suites when
+# it), fuzz_abi (its proptest VM runs on the host in CI and skips where a CUDA
+# device is), then the RNG suites when
 # the rng part was not asked for.
 fit_carry() {
   local limit=$((62 * 1024 * 1024)) tree rest total f
