@@ -10,10 +10,7 @@ import (
 // step issues one training step on s: replayed from cache, keyed by the
 // input set, or eager when cache is nil.
 func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
-	if cache != nil {
-		return cache.Run(uint64(m.parity), s, m.trainStep)
-	}
-	return m.trainStep(s)
+	return issue(cache, uint64(m.parity), s, m.trainStep)
 }
 
 // steps2 issues two training steps on s, over input sets m.parity (even)
@@ -26,22 +23,25 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 // bit-identical to theirs. m.parity ends at the second.
 func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream) error {
 	first := m.parity
-	both := func(s *sluice.Stream) error {
+	err := issue(cache, uint64(m.sets+first), s, func(s *sluice.Stream) error {
 		m.parity = first
 		if err := m.trainStep(s); err != nil {
 			return err
 		}
 		m.parity = first + 1
 		return m.trainStep(s)
-	}
-	var err error
-	if cache != nil {
-		err = cache.Run(uint64(m.sets+first), s, both)
-	} else {
-		err = both(s)
-	}
+	})
 	m.parity = first + 1
 	return err
+}
+
+// issue runs body on s: through cache under key (captured once, then
+// replayed), or eagerly when cache is nil.
+func issue(cache *sluice.GraphCache, key uint64, s *sluice.Stream, body func(*sluice.Stream) error) error {
+	if cache == nil {
+		return body(s)
+	}
+	return cache.Run(key, s, body)
 }
 
 // trainStep enqueues one training step on s over the input set in use
