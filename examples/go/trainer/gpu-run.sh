@@ -105,8 +105,9 @@ echo "RESULT loss_modes_identical=$same"
 echo "== 3. steps/s at batch 256: 3 processes per mode, alternating; each the median of its epochs 2-8"
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 declare -A rates
+modes=(graph_prefetch graph1_prefetch eager_prefetch eager1_prefetch graph_blocking eager_blocking)
 for rep in 1 2 3; do
-	for mode in graph_prefetch graph1_prefetch eager_prefetch eager1_prefetch graph_blocking eager_blocking; do
+	for mode in "${modes[@]}"; do
 		args=(-epochs 8 -batch 256)
 		[[ $mode == eager_* ]] && args+=(-eager)
 		[[ $mode == eager1_* ]] && args+=(-eager -eager-pairs=false)
@@ -118,7 +119,7 @@ for rep in 1 2 3; do
 		[[ $mode == *_prefetch ]] && rates[${mode}_only]+="$(field "${mode}_$rep" step_only_steps_per_s) "
 	done
 done
-for mode in graph_prefetch graph1_prefetch eager_prefetch eager1_prefetch graph_blocking eager_blocking; do
+for mode in "${modes[@]}"; do
 	echo "$mode steps/s: ${rates[$mode]}"
 done
 g1=$(echo "${rates[graph1_prefetch]}" | median)
@@ -167,9 +168,8 @@ if [ -x ./trainer-base ]; then
 		for t in trainer-base trainer; do
 			for mode in graph eager; do
 				args=(-epochs 8 -batch 256 -bench-steps 2340)
-				if [ $mode = eager ]; then
-					if [ $t = trainer ]; then args+=("${eager_cur[@]}"); else args+=(-eager); fi
-				fi
+				[ $mode = eager ] && [ $t = trainer ] && args+=("${eager_cur[@]}")
+				[ $mode = eager ] && [ $t = trainer-base ] && args+=(-eager)
 				./$t "${args[@]}" "${extra[@]}" >"$tmp/ab.out" 2>&1 || echo "$t $mode failed: $(tail -1 "$tmp/ab.out")"
 				ab[$t.$mode]+="$(sed -n 's/^RESULT steps_per_s=\([0-9.]*\).*/\1/p' "$tmp/ab.out") "
 				[ $mode = graph ] && ab[$t.alone]+="$(sed -n 's/^RESULT step_only_steps_per_s=\([0-9.]*\).*/\1/p' "$tmp/ab.out") "
