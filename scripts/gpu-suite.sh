@@ -370,7 +370,7 @@ gemm_part() {
     timeout 120 python3 benches/gemm/torch_probe.py > "$out/torch_gemm.md" 2>&1
     note "gemm: cuBLAS through torch (us per graph node): rc=$? $(grep -E '^\| (bf16|—) ' "$out/torch_gemm.md" | cut -d'|' -f3,4 | tr -s ' ' | tr '\n' ';')"
   fi
-  if command -v nvcc > /dev/null && nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/wgmma_probe \
+  if command -v nvcc > /dev/null && nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/wgmma_probe \
        benches/gemm/wgmma_probe.cu > "$out/wgmma-build.log" 2>&1; then
     timeout 60 /tmp/wgmma_probe > "$out/wgmma_probe.md" 2>&1
     note "gemm: wgmma probe: rc=$? $(grep -E '^\| 64x' "$out/wgmma_probe.md" | tr -s ' ' | tr '\n' ';')"
