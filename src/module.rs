@@ -86,6 +86,23 @@ impl Function {
         Ok(())
     }
 
+    /// Lets this kernel's launches ask for up to `bytes` of dynamic shared memory per
+    /// block; needed for more than 48 KiB. Applies to later launches from any thread.
+    /// `bytes` plus the kernel's static shared memory over the device's opt-in limit
+    /// per block is `InvalidArgument`, checked before the driver sees it.
+    pub fn set_max_dynamic_shared_memory(&self, bytes: u32) -> Result<()> {
+        let backend = &self.device.backend;
+        let (static_bytes, limit) = backend.function_shared_limits(self.raw)?;
+        if u64::from(bytes) + u64::from(static_bytes) > u64::from(limit) {
+            return Err(Error::invalid_argument(format!(
+                "kernel '{}' asks for {bytes} bytes of dynamic shared memory; with its {static_bytes} static bytes the device allows at most {limit} per block ({} dynamic)",
+                self.name,
+                limit.saturating_sub(static_bytes)
+            )));
+        }
+        backend.function_set_max_dynamic_shared(self.raw, bytes)
+    }
+
     /// Whether launches use programmatic stream serialization.
     #[inline(always)]
     pub fn programmatic_launch(&self) -> bool {

@@ -49,6 +49,17 @@ extern \"C\" __global__ void bump(unsigned int* p, unsigned int n) {
 }
 ";
 
+/// 64 KiB of dynamic shared memory: s[i] = 3i, then out[i] = s[n - 1 - i].
+const BIG: &CStr = c"
+extern \"C\" __global__ void big(unsigned *out) {
+    extern __shared__ unsigned s[];
+    unsigned n = 64 * 1024 / 4;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) s[i] = i * 3u;
+    __syncthreads();
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) out[i] = s[n - 1 - i];
+}
+";
+
 const N: usize = 10_007;
 
 fn dims(n: usize) -> LaunchDims {
@@ -341,5 +352,55 @@ fn programmatic_launch_keeps_a_chain_in_order() {
     assert!(
         k.read(&s, &p) == serial(4 * CHAIN + 1),
         "plain launch after"
+    );
+}
+
+/// `set_max_dynamic_shared_memory`: a launch asking for 64 KiB of dynamic shared
+/// memory fails until the kernel opts in, then runs and every word is right; asking
+/// for more than the device allows is `InvalidArgument` naming the limit.
+#[test]
+fn more_than_48_kib_of_dynamic_shared_memory() {
+    let k = kit();
+    if !k.is_cuda() {
+        return;
+    }
+    const BYTES: u32 = 64 * 1024;
+    const WORDS: usize = BYTES as usize / 4;
+    let s = k.stream();
+    let m = Module::compile(&k.dev, BIG, Some(c"big.cu"), &[]).expect("compile");
+    let f = m.function(c"big").expect("big");
+    let out = k.buffer(&s, WORDS);
+    let dims = LaunchDims {
+        grid: [1, 1, 1],
+        block: [256, 1, 1],
+        shared_mem_bytes: BYTES,
+    };
+    let launch = || {
+        let mut p = out.addr;
+        let mut args = [&mut p as *mut u64 as *mut c_void];
+        let w = [out.sync.clone()];
+        // SAFETY: args match big(unsigned*).
+        unsafe { ops::launch(&s, &f, dims, &mut args, &[], &w) }
+    };
+    let e = launch().expect_err("64 KiB without opting in");
+    assert_eq!(e.code, ErrorCode::Driver, "{e:?}");
+
+    f.set_max_dynamic_shared_memory(BYTES).expect("opt in");
+    launch().expect("64 KiB after opting in");
+    let got = k.read(&s, &out);
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(*v, (WORDS - 1 - i) as u32 * 3, "out[{i}]");
+    }
+
+    let e = f
+        .set_max_dynamic_shared_memory(1 << 30)
+        .expect_err("over the device's limit");
+    assert_eq!(e.code, ErrorCode::InvalidArgument, "{e:?}");
+    assert!(
+        e.message.contains("'big'")
+            && e.message.contains("1073741824")
+            && e.message.contains("at most"),
+        "{}",
+        e.message
     );
 }

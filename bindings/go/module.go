@@ -185,6 +185,28 @@ func (f *Function) SetProgrammaticLaunch(enabled bool) error {
 	return check(e, &f.h)
 }
 
+// SetMaxDynamicSharedMemory lets the function's later launches, from any
+// goroutine and captured ones included, ask for up to bytes of dynamic shared
+// memory per block (LaunchConfig.SharedMemBytes); a launch asking for more than
+// 48 KiB needs this first (sluice_function_set_max_dynamic_shared_memory).
+// bytes plus the kernel's static shared memory over the device's opt-in limit
+// per block gives ErrInvalidArgument, with the numbers in the message, as does
+// a negative bytes or one over MaxUint32 (without calling C); the host backend
+// gives ErrUnsupported.
+func (f *Function) SetMaxDynamicSharedMemory(bytes int) error {
+	const op = "Function.SetMaxDynamicSharedMemory"
+	h, err := f.h.raw(op)
+	if err != nil {
+		return err
+	}
+	if bytes < 0 || uint64(bytes) > math.MaxUint32 {
+		return argError(CodeInvalidArgument, op, "%d bytes out of range", bytes)
+	}
+	e := C.sluice_function_set_max_dynamic_shared_memory(h, C.uint32_t(bytes))
+	runtime.KeepAlive(f)
+	return check(e, &f.h)
+}
+
 // Dim3 is a 3-D size. A zero component counts as 1.
 type Dim3 struct{ X, Y, Z uint32 }
 

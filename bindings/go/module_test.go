@@ -2,8 +2,10 @@ package sluice
 
 import (
 	"errors"
+	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -167,6 +169,9 @@ func TestCompileModule(t *testing.T) {
 		if err := f.SetProgrammaticLaunch(true); !errors.Is(err, ErrClosed) {
 			t.Fatalf("SetProgrammaticLaunch after Close: %v", err)
 		}
+		if err := f.SetMaxDynamicSharedMemory(1024); !errors.Is(err, ErrClosed) {
+			t.Fatalf("SetMaxDynamicSharedMemory after Close: %v", err)
+		}
 		must(t, m.Close())
 	}
 	entries, err := filepath.Glob(filepath.Join(cache, "*.sluicebin"))
@@ -202,6 +207,59 @@ func TestLaunchUnknownFunction(t *testing.T) {
 		wantCode(t, err, ErrInvalidHandle)
 	}
 	wantCode(t, f.SetProgrammaticLaunch(true), ErrInvalidHandle)
+	wantCode(t, f.SetMaxDynamicSharedMemory(64<<10), ErrInvalidHandle)
+	// Out of uint32's range: refused in Go, before C sees the handle.
+	wantCode(t, f.SetMaxDynamicSharedMemory(-1), ErrInvalidArgument)
+	if strconv.IntSize == 64 {
+		over := uint64(math.MaxUint32) + 1
+		wantCode(t, f.SetMaxDynamicSharedMemory(int(over)), ErrInvalidArgument)
+	}
+}
+
+// bigSharedSrc uses 64 KiB of dynamic shared memory: s[i] = 3i, then
+// out[i] = s[n-1-i].
+const bigSharedSrc = `extern "C" __global__ void big(unsigned *out) {
+	extern __shared__ unsigned s[];
+	unsigned n = 64 * 1024 / 4;
+	for (unsigned i = threadIdx.x; i < n; i += blockDim.x) s[i] = i * 3u;
+	__syncthreads();
+	for (unsigned i = threadIdx.x; i < n; i += blockDim.x) out[i] = s[n - 1 - i];
+}`
+
+// A launch over 48 KiB of dynamic shared memory fails until the function opts
+// in with SetMaxDynamicSharedMemory, then runs; more than the device allows is
+// ErrInvalidArgument (cuda only).
+func TestMaxDynamicSharedMemory(t *testing.T) {
+	d := openDev(t)
+	if backendOf(t, d) != BackendCUDA {
+		t.Skip("launches need the cuda backend")
+	}
+	m, err := d.CompileModule(bigSharedSrc, "big.cu")
+	if errors.Is(err, ErrUnsupported) {
+		t.Skip("no NVRTC:", err)
+	}
+	m = closeAtEnd(t, m, err)
+	f, err := m.Function("big")
+	f = closeAtEnd(t, f, err)
+	s := testStream(t, d)
+	const bytes = 64 << 10
+	out := alloc(t, s, bytes)
+	cfg := LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 256}, SharedMemBytes: bytes}
+	wantCode(t, f.Launch(s, cfg, nil, []Syncable{out}, out), ErrDriver)
+	must(t, f.SetMaxDynamicSharedMemory(bytes))
+	must(t, f.Launch(s, cfg, nil, []Syncable{out}, out))
+	got := make([]uint32, bytes/4)
+	must(t, CopyToHostSlice(s, got, out, 0))
+	for i, v := range got {
+		if want := uint32(len(got)-1-i) * 3; v != want {
+			t.Fatalf("out[%d] = %d, want %d", i, v, want)
+		}
+	}
+	err = f.SetMaxDynamicSharedMemory(1 << 30)
+	wantCode(t, err, ErrInvalidArgument)
+	if !strings.Contains(err.Error(), "the device allows at most") {
+		t.Fatalf("the limit is not named: %v", err)
+	}
 }
 
 // More arguments than Launch keeps on its stack (a pooled buffer), of every

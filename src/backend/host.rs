@@ -623,6 +623,17 @@ impl ModuleApi for HostDevice {
         Ok(None)
     }
 
+    fn function_shared_limits(&self, _func: u64) -> Result<(u32, u32)> {
+        Err(Error::unsupported("function_shared_limits", "host"))
+    }
+
+    fn function_set_max_dynamic_shared(&self, _func: u64, _bytes: u32) -> Result<()> {
+        Err(Error::unsupported(
+            "function_set_max_dynamic_shared",
+            "host",
+        ))
+    }
+
     fn compile_plan(&self, _options: &[String]) -> Result<CompilePlan> {
         Err(compile_unsupported())
     }

@@ -263,6 +263,12 @@ backend_api! {
         /// The kernel's number of parameters, where the driver can tell
         /// (`cuFuncGetParamInfo`, CUDA 12.4+); `None` where it cannot.
         fn function_param_count(&self, func: u64) -> Result<Option<usize>>;
+        /// The kernel's static shared memory and the most shared memory one block
+        /// may use on this device once a kernel opts in, in bytes: `(static, limit)`.
+        fn function_shared_limits(&self, func: u64) -> Result<(u32, u32)>;
+        /// Lets launches of `func` ask for up to `bytes` of dynamic shared memory
+        /// per block (cuda: `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+        fn function_set_max_dynamic_shared(&self, func: u64, bytes: u32) -> Result<()>;
         /// Decides how [`compile`](ModuleApi::compile) would build a program with these
         /// options (the architecture defaults to the device's own). Fails where no
         /// compiler is available.

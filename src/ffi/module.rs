@@ -179,6 +179,26 @@ pub extern "C" fn sluice_function_set_programmatic_launch(
     })
 }
 
+/// Lets the launches of `function` ask for up to `bytes` of dynamic shared memory
+/// per block (`sluice_launch_dims_t.shared_mem_bytes`); a launch asking for more
+/// than 48 KiB needs this first (the driver's
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`). Applies to the launches made
+/// after the call, from any thread, captured ones included.
+///
+/// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `function`);
+/// `SLUICE_ERROR_INVALID_ARGUMENT` (`bytes` plus the kernel's static shared memory
+/// over the device's opt-in limit per block; the message gives the numbers);
+/// `SLUICE_ERROR_DRIVER` (the driver refused); `SLUICE_ERROR_UNSUPPORTED` on host.
+#[no_mangle]
+pub extern "C" fn sluice_function_set_max_dynamic_shared_memory(
+    function: sluice_function_t,
+    bytes: u32,
+) -> *mut sluice_error_t {
+    boundary("sluice_function_set_max_dynamic_shared_memory", || {
+        get(function)?.set_max_dynamic_shared_memory(bytes)
+    })
+}
+
 /// Launches `function` on `stream` as one tracked op over `reads` and `writes`.
 /// `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`, and
 /// `num_args` is its length. Where the driver reports a kernel's parameters

@@ -4,7 +4,9 @@
  * On host: SLUICE_ERROR_UNSUPPORTED naming the export and the backend, and the
  * argument checks. On cuda (NVRTC must be installed): a kernel that includes
  * <sluice/rng.cuh> is compiled with options, launched and its data checked; a
- * syntax error gives SLUICE_ERROR_COMPILE with the compile log.
+ * syntax error gives SLUICE_ERROR_COMPILE with the compile log; a kernel using
+ * 64 KiB of dynamic shared memory runs once sluice_function_set_max_dynamic_shared_memory
+ * allows it.
  */
 #include "helpers.h"
 
@@ -121,6 +123,60 @@ TEST(module_compile_runs_a_kernel_on_cuda) {
     CHECK_OK(sluice_sync_destroy(ys));
     CHECK_OK(sluice_buffer_free(x));
     CHECK_OK(sluice_buffer_free(y));
+    CHECK_OK(sluice_function_destroy(f));
+    CHECK_OK(sluice_module_unload(m));
+    CHECK_OK(sluice_stream_destroy(s));
+    CHECK_OK(sluice_device_close(d));
+}
+
+/* 64 KiB of dynamic shared memory: s[i] = 3i, then out[i] = s[n - 1 - i]. */
+static const char k_big[] =
+    "extern \"C\" __global__ void big(unsigned *out) {\n"
+    "    extern __shared__ unsigned s[];\n"
+    "    unsigned n = 64 * 1024 / 4;\n"
+    "    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) s[i] = i * 3u;\n"
+    "    __syncthreads();\n"
+    "    for (unsigned i = threadIdx.x; i < n; i += blockDim.x) out[i] = s[n - 1 - i];\n"
+    "}\n";
+
+TEST(module_compile_more_than_48_kib_of_dynamic_shared_memory) {
+    sluice_device_t d;
+    REQUIRE(open_dev(&d));
+    if (dev_backend(d) != SLUICE_BACKEND_CUDA) {
+        CHECK_OK(sluice_device_close(d));
+        SKIP("cuda backend only");
+    }
+    enum { BYTES = 64 * 1024, WORDS = BYTES / 4 };
+    sluice_module_t m;
+    REQUIRE_OK(sluice_module_compile(d, k_big, "big.cu", NULL, 0, &m));
+    sluice_function_t f;
+    REQUIRE_OK(sluice_module_get_function(m, "big", &f));
+    sluice_stream_t s;
+    REQUIRE(new_stream(d, &s));
+    sluice_buffer_t out;
+    REQUIRE_OK(sluice_buffer_alloc(s, BYTES, &out));
+    sluice_buffer_info_t oi;
+    CHECK_OK(sluice_buffer_info(out, &oi));
+    sluice_sync_t os;
+    CHECK_OK(sluice_buffer_sync(out, &os));
+    uint64_t po = oi.device_ptr;
+    void *args[] = {&po};
+    sluice_launch_dims_t dims = {{1, 1, 1}, {256, 1, 1}, BYTES};
+    /* Over 48 KiB without opting in: the driver refuses the launch. */
+    CHECK_ERR(sluice_stream_launch(s, f, &dims, args, 1, NULL, 0, &os, 1), SLUICE_ERROR_DRIVER);
+    CHECK_OK(sluice_function_set_max_dynamic_shared_memory(f, BYTES));
+    CHECK_OK(sluice_stream_launch(s, f, &dims, args, 1, NULL, 0, &os, 1));
+    static unsigned host[WORDS];
+    CHECK_OK(sluice_stream_copy_to_host(s, host, out, 0, sizeof host));
+    unsigned bad = 0;
+    for (unsigned i = 0; i < WORDS; i++) bad += host[i] != (WORDS - 1 - i) * 3u;
+    CHECK_EQ(bad, 0);
+    /* More than any device allows: refused before the driver, the limit named. */
+    CHECK_ERR_MSG(sluice_function_set_max_dynamic_shared_memory(f, 1u << 30),
+                  SLUICE_ERROR_INVALID_ARGUMENT, "the device allows at most");
+
+    CHECK_OK(sluice_sync_destroy(os));
+    CHECK_OK(sluice_buffer_free(out));
     CHECK_OK(sluice_function_destroy(f));
     CHECK_OK(sluice_module_unload(m));
     CHECK_OK(sluice_stream_destroy(s));

@@ -28,6 +28,9 @@ TEST_F(SluiceTest, LaunchWithoutAFunction) {
   EXPECT_EQ(m.function(std::nothrow, "k").code(), ErrorCode::invalid_handle);
   EXPECT_EQ(none.set_programmatic_launch(std::nothrow, true).code(), ErrorCode::invalid_handle);
   EXPECT_SLUICE_THROW(none.set_programmatic_launch(false), ErrorCode::invalid_handle);
+  EXPECT_EQ(none.set_max_dynamic_shared_memory(std::nothrow, 65536).code(),
+            ErrorCode::invalid_handle);
+  EXPECT_SLUICE_THROW(none.set_max_dynamic_shared_memory(65536), ErrorCode::invalid_handle);
 }
 
 TEST(LaunchDims, Linear) {
@@ -97,4 +100,43 @@ TEST(ModuleCompile, RunsAKernelOnCuda) {
                                      "broken.cu");
   ASSERT_EQ(bad.code(), ErrorCode::compile);
   EXPECT_TRUE(contains(bad.error().message(), "broken.cu(")) << bad.error().message();
+}
+
+// 64 KiB of dynamic shared memory: s[i] = 3i, then out[i] = s[n - 1 - i].
+static const char* const kBigSharedSource =
+    "extern \"C\" __global__ void big(unsigned *out) {\n"
+    "  extern __shared__ unsigned s[];\n"
+    "  unsigned n = 64 * 1024 / 4;\n"
+    "  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) s[i] = i * 3u;\n"
+    "  __syncthreads();\n"
+    "  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) out[i] = s[n - 1 - i];\n"
+    "}\n";
+
+// A launch over 48 KiB of dynamic shared memory fails until the function opts in,
+// then runs; more than the device allows is ErrorCode::invalid_argument.
+TEST(ModuleCompile, MoreThan48KiBOfDynamicSharedMemoryOnCuda) {
+  sluice::Device dev = sluice::Device::open_default();
+  if (dev.props().backend != sluice::Backend::cuda) GTEST_SKIP() << "cuda backend only";
+  sluice::Module m = sluice::Module::compile(dev, kBigSharedSource, "big.cu");
+  sluice::Function f = m.function("big");
+  sluice::Stream s = sluice::Stream::create(dev);
+  constexpr std::uint32_t bytes = 64 * 1024;
+  sluice::Buffer out = sluice::Buffer::alloc(s, bytes);
+  sluice::SyncObject os = out.sync();
+  std::uint64_t po = out.info().device_ptr;
+  sluice::LaunchDims dims;
+  dims.block[0] = 256;
+  dims.shared_mem_bytes = bytes;
+  EXPECT_EQ(sluice::launch(std::nothrow, s, f, dims, {}, {os}, po).code(), ErrorCode::driver);
+  f.set_max_dynamic_shared_memory(bytes);
+  sluice::launch(s, f, dims, {}, {os}, po);
+  std::vector<std::uint32_t> got(bytes / 4);
+  sluice::copy_to_host(s, got, out, 0);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], static_cast<std::uint32_t>(got.size() - 1 - i) * 3u) << "out[" << i << "]";
+  }
+  auto over = f.set_max_dynamic_shared_memory(std::nothrow, 1u << 30);
+  ASSERT_EQ(over.code(), ErrorCode::invalid_argument);
+  EXPECT_TRUE(contains(over.error().message(), "the device allows at most"))
+      << over.error().message();
 }

@@ -114,6 +114,7 @@ _SIGNATURES = {
     "sluice_module_get_function": (ERR, [ModuleH, ctypes.c_char_p, ctypes.POINTER(FunctionH)]),
     "sluice_function_destroy": (ERR, [FunctionH]),
     "sluice_function_set_programmatic_launch": (ERR, [FunctionH, ctypes.c_bool]),
+    "sluice_function_set_max_dynamic_shared_memory": (ERR, [FunctionH, ctypes.c_uint32]),
     "sluice_stream_launch": (
         ERR,
         [

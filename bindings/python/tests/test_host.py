@@ -69,6 +69,13 @@ def test_errors_carry_code_and_message(dev, stream):
     with pytest.raises(sluice.SluiceError) as ei:
         stale.set_programmatic_launch(True)
     assert ei.value.code == sluice.ERROR_INVALID_HANDLE
+    with pytest.raises(sluice.SluiceError) as ei:
+        stale.set_max_dynamic_shared_memory(64 * 1024)
+    assert ei.value.code == sluice.ERROR_INVALID_HANDLE
+    for bad in (-1, 1 << 32):  # outside uint32: refused before the C call
+        with pytest.raises(sluice.SluiceError) as ei:
+            stale.set_max_dynamic_shared_memory(bad)
+        assert ei.value.code == sluice.ERROR_INVALID_ARGUMENT
     stale._h = None  # not ours to destroy
 
 

@@ -168,7 +168,8 @@ impl CudaDevice {
         Ok((major, minor))
     }
 
-    fn attribute(&self, d: &Driver, attr: c_uint, what: &str) -> Result<i32> {
+    /// A device attribute (`cuDeviceGetAttribute`).
+    pub(super) fn attribute(&self, d: &Driver, attr: c_uint, what: &str) -> Result<i32> {
         let mut v: c_int = 0;
         // SAFETY: writes one int for a valid attribute id.
         d.check(

@@ -28,6 +28,9 @@ pub(super) const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 1;
 pub(super) const CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: c_uint = 16;
 pub(super) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: c_uint = 75;
 pub(super) const CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: c_uint = 76;
+pub(super) const CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: c_uint = 97;
+pub(super) const CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: c_uint = 1;
+pub(super) const CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: c_uint = 8;
 pub(super) const CU_POINTER_ATTRIBUTE_MEMORY_TYPE: c_uint = 2;
 pub(super) const CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: c_uint = 9;
 pub(super) const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: c_uint = 11;
@@ -171,6 +174,8 @@ driver_api! {
     cuModuleLoadDataEx: fn(*mut CUmodule, *const c_void, c_uint, *mut c_uint, *mut *mut c_void);
     cuModuleUnload: fn(CUmodule);
     cuModuleGetFunction: fn(*mut CUfunction, CUmodule, *const c_char);
+    cuFuncSetAttribute: fn(CUfunction, c_uint, c_int);
+    cuFuncGetAttribute: fn(*mut c_int, c_uint, CUfunction);
     cuStreamBeginCapture_v2: fn(CUstream, c_uint);
     cuStreamEndCapture: fn(CUstream, *mut CUgraph);
     cuGraphDestroy: fn(CUgraph);

@@ -7,7 +7,7 @@ use super::nvrtc::nvrtc;
 use crate::backend::{BuiltinHeader, CompilePlan, LaunchDims, ModuleApi};
 use crate::error::{ErrorCode, Result};
 use cudarc::driver::sys::{self, CUfunction, CUmodule};
-use std::ffi::{c_uint, c_void, CStr};
+use std::ffi::{c_int, c_uint, c_void, CStr};
 use std::ptr::null_mut;
 
 /// More parameters than a kernel can take (4 KiB of 1-byte parameters, 32 KiB on
@@ -105,6 +105,42 @@ impl ModuleApi for CudaDevice {
             }
         }
         Ok(None)
+    }
+
+    fn function_shared_limits(&self, func: u64) -> Result<(u32, u32)> {
+        let d = self.bind()?;
+        let mut static_bytes: c_int = 0;
+        // SAFETY: a live function; writes one int.
+        let res = unsafe {
+            (d.cuFuncGetAttribute)(
+                &mut static_bytes,
+                CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                h(func),
+            )
+        };
+        d.check(res, "cuFuncGetAttribute(SHARED_SIZE_BYTES)")?;
+        let limit = self.attribute(
+            d,
+            CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            "cuDeviceGetAttribute(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)",
+        )?;
+        let bytes = |v: c_int| u32::try_from(v).unwrap_or(0);
+        Ok((bytes(static_bytes), bytes(limit)))
+    }
+
+    fn function_set_max_dynamic_shared(&self, func: u64, bytes: u32) -> Result<()> {
+        let d = self.bind()?;
+        // The caller checked bytes against the device's limit, so it fits an int.
+        let value = c_int::try_from(bytes).unwrap_or(c_int::MAX);
+        // SAFETY: a live function; a valid attribute id.
+        let res = unsafe {
+            (d.cuFuncSetAttribute)(
+                h(func),
+                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+        };
+        d.check(res, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
     }
 
     fn compile_plan(&self, options: &[String]) -> Result<CompilePlan> {

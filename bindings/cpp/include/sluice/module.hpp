@@ -71,6 +71,20 @@ class Function
     set_programmatic_launch(std::nothrow, enabled).value();
   }
 #endif
+
+  /// Lets later launches (from any thread, captured ones included) ask for up to
+  /// `bytes` of dynamic shared memory per block; a launch asking for more than
+  /// 48 KiB needs this first. More than the device allows with the kernel's static
+  /// shared memory gives ErrorCode::invalid_argument. See
+  /// sluice_function_set_max_dynamic_shared_memory.
+  Result<void> set_max_dynamic_shared_memory(std::nothrow_t, std::uint32_t bytes) const {
+    return detail::check(sluice_function_set_max_dynamic_shared_memory(raw(), bytes));
+  }
+#if SLUICE_CPP_EXCEPTIONS
+  void set_max_dynamic_shared_memory(std::uint32_t bytes) const {
+    set_max_dynamic_shared_memory(std::nothrow, bytes).value();
+  }
+#endif
 };
 
 /// A loaded module (PTX text, cubin or fatbin). Move-only; it unloads once this
