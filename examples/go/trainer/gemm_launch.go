@@ -64,7 +64,8 @@ func (l *layer2Args) args() []any {
 }
 
 // gemm enqueues g: on cuda the kernel (TF32, or the FP32 fallback picked by
-// selfTest) on a grid of 32x32 tiles times the K splits.
+// selfTest) on a grid of 32x32 tiles times the K splits; the warpgroup-MMA
+// kernels (_wg) on whole 64x32 tiles.
 func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	reads := uniq(append(syncs(g.A.buf, g.B.buf), g.reads...))
 	writes := uniq(append(syncs(g.C.buf), g.writes...))
@@ -81,7 +82,11 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 			cluster = gemmClusterTN
 		}
 	}
-	if cluster > 0 {
+	bm, bn, shared := gemmBM, gemmBN, 0
+	if suffix == "_wg" {
+		// Whole tiles of wgBM x wgBN, their K range in shared memory.
+		bm, bn, shared = wgBM, wgBN, wgShared(g.K)
+	} else if cluster > 0 {
 		// One cluster of z blocks per tile, K in chunks of whole stages.
 		z = cluster
 		kchunk = ceilDiv(ceilDiv(g.K, z), gemmBK) * gemmBK
@@ -94,14 +99,15 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 	}
 	args := []any{int32(g.M), int32(g.N), int32(g.K), int32(kchunk), g.A.ptr(), g.B.ptr(), g.C.ptr()}
 	args = append(append(args, g.extra...), ws, tickets)
-	gx, gy := ceilDiv(g.N, gemmBN), ceilDiv(g.M, gemmBM)
+	gx, gy := ceilDiv(g.N, bn), ceilDiv(g.M, bm)
 	if g.layer2 != nil {
 		gy += ceilDiv(g.layer2.blocks, gx) // rows of blocks past the tiles
 		args = append(args, g.layer2.args()...)
 	}
 	cfg := sluice.LaunchConfig{
-		Grid:  sluice.Dim3{X: uint32(gx), Y: uint32(gy), Z: uint32(z)},
-		Block: sluice.Dim3{X: gemmThreads},
+		Grid:           sluice.Dim3{X: uint32(gx), Y: uint32(gy), Z: uint32(z)},
+		Block:          sluice.Dim3{X: gemmThreads},
+		SharedMemBytes: uint32(shared),
 	}
 	return m.run(s, g.name+suffix, cfg, reads, writes, g.host, args...)
 }

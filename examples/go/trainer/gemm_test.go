@@ -574,7 +574,7 @@ func TestKernelMacrosMatchTheGoConstants(t *testing.T) {
 	want := map[string]int{
 		"MI": gemmMI, "NJ": gemmNJ, "GBK": gemmBK, "NSTAGE": gemmStages, "NSTAGE_H": gemmStagesH,
 		"GTHREADS": gemmThreads, "CE_THREADS": ceThreads, "L2_UNITS": l2Units,
-		"CLUSTER_NN": gemmClusterNN, "CLUSTER_TN": gemmClusterTN,
+		"CLUSTER_NN": gemmClusterNN, "CLUSTER_TN": gemmClusterTN, "WG_BM": wgBM, "WG_BN": wgBN,
 	}
 	re := regexp.MustCompile(`(?m)^#define ([A-Z0-9_]+) ([0-9]+)\b`)
 	seen := map[string]bool{}

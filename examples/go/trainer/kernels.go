@@ -30,16 +30,18 @@ import (
 // instead, after fwd2_ce.
 //
 // The two SGD steps are the products' epilogues: no gradient is written out.
-// The source comes in three parts: kernels_primitives.go, kernels_layers.go
-// (the kernels other than the products, and layer2_block) and
-// kernels_gemm.go (the products).
-const kernelSource = kernelPrimitives + kernelLayers + kernelGemm
+// The source comes in five parts: kernels_primitives.go, kernelTiles
+// (kernels_wgmma.go: the pre-tiled operands' layout), kernels_layers.go (the
+// kernels other than the products, and layer2_block), kernels_gemm.go (the
+// products) and kernelWgmma (the products by warpgroup MMA, sm_90a).
+const kernelSource = kernelPrimitives + kernelTiles + kernelLayers + kernelGemm + kernelWgmma
 
 // kernelNames are the functions the model looks up in the compiled module.
 var kernelNames = []string{
 	"gemm_nn", "gemm_tn", "gemm_nn_bias_relu", "gemm_nn_bias_relu_drop",
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
 	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
+	"gemm_nn_wg", "gemm_tn_wg", "gemm_nn_bias_relu_drop_wg", "gemm_tn_sgd_wg", "w1_to_bf16_tiled",
 	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store",
 }
 

@@ -32,7 +32,8 @@ __global__ void scale_copy(float* dst, const float* src, unsigned n, float s) {
 // lanes by a xor butterfly, then the 4 warps' sums in warp order), a right
 // prediction counted in *right; when train, also the row's loss, the
 // gradient dz = (softmax - onehot) * inv_rows, and the row of da1 (to da1h
-// in bf16 when it is not null, else to da1):
+// in bf16 when it is not null, pre-tiled as x^T da1's B when da1_tiled,
+// else to da1):
 //   da1[r,c] = a1[r,c] > 0 ? scale * sum_j dz[j] W2[c,j] : 0
 // (a1 > 0 exactly where relu passed and dropout kept: the mask is scale
 // there), each thread for its units, whose rows of W2 it holds. The rows of
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
                                                       const unsigned char* labels, float* dlogits,
                                                       float* rowloss, unsigned* right, unsigned rows,
                                                       unsigned hid, float inv_rows, int train, float* da1,
-                                                      unsigned short* da1h, float scale) {
+                                                      unsigned short* da1h, float scale, int da1_tiled) {
   __shared__ float s_part[CE_THREADS / 32][10];
   __shared__ float s_dz[10];
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x;
@@ -141,7 +142,7 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
     const float v = av > 0.0f ? s * scale : 0.0f;
     const unsigned long long i = (unsigned long long)r * hid + c;
     if (da1h != nullptr)
-      da1h[i] = f2bf(v);
+      da1h[da1_tiled ? tiled_index(WG_BN, true, c, r, rows) : i] = f2bf(v);
     else
       da1[i] = v;
   };
@@ -314,14 +315,35 @@ __global__ void f32_to_bf16(unsigned short* out, const float* in, unsigned n) {
 
 // The input stage: x[i] = bf16(px[i] / 255) (u8_to_f32's value rounded),
 // and the rows' labels copied, y[r] = lb[r]. Thread t converts pixels 8t to
-// 8t + 7: one 8-byte load and one 16-byte store where both are aligned.
+// 8t + 7 (of one row: a row is 784 pixels): one 8-byte load and one 16-byte
+// store where both are aligned. With xt not null (the warpgroup-MMA
+// products) x is pre-tiled as x W1's A and xt as x^T da1's (kernelTiles):
+// the 8 pixels are one 16-byte row of a core matrix in each.
 __device__ __forceinline__ unsigned pixel_bf16(unsigned p) { return f2bf((float)p * (1.0f / 255.0f)); }
 __device__ __forceinline__ unsigned pixel_pair_bf16(unsigned w, int shift) {
   return pixel_bf16((w >> shift) & 0xffu) | (pixel_bf16((w >> (shift + 8)) & 0xffu) << 16);
 }
-__device__ __forceinline__ void input_eight(unsigned short* x, unsigned char* y, const unsigned char* px,
-                                            const unsigned char* lb, unsigned n, unsigned rows) {
+__device__ __forceinline__ void input_eight(unsigned short* x, unsigned short* xt, unsigned char* y,
+                                            const unsigned char* px, const unsigned char* lb, unsigned n,
+                                            unsigned rows) {
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x, i = 8 * t;
+  if (t < rows) y[t] = lb[t];
+  if (xt != nullptr) {
+    if (i >= n) return;
+    uint2 p;
+    if ((reinterpret_cast<unsigned long long>(px + i) & 7) == 0) {
+      p = *reinterpret_cast<const uint2*>(px + i);
+    } else {
+      p.x = px[i] | (px[i + 1] << 8) | (px[i + 2] << 16) | ((unsigned)px[i + 3] << 24);
+      p.y = px[i + 4] | (px[i + 5] << 8) | (px[i + 6] << 16) | ((unsigned)px[i + 7] << 24);
+    }
+    const uint4 v = make_uint4(pixel_pair_bf16(p.x, 0), pixel_pair_bf16(p.x, 16), pixel_pair_bf16(p.y, 0),
+                               pixel_pair_bf16(p.y, 16));
+    const unsigned r = i / 784, c = i % 784;
+    *reinterpret_cast<uint4*>(x + tiled_index(WG_BM, false, r, c, 784)) = v;
+    *reinterpret_cast<uint4*>(xt + tiled_index(WG_BM, true, c, r, rows)) = v;
+    return;
+  }
   const bool aligned = ((reinterpret_cast<unsigned long long>(px + i) & 7) |
                         (reinterpret_cast<unsigned long long>(x + i) & 15)) == 0;
   if (i + 8 <= n && aligned) {
@@ -332,26 +354,25 @@ __device__ __forceinline__ void input_eight(unsigned short* x, unsigned char* y,
   } else {
     for (unsigned j = i; j < n && j < i + 8; ++j) x[j] = pixel_bf16(px[j]);
   }
-  if (t < rows) y[t] = lb[t];
 }
 
-__global__ void input_bf16(unsigned short* x, unsigned char* y, const unsigned char* px,
+__global__ void input_bf16(unsigned short* x, unsigned short* xt, unsigned char* y, const unsigned char* px,
                            const unsigned char* lb, unsigned n, unsigned rows) {
   pdl_enter();
-  input_eight(x, y, px, lb, n, rows);
+  input_eight(x, xt, y, px, lb, n, rows);
 }
 
 // input_bf16 for two batches at once, blockIdx.y's into its own input set:
 // the input stage of a graph of two steps, one launch for both.
-__global__ void input_pair_bf16(unsigned short* x0, unsigned char* y0, const unsigned char* px0,
-                                const unsigned char* lb0, unsigned short* x1, unsigned char* y1,
-                                const unsigned char* px1, const unsigned char* lb1, unsigned n,
-                                unsigned rows) {
+__global__ void input_pair_bf16(unsigned short* x0, unsigned short* xt0, unsigned char* y0,
+                                const unsigned char* px0, const unsigned char* lb0, unsigned short* x1,
+                                unsigned short* xt1, unsigned char* y1, const unsigned char* px1,
+                                const unsigned char* lb1, unsigned n, unsigned rows) {
   pdl_enter();
   if (blockIdx.y == 0)
-    input_eight(x0, y0, px0, lb0, n, rows);
+    input_eight(x0, xt0, y0, px0, lb0, n, rows);
   else
-    input_eight(x1, y1, px1, lb1, n, rows);
+    input_eight(x1, xt1, y1, px1, lb1, n, rows);
 }
 
 // The same in floats, four pixels per thread.

@@ -103,7 +103,7 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
 	flag.StringVar(&o.pdlKernels, "pdl-kernels", strings.Join(pdlKernels, ","), "with -pdl: the comma-separated name prefixes of the kernels launched with programmatic dependent launch")
 	flag.BoolVar(&o.pdl, "pdl", true, "cuda, compute capability 9.0+: launch the step's kernels with programmatic dependent launch (each may start while the one ahead finishes)")
-	flag.StringVar(&o.gemm, "gemm", "bf16", "cuda: the training step's products: bf16 or tf32 (tensor cores), or fp32; a start-up self-test falls back in that order")
+	flag.StringVar(&o.gemm, "gemm", "wgmma", "cuda: the training step's products: wgmma (warpgroup MMA on pre-tiled bf16 operands, compute capability 9.0), bf16 or tf32 (mma.sync), or fp32; a start-up self-test falls back in that order")
 	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster 0)")
 	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster-tn 0)")
 	flag.IntVar(&gemmClusterNN, "cluster", gemmClusterNN, "cuda, bf16: blocks of the cluster that splits the K of x W1 (1, 2, 4 or 8; 0: split by -kchunk)")
@@ -118,8 +118,8 @@ func parseFlags() (*options, error) {
 	switch {
 	case o.epochs < 1 || o.batch < 1 || o.hidden < 1 || o.limit < 0 || o.testLimit < 0:
 		return nil, errors.New("-epochs, -batch and -hidden must be positive, -limit and -test-limit not negative")
-	case o.gemm != "bf16" && o.gemm != "tf32" && o.gemm != "fp32":
-		return nil, fmt.Errorf("-gemm must be bf16, tf32 or fp32, not %q", o.gemm)
+	case o.gemm != "wgmma" && o.gemm != "bf16" && o.gemm != "tf32" && o.gemm != "fp32":
+		return nil, fmt.Errorf("-gemm must be wgmma, bf16, tf32 or fp32, not %q", o.gemm)
 	case o.drop < 0 || o.drop >= 1:
 		return nil, errors.New("-dropout must be in [0, 1)")
 	case gemmKChunkNN < gemmBK || gemmKChunkNN%gemmBK != 0 || gemmKChunkTN < gemmBK || gemmKChunkTN%gemmBK != 0:

@@ -69,6 +69,11 @@ type model struct {
 	// halfWeights from the parameters), da1 as da1h (written by fwd2_ce).
 	half      bool
 	w1h, da1h *sluice.Buffer
+	// cuda, half and tiled: the products are the warpgroup-MMA kernels (_wg,
+	// selfTest), whose bf16 operands are pre-tiled (kernelTiles): an input
+	// set holds x twice, as x W1's A and from xtOff on as x^T da1's.
+	tiled bool
+	xtOff int // bytes
 	// Parameters [W1 (inputs x H), b1 (H), W2 (H x classes), b2 (classes)],
 	// the momentum, and on the host backend the gradients, in one layout (the
 	// kernels step the parameters from their own sums: no gradient is
@@ -137,7 +142,7 @@ type hyper struct {
 	dropout       float32
 	lr, mu, wd    float32
 	rngSeed       uint64
-	gemm          string   // cuda: "bf16", "tf32" or "fp32" (selfTest falls back in that order)
+	gemm          string   // cuda: "wgmma", "bf16", "tf32" or "fp32" (selfTest falls back in that order)
 	pdlKernels    []string // cuda, compute capability 9.0+: name prefixes of the kernels launched with programmatic dependent launch
 }
 
@@ -154,7 +159,18 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	m.nParams = inputs*m.H + m.H + m.H*classes + classes
 	m.nStates = dropStates(m.B, m.H)
 	if !m.host {
-		if m.mod, err = compileModule(dev, kernelSource, "trainer.cu", defineOptions(kernelDefinitions())...); err != nil {
+		opts := defineOptions(kernelDefinitions())
+		if hp.gemm == "wgmma" {
+			props, err := dev.Props()
+			if err != nil {
+				return nil, err
+			}
+			// The warpgroup-MMA kernels need sm_90a, the code of exactly 9.0.
+			if props.ComputeCapabilityMajor == 9 && props.ComputeCapabilityMinor == 0 {
+				opts = append(opts, "--gpu-architecture=sm_90a")
+			}
+		}
+		if m.mod, err = compileModule(dev, kernelSource, "trainer.cu", opts...); err != nil {
 			return nil, fmt.Errorf("compiling the kernels: %w", err)
 		}
 		m.fns = make(map[string]*sluice.Function)
@@ -163,8 +179,17 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 			switch {
 			case err == nil:
 				m.fns[n] = f
-			case !strings.HasSuffix(n, "_bf16"): // the BF16 kernels need sm_90 (selfTest)
+			// The BF16 kernels need sm_90, the warpgroup-MMA ones sm_90a (selfTest).
+			case !strings.HasSuffix(n, "_bf16") && !strings.HasSuffix(n, "_wg"):
 				return nil, err
+			}
+		}
+		// The warpgroup-MMA products hold their tiles' whole K range in shared memory.
+		for _, n := range []string{"gemm_nn_wg", "gemm_tn_wg", "gemm_nn_bias_relu_drop_wg", "gemm_tn_sgd_wg"} {
+			if f := m.fns[n]; f != nil {
+				if err := f.SetMaxDynamicSharedMemory(wgShared(max(inputs, hp.batch))); err != nil {
+					delete(m.fns, n) // too large a batch: selfTest falls back
+				}
 			}
 		}
 		if err := m.programmaticLaunch(hp.pdlKernels); err != nil {
@@ -177,10 +202,13 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		p *(*sluice.Buffer)
 		n int // bytes
 	}
+	// An input set's pixels take floats' room, or bf16, or bf16 twice
+	// pre-tiled (selfTest decides).
+	m.xtOff = 2 * tiledLen(wgBM, B, inputs)
+	setX := max(4*B*inputs, m.xtOff+2*tiledLen(wgBM, inputs, B))
 	allocs := []alloc{
-		// An input set's pixels take floats' room, or bf16 (selfTest decides).
-		{&m.inX[0], 4 * B * inputs}, {&m.inY[0], B}, {&m.inX[1], 4 * B * inputs}, {&m.inY[1], B},
-		{&m.inX[2], 4 * B * inputs}, {&m.inY[2], B}, {&m.inX[3], 4 * B * inputs}, {&m.inY[3], B},
+		{&m.inX[0], setX}, {&m.inY[0], B}, {&m.inX[1], setX}, {&m.inY[1], B},
+		{&m.inX[2], setX}, {&m.inY[2], B}, {&m.inX[3], setX}, {&m.inY[3], B},
 		{&m.stage, B * (inputs + 1)},
 		{&m.a1, 4 * B * H}, {&m.mask, 4 * dropDraws * m.nStates}, {&m.da1, 4 * B * H},
 		{&m.z2, 4 * B * classes}, {&m.dz2, 4 * B * classes}, {&m.rowloss, 4 * B},
@@ -195,7 +223,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		zs := max(gemmSplits(inputs, gemmKChunkNN)*B*H, gemmSplits(B, gemmKChunkTN)*inputs*H)
 		tiles := max(ceilDiv(B, gemmBM), ceilDiv(inputs, gemmBM)) * ceilDiv(H, gemmBN)
 		allocs = append(allocs, alloc{&m.gemmWS, 4 * zs}, alloc{&m.gemmTickets, 4 * tiles},
-			alloc{&m.w1h, 2 * inputs * H}, alloc{&m.da1h, 2 * B * H})
+			alloc{&m.w1h, 2 * tiledLen(wgBN, H, inputs)}, alloc{&m.da1h, 2 * tiledLen(wgBN, H, B)})
 	}
 	for _, a := range allocs {
 		if *a.p, err = s.Alloc(a.n); err != nil {
@@ -376,12 +404,17 @@ func (m *model) initParams(s *sluice.Stream) error {
 }
 
 // halfWeights writes W1's bf16 copy from the parameters (after initParams
-// or a resume); from then on gemm_tn_sgd keeps it. A no-op unless half.
+// or a resume), pre-tiled when tiled; from then on gemm_tn_sgd keeps it. A
+// no-op unless half.
 func (m *model) halfWeights(s *sluice.Stream) error {
 	if !m.half {
 		return nil
 	}
 	n := inputs * m.H
+	if m.tiled {
+		return m.run(s, "w1_to_bf16_tiled", grid1(n/2), syncs(m.params), syncs(m.w1h), nil,
+			m.w1h.DevicePtr(), m.w1(m.params).ptr(), uint32(inputs), uint32(m.H))
+	}
 	return m.run(s, "f32_to_bf16", grid1(n), syncs(m.params), syncs(m.w1h), nil,
 		m.w1h.DevicePtr(), m.w1(m.params).ptr(), uint32(n))
 }

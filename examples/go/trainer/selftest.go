@@ -15,7 +15,8 @@ import (
 // training. For the float products (evaluation, and the step unless half):
 // the TF32 tensor-core kernels, or if they disagree (or want is "fp32") the
 // FP32 kernels without tensor cores (gemm_*_simt). For the step's products
-// when want is "bf16": the BF16 kernels on bf16-rounded data; if they
+// when want is "wgmma": the warpgroup-MMA kernels on pre-tiled bf16 data;
+// if they disagree (or want is "bf16"), the BF16 kernels; if those
 // disagree, the step uses the float kernels. It fails if no float kernel
 // agrees, and prints what it found.
 func (m *model) selfTest(s *sluice.Stream, want string) error {
@@ -39,20 +40,25 @@ func (m *model) selfTest(s *sluice.Stream, want string) error {
 		{"gemm_nn", false, B, H, inputs, gemmKChunkNN}, // x W1
 		{"gemm_tn", true, inputs, H, B, gemmKChunkTN},  // x^T da1
 	}
-	// upload copies v to a new buffer, as floats or as bf16.
-	upload := func(v []float32, half bool) (*sluice.Buffer, error) {
+	// upload copies v to a new buffer, as floats or as bf16; with tile, as
+	// bf16 in n values, v[i] at tile(i).
+	upload := func(v []float32, half bool, tile func(int) int, n int) (*sluice.Buffer, error) {
 		size := 4 * len(v)
 		if half {
-			size = 2 * len(v)
+			size = 2 * max(len(v), n)
 		}
 		b, err := s.Alloc(size)
 		if err != nil {
 			return nil, err
 		}
 		if half {
-			h := make([]uint16, len(v))
+			h := make([]uint16, size/2)
 			for i, x := range v {
-				h[i] = f2bf(x)
+				j := i
+				if tile != nil {
+					j = tile(i)
+				}
+				h[j] = f2bf(x)
 			}
 			err = sluice.CopyFromHostSlice(s, b, 0, h)
 		} else {
@@ -67,18 +73,27 @@ func (m *model) selfTest(s *sluice.Stream, want string) error {
 	// worst is the largest error of the kernels of suffix, relative to the
 	// largest output (TF32: about 1e-3).
 	worst := func(suffix string) (float64, error) {
-		half := suffix == "_bf16"
+		half := suffix == "_bf16" || suffix == "_wg"
 		var w float64
 		for _, c := range cases {
 			A, Bm := rnd(c.M*c.K, half), rnd(c.K*c.N, half)
 			want, got := make([]float32, c.M*c.N), make([]float32, c.M*c.N)
 			hostGemm(c.ta, false, c.M, c.N, c.K, A, Bm, want)
-			ab, err := upload(A, half)
+			// _wg: A (M x K, stored K x M when ta) and B (K x N) pre-tiled.
+			var tileA, tileB func(int) int
+			if suffix == "_wg" {
+				tileA = func(i int) int { return tiledIndex(wgBM, false, i/c.K, i%c.K, c.K) }
+				if c.ta {
+					tileA = func(i int) int { return tiledIndex(wgBM, true, i%c.M, i/c.M, c.K) }
+				}
+				tileB = func(i int) int { return tiledIndex(wgBN, true, i%c.N, i/c.N, c.K) }
+			}
+			ab, err := upload(A, half, tileA, tiledLen(wgBM, c.M, c.K))
 			if err != nil {
 				return 0, err
 			}
 			defer ab.Close()
-			bb, err := upload(Bm, half)
+			bb, err := upload(Bm, half, tileB, tiledLen(wgBN, c.N, c.K))
 			if err != nil {
 				return 0, err
 			}
@@ -130,9 +145,29 @@ func (m *model) selfTest(s *sluice.Stream, want string) error {
 		fmt.Printf("kernel self-test: using the FP32 GEMMs without tensor cores (max error %.2g)\n", e)
 		m.gemmSuffix = "_simt"
 	}
-	if want == "bf16" && m.fns["gemm_tn_bf16"] == nil {
+	if want == "wgmma" {
+		switch {
+		case m.fns["gemm_tn_sgd_wg"] == nil || m.fns["gemm_nn_bias_relu_drop_wg"] == nil:
+			fmt.Println("kernel self-test: no warpgroup-MMA GEMMs (sm_90a, compute capability 9.0, and a batch whose tiles fit in shared memory); trying the BF16 ones")
+		case B%16 != 0 || H%wgBN != 0:
+			fmt.Printf("kernel self-test: the warpgroup-MMA GEMMs need a batch that is a multiple of 16 and a hidden layer of %d; trying the BF16 ones\n", wgBN)
+		default:
+			e, err := worst("_wg")
+			if err != nil {
+				return err
+			}
+			if e <= tol {
+				fmt.Printf("kernel self-test: warpgroup-MMA GEMMs agree with the host on bf16 data (max error %.2g); the step uses them\n", e)
+				m.half, m.tiled = true, true
+				return nil
+			}
+			fmt.Printf("kernel self-test: FAILED for the warpgroup-MMA GEMMs (max error %.3g); trying the BF16 ones\n", e)
+		}
+	}
+	bf16 := want == "bf16" || want == "wgmma"
+	if bf16 && m.fns["gemm_tn_bf16"] == nil {
 		fmt.Println("kernel self-test: no BF16 GEMMs (they split K in thread block clusters: sm_90 and newer); the step uses the float ones")
-	} else if want == "bf16" {
+	} else if bf16 {
 		e, err := worst("_bf16")
 		if err != nil {
 			return err

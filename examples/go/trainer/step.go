@@ -75,14 +75,18 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		hostGrads = syncs(m.grads)
 	}
 	inv := 1 / float32(B)
-	// The products' operands: x, W1 and da1 as floats, or their bf16 copies.
-	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
-	// fwd2_ce writes da1 as floats (da1f) or in bf16 (da1h), the other 0;
-	// w1h is gemm_tn_sgd's bf16 copy of W1 (0: none).
-	da1f, da1h, w1h := da1.ptr(), uint64(0), uint64(0)
+	// The products' operands: x, W1 and da1 as floats, or their bf16 copies
+	// (x^T da1's x is xt: x pre-tiled for it when tiled).
+	x, xt, w1op, da1op, gemmSuffix := xf, xf, w1, da1, m.gemmSuffix
+	// fwd2_ce writes da1 as floats (da1f) or in bf16 (da1h, pre-tiled when
+	// tiled), the other 0; w1h is gemm_tn_sgd's bf16 copy of W1 (0: none).
+	da1f, da1h, w1h, da1Tiled := da1.ptr(), uint64(0), uint64(0), int32(0)
 	if m.half {
-		x, w1op, da1op = arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
+		x, xt, w1op, da1op = arr{buf: xin}, arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
 		da1f, da1h, w1h, gemmSuffix = 0, m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
+		if m.tiled {
+			xt.off, da1Tiled, gemmSuffix = m.xtOff, 1, "_wg"
+		}
 	}
 
 	steps := []func() error{
@@ -120,7 +124,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 					hostDa1(B, H, a1.f, dz2.f, w2.f, da1.f, scale)
 				},
 				a1.ptr(), w2.ptr(), b2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(), stats.ptr()+4,
-				uint32(B), uint32(H), inv, int32(1), da1f, da1h, scale)
+				uint32(B), uint32(H), inv, int32(1), da1f, da1h, scale, da1Tiled)
 		},
 		func() error {
 			if m.lossInSGD {
@@ -145,7 +149,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				writes = append(writes, m.w1h)
 			}
 			return m.gemm(s, gemmOp{
-				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: pW1,
+				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: xt, B: da1op, C: pW1,
 				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, reads: reads, writes: writes, layer2: &l2,
 				host: func() {
 					hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f)
