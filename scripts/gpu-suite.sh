@@ -482,6 +482,8 @@ run() {
   if has go && [ -x .gpu/go/run.sh ]; then
     SLUICE_BACKEND=cuda timeout 600 .gpu/go/run.sh > "$out/go.log" 2>&1
     note "go (tests, race, cgo bench, prefetchbench, trainer): rc=$? $(grep -cE '^--- PASS' "$out/go.log") PASS, $(grep -cE '^--- FAIL' "$out/go.log") FAIL"
+    note "  $(grep -E '^trainer tests: ' "$out/go.log") ($(grep -cE '^\s*--- PASS' .gpu/go/trainer-tests.log 2>/dev/null) passed, $(grep -cE '^\s*--- SKIP' .gpu/go/trainer-tests.log 2>/dev/null) skipped)"
+    cp .gpu/go/trainer-tests.log "$out/" 2>/dev/null || true
     note "  go prefetch: $(grep -oE 'go_eff_[0-9.x]+=[0-9.]+' "$out/go.log" | tr '\n' ' ')"
     note "  go trainer: $(grep -E '^RESULT (accuracy|resume_identical|steps_per_s|step_only_steps_per_s|input_batches_per_s|kernel self-test|kernel_us_per_step|base_bits|base_ab_)' "$out/go.log" | sed 's/^RESULT //' | tr '\n' ';')"
     # Per call, Go against the same call from C (issue 17): overhead and allocations.

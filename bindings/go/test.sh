@@ -127,6 +127,8 @@ if [ -n "$gpu_out" ]; then
 	PKG_CONFIG_PATH=$pcdir go test -c -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go.test" .
 	PKG_CONFIG_PATH=$pcdir go test -c -race -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/sluice-go-race.test" .
 	(cd "$trainer" && PKG_CONFIG_PATH=$pcdir go build -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/trainer" .)
+	# The trainer's own tests (the cuda-only ones among them), run where ./mnist lies beside.
+	(cd "$trainer" && PKG_CONFIG_PATH=$pcdir go test -c -tags sluice_pkgconfig -ldflags="$ld" -o "$gpu_out/trainer.test" .)
 	rm -f "$gpu_out/trainer-base" "$gpu_out/trainer-base.commit"
 	if [ -n "${SLUICE_GO_TRAINER_BASE:-}" ]; then
 		(cd "$SLUICE_GO_TRAINER_BASE/examples/go/trainer" &&
@@ -158,6 +160,9 @@ fi
 echo "go per-call, goroutine locked to its thread:"
 SLUICE_GO_BENCH_LOCK_THREAD=1 ./sluice-go.test -test.run '^$' -test.bench 'StreamQuery|Copy|Memset|Launch|RunOp' -test.benchtime=100000x
 ./prefetchbench -ptx ../kernels/test_kernels.ptx
+if ./trainer.test -test.v -test.count=1 >trainer-tests.log 2>&1; then r=PASS; else r=FAIL; fi
+grep -E '^\s*--- (PASS|FAIL|SKIP)' trainer-tests.log || true
+echo "trainer tests: $r"
 ./run-trainer.sh
 EOF
 	chmod +x "$gpu_out/run.sh"

@@ -47,10 +47,12 @@ var kernelNames = []string{
 
 // pdlKernels are the prefixes of the kernels launched with programmatic
 // dependent launch by default (flags -pdl, -pdl-kernels): the step's and the
-// input stage's, but x W1 (gemm_nn_bias_relu_drop). Launched early, its
-// blocks would wait on SMs that x^T da1, the kernel ahead, still needs (run
-// 189: the step alone 1.09x faster without it; docs/decisions.md).
-var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_"}
+// input stage's, and x W1 only in its warpgroup-MMA form. The mma.sync x W1
+// (gemm_nn_bias_relu_drop_bf16), launched early, would wait on SMs that x^T
+// da1, the kernel ahead, still needs (run 189: the step alone 1.09x faster
+// without it); the wgmma one loads x and draws its dropout while it waits,
+// and the step alone ran 1.08x faster with it (run 241; docs/decisions.md).
+var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_", "gemm_nn_bias_relu_drop_wg"}
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel
 // source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.
