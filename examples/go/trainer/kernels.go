@@ -52,7 +52,12 @@ var kernelNames = []string{
 // da1, the kernel ahead, still needs (run 189: the step alone 1.09x faster
 // without it); the wgmma one loads x and draws its dropout while it waits,
 // and the step alone ran 1.08x faster with it (run 241; docs/decisions.md).
-var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_", "gemm_nn_bias_relu_drop_wg"}
+var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_", xW1ReadsBeforeWait}
+
+// xW1ReadsBeforeWait is the wgmma x W1, which loads x before pdl_enter: never
+// launched early where the input stage is the kernel ahead of it
+// (model.programmaticLaunch).
+const xW1ReadsBeforeWait = "gemm_nn_bias_relu_drop_wg"
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel
 // source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.

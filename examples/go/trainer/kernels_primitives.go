@@ -113,7 +113,8 @@ __device__ __forceinline__ void stage_ring(int nk, Issue issue, Ahead ahead, Com
 // H200 (docs/gpu-runs.md, run 149). Never before the wait: so when a kernel
 // starts, every kernel but the one ahead has completed, and data they wrote
 // may be read before pdl_enter (fwd2_ce's W2, layer2_block's a1 and W2, the products'
-// RNG states and SGD parameters, x^T da1's x). With 0 the
+// RNG states and SGD parameters, x^T da1's x; the wgmma x W1's x, so that one is
+// never launched early right after the input stage). With 0 the
 // next kernel launches as this one's blocks exit.
 #ifndef PDL_TRIGGER
 #define PDL_TRIGGER 1

@@ -88,8 +88,9 @@ __device__ __forceinline__ void bulk_g2s(unsigned dst, const void* src, unsigned
 // C[M,N] = op(A) B (+ epilogue) on tile (blockIdx.y, blockIdx.x) of 64 x 32,
 // A and B pre-tiled (tiled_index; A MN-major when TA, B MN-major), K a
 // multiple of 16 whose whole range fits in shared memory. Thread 0 issues
-// every stage's bulk copies at once (A's before pdl_enter: no kernel ahead
-// writes x), each stage completing on its mbarrier; the warpgroup's MMAs
+// every stage's bulk copies at once (A's before pdl_enter: x is written by the
+// input stage, never the kernel ahead where x W1 launches early), each stage
+// completing on its mbarrier; the warpgroup's MMAs
 // then run stage by stage in one fixed order, so the sums never depend on
 // timing. Epilogues as gemm_tile's: EPI_BIAS_RELU_DROP draws the dropout of
 // its elements from the same RNG states and draws as gemm_tile's 32 x 32

@@ -226,7 +226,8 @@ func run() error {
 	}
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
-		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdlKernels: pdl}
+		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdlKernels: pdl,
+		inputOnStep: o.blocking || !o.overlapInput}
 	m, err := newModel(dev, train, hp, smp.nb, d.testX, d.testY)
 	if err != nil {
 		return err

@@ -144,6 +144,7 @@ type hyper struct {
 	rngSeed       uint64
 	gemm          string   // cuda: "wgmma", "bf16", "tf32" or "fp32" (selfTest falls back in that order)
 	pdlKernels    []string // cuda, compute capability 9.0+: name prefixes of the kernels launched with programmatic dependent launch
+	inputOnStep   bool     // the input stage runs on the step's stream, right ahead of x W1 (-blocking, -overlap-input=false)
 }
 
 func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, testX, testY []byte) (*model, error) {
@@ -192,7 +193,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 				}
 			}
 		}
-		if err := m.programmaticLaunch(hp.pdlKernels); err != nil {
+		if err := m.programmaticLaunch(hp.pdlKernels, hp.inputOnStep); err != nil {
 			return nil, err
 		}
 	}
@@ -265,8 +266,10 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 
 // programmaticLaunch lets each kernel whose name starts with one of kernels
 // start while the kernel ahead of it finishes (each begins with pdl_enter),
-// on devices of compute capability 9.0 and newer.
-func (m *model) programmaticLaunch(kernels []string) error {
+// on devices of compute capability 9.0 and newer. The wgmma x W1 loads x
+// before its wait, so it is left out when inputOnStep: the input stage that
+// writes x is then the kernel ahead of it.
+func (m *model) programmaticLaunch(kernels []string, inputOnStep bool) error {
 	if len(kernels) == 0 {
 		return nil
 	}
@@ -275,6 +278,9 @@ func (m *model) programmaticLaunch(kernels []string) error {
 		return err
 	}
 	for name, f := range m.fns {
+		if inputOnStep && name == xW1ReadsBeforeWait {
+			continue
+		}
 		for _, k := range kernels {
 			if k != "" && strings.HasPrefix(name, k) {
 				if err := f.SetProgrammaticLaunch(true); err != nil {
