@@ -70,7 +70,7 @@ func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 	px, labels := src.addr, src.addr+uint64(n)
 	if m.half {
 		return m.run(s, "input_bf16", grid8(n), reads, writes, nil,
-			x.DevicePtr(), m.xtPtr(x), y.DevicePtr(), px, labels, uint32(n), uint32(m.B))
+			x.DevicePtr(), m.tiledFlag(), y.DevicePtr(), px, labels, uint32(n), uint32(m.B))
 	}
 	xf, yb := m.f32(x, 0, n), m.u8(y, 0, m.B)
 	return m.run(s, "input_f32", grid4(n), reads, writes,
@@ -96,15 +96,15 @@ func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource) error {
 	cfg := grid8(n)
 	cfg.Grid.Y = 2
 	return m.run(s, "input_pair_bf16", cfg, nil, syncs(x0, y0, x1, y1), nil,
-		x0.DevicePtr(), m.xtPtr(x0), y0.DevicePtr(), src0.addr, src0.addr+uint64(n),
-		x1.DevicePtr(), m.xtPtr(x1), y1.DevicePtr(), src1.addr, src1.addr+uint64(n), uint32(n), uint32(m.B))
+		x0.DevicePtr(), y0.DevicePtr(), src0.addr, src0.addr+uint64(n),
+		x1.DevicePtr(), y1.DevicePtr(), src1.addr, src1.addr+uint64(n), m.tiledFlag(), uint32(n), uint32(m.B))
 }
 
-// xtPtr is the input stage's second output: where x pre-tiled for x^T da1
-// goes in input set x when tiled (the first is x pre-tiled for x W1), else 0.
-func (m *model) xtPtr(x *sluice.Buffer) uint64 {
-	if !m.tiled {
-		return 0
+// tiledFlag is the input stage's tiled argument: 1 where x is written
+// pre-tiled for the warpgroup-MMA products (both read it), else 0.
+func (m *model) tiledFlag() int32 {
+	if m.tiled {
+		return 1
 	}
-	return x.DevicePtr() + uint64(m.xtOff)
+	return 0
 }

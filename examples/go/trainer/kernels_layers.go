@@ -316,19 +316,19 @@ __global__ void f32_to_bf16(unsigned short* out, const float* in, unsigned n) {
 // The input stage: x[i] = bf16(px[i] / 255) (u8_to_f32's value rounded),
 // and the rows' labels copied, y[r] = lb[r]. Thread t converts pixels 8t to
 // 8t + 7 (of one row: a row is 784 pixels): one 8-byte load and one 16-byte
-// store where both are aligned. With xt not null (the warpgroup-MMA
-// products) x is pre-tiled as x W1's A and xt as x^T da1's (kernelTiles):
-// the 8 pixels are one 16-byte row of a core matrix in each.
+// store where both are aligned. With tiled (the warpgroup-MMA products) x is
+// pre-tiled as x W1's A (kernelTiles), which x^T da1 reads too: the 8 pixels
+// are one 16-byte row of a core matrix.
 __device__ __forceinline__ unsigned pixel_bf16(unsigned p) { return f2bf((float)p * (1.0f / 255.0f)); }
 __device__ __forceinline__ unsigned pixel_pair_bf16(unsigned w, int shift) {
   return pixel_bf16((w >> shift) & 0xffu) | (pixel_bf16((w >> (shift + 8)) & 0xffu) << 16);
 }
-__device__ __forceinline__ void input_eight(unsigned short* x, unsigned short* xt, unsigned char* y,
+__device__ __forceinline__ void input_eight(unsigned short* x, int tiled, unsigned char* y,
                                             const unsigned char* px, const unsigned char* lb, unsigned n,
                                             unsigned rows) {
   const unsigned t = blockIdx.x * blockDim.x + threadIdx.x, i = 8 * t;
   if (t < rows) y[t] = lb[t];
-  if (xt != nullptr) {
+  if (tiled) {
     if (i >= n) return;
     uint2 p;
     if ((reinterpret_cast<unsigned long long>(px + i) & 7) == 0) {
@@ -341,7 +341,6 @@ __device__ __forceinline__ void input_eight(unsigned short* x, unsigned short* x
                                pixel_pair_bf16(p.y, 16));
     const unsigned r = i / 784, c = i % 784;
     *reinterpret_cast<uint4*>(x + tiled_index(WG_BM, false, r, c, 784)) = v;
-    *reinterpret_cast<uint4*>(xt + tiled_index(WG_BM, true, c, r, rows)) = v;
     return;
   }
   const bool aligned = ((reinterpret_cast<unsigned long long>(px + i) & 7) |
@@ -356,23 +355,23 @@ __device__ __forceinline__ void input_eight(unsigned short* x, unsigned short* x
   }
 }
 
-__global__ void input_bf16(unsigned short* x, unsigned short* xt, unsigned char* y, const unsigned char* px,
+__global__ void input_bf16(unsigned short* x, int tiled, unsigned char* y, const unsigned char* px,
                            const unsigned char* lb, unsigned n, unsigned rows) {
   pdl_enter();
-  input_eight(x, xt, y, px, lb, n, rows);
+  input_eight(x, tiled, y, px, lb, n, rows);
 }
 
 // input_bf16 for two batches at once, blockIdx.y's into its own input set:
 // the input stage of a graph of two steps, one launch for both.
-__global__ void input_pair_bf16(unsigned short* x0, unsigned short* xt0, unsigned char* y0,
-                                const unsigned char* px0, const unsigned char* lb0, unsigned short* x1,
-                                unsigned short* xt1, unsigned char* y1, const unsigned char* px1,
-                                const unsigned char* lb1, unsigned n, unsigned rows) {
+__global__ void input_pair_bf16(unsigned short* x0, unsigned char* y0, const unsigned char* px0,
+                                const unsigned char* lb0, unsigned short* x1, unsigned char* y1,
+                                const unsigned char* px1, const unsigned char* lb1, int tiled, unsigned n,
+                                unsigned rows) {
   pdl_enter();
   if (blockIdx.y == 0)
-    input_eight(x0, xt0, y0, px0, lb0, n, rows);
+    input_eight(x0, tiled, y0, px0, lb0, n, rows);
   else
-    input_eight(x1, xt1, y1, px1, lb1, n, rows);
+    input_eight(x1, tiled, y1, px1, lb1, n, rows);
 }
 
 // The same in floats, four pixels per thread.

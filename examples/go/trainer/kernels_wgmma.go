@@ -28,8 +28,8 @@ __device__ __forceinline__ unsigned long long tiled_index(unsigned R, bool mn, u
   return (unsigned long long)t * R * kk + core * 64u + (mn ? (k & 7u) * 8u + (rr & 7u) : (rr & 7u) * 8u + (k & 7u));
 }
 // The layouts (B: the batch's rows; W1 is inputs x H):
-//   x for x W1 (A, K-major):          tiled_index(WG_BM, false, row, pixel, inputs)
-//   x for x^T da1 (A, MN-major):      tiled_index(WG_BM, true, pixel, row, B)
+//   x (x W1's A, K-major; x^T da1's A, MN-major, read with other strides):
+//                                     tiled_index(WG_BM, false, row, pixel, inputs)
 //   W1's bf16 copy (x W1's B, MN):    tiled_index(WG_BN, true, unit, pixel, inputs)
 //   da1's bf16 copy (x^T da1's B, MN): tiled_index(WG_BN, true, unit, row, B)
 #define WG_BM 64
@@ -86,8 +86,11 @@ __device__ __forceinline__ void bulk_g2s(unsigned dst, const void* src, unsigned
 }
 
 // C[M,N] = op(A) B (+ epilogue) on tile (blockIdx.y, blockIdx.x) of 64 x 32,
-// A and B pre-tiled (tiled_index; A MN-major when TA, B MN-major), K a
-// multiple of 16 whose whole range fits in shared memory. Thread 0 issues
+// A and B pre-tiled (tiled_index; B MN-major), K a multiple of 16 whose whole
+// range fits in shared memory. A is M x K K-major, or when TA stored K x M as
+// x W1's A is (tiled_index(WG_BM, false, k, m, M), M a multiple of 8): its
+// core matrices are then those of the MN-major operand, and a stage (64 of K,
+// one tile of A's rows) holds this block's 64 columns as one run of 8 KB. Thread 0 issues
 // every stage's bulk copies at once (A's before pdl_enter: x is written by the
 // input stage, never the kernel ahead where x W1 launches early), each stage
 // completing on its mbarrier; the warpgroup's MMAs
@@ -108,15 +111,20 @@ __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned shor
   const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
   const int nk16 = K / 16, nst = (nk16 + SK16 - 1) / SK16;
   const unsigned sa = smem_addr(wg_smem), sb = sa + WG_BM * K * 2, bar0 = smem_addr(wg_bar);
-  const unsigned char* ta = reinterpret_cast<const unsigned char*>(A + (unsigned long long)blockIdx.y * WG_BM * K);
+  static_assert(!TA || SK16 * 16 == WG_BM, "TA: a stage is one tile of A's rows");
+  const unsigned char* ta = reinterpret_cast<const unsigned char*>(
+      TA ? A + blockIdx.y * WG_BM * 64 : A + (unsigned long long)blockIdx.y * WG_BM * K);  // TA: 64 cores in
   const unsigned char* tb = reinterpret_cast<const unsigned char*>(B + (unsigned long long)blockIdx.x * WG_BN * K);
   if (tid == 0) {
     for (int s = 0; s < nst; ++s) mbar_init(bar0 + 8 * s);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     for (int s = 0; s < nst; ++s) {
       const unsigned k16 = min(SK16, nk16 - s * SK16), off = s * SK16 * 32;
-      mbar_expect_tx(bar0 + 8 * s, k16 * 32 * (WG_BM + WG_BN));
-      bulk_g2s(sa + off * WG_BM, ta + off * WG_BM, k16 * 32 * WG_BM, bar0 + 8 * s);
+      // TA: the 8-column groups of this block's columns that A has.
+      const unsigned abytes = TA ? min(8, (M - m0 + 7) / 8) * 1024 : k16 * 32 * WG_BM;
+      const unsigned char* src = TA ? ta + (unsigned long long)s * WG_BM * M * 2 : ta + off * WG_BM;
+      mbar_expect_tx(bar0 + 8 * s, abytes + k16 * 32 * WG_BN);
+      bulk_g2s(sa + off * WG_BM, src, abytes, bar0 + 8 * s);
     }
   }
   // The element of d[j] (see wgmma_n32), in the tile and in C.
@@ -172,7 +180,11 @@ __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned shor
     for (int kk = 0; kk < SK16; ++kk) {
       if (kk >= k16) break;
       const unsigned kc = 2 * (s * SK16 + kk);  // core matrices along K
-      wgmma_n32<TA>(d, wg_desc(sa + kc * WG_BM * 16, WG_BM * 16, 128), wg_desc(sb + kc * WG_BN * 16, WG_BN * 16, 128));
+      // A's cores: along K 1024 bytes apart, along M 128; TA: along K (within
+      // the stage's 8 KB) 128, along M 1024.
+      const unsigned long long da = TA ? wg_desc(sa + s * 8192 + kk * 256, 128, 1024)
+                                       : wg_desc(sa + kc * WG_BM * 16, WG_BM * 16, 128);
+      wgmma_n32<TA>(d, da, wg_desc(sb + kc * WG_BN * 16, WG_BN * 16, 128));
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
   }

@@ -71,9 +71,8 @@ type model struct {
 	w1h, da1h *sluice.Buffer
 	// cuda, half and tiled: the products are the warpgroup-MMA kernels (_wg,
 	// selfTest), whose bf16 operands are pre-tiled (kernelTiles): an input
-	// set holds x twice, as x W1's A and from xtOff on as x^T da1's.
+	// set holds x as x W1's A, which x^T da1 reads with other strides.
 	tiled bool
-	xtOff int // bytes
 	// Parameters [W1 (inputs x H), b1 (H), W2 (H x classes), b2 (classes)],
 	// the momentum, and on the host backend the gradients, in one layout (the
 	// kernels step the parameters from their own sums: no gradient is
@@ -203,10 +202,9 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		p *(*sluice.Buffer)
 		n int // bytes
 	}
-	// An input set's pixels take floats' room, or bf16, or bf16 twice
-	// pre-tiled (selfTest decides).
-	m.xtOff = 2 * tiledLen(wgBM, B, inputs)
-	setX := max(4*B*inputs, m.xtOff+2*tiledLen(wgBM, inputs, B))
+	// An input set's pixels take floats' room, or bf16, or bf16 pre-tiled in
+	// whole tiles of rows (selfTest decides).
+	setX := max(4*B*inputs, 2*tiledLen(wgBM, B, inputs))
 	allocs := []alloc{
 		{&m.inX[0], setX}, {&m.inY[0], B}, {&m.inX[1], setX}, {&m.inY[1], B},
 		{&m.inX[2], setX}, {&m.inY[2], B}, {&m.inX[3], setX}, {&m.inY[3], B},

@@ -79,16 +79,18 @@ func (m *model) selfTest(s *sluice.Stream, want string) error {
 			A, Bm := rnd(c.M*c.K, half), rnd(c.K*c.N, half)
 			want, got := make([]float32, c.M*c.N), make([]float32, c.M*c.N)
 			hostGemm(c.ta, false, c.M, c.N, c.K, A, Bm, want)
-			// _wg: A (M x K, stored K x M when ta) and B (K x N) pre-tiled.
+			// _wg: A (M x K, stored K x M when ta, as x is) and B (K x N) pre-tiled.
 			var tileA, tileB func(int) int
+			lenA := tiledLen(wgBM, c.M, c.K)
 			if suffix == "_wg" {
 				tileA = func(i int) int { return tiledIndex(wgBM, false, i/c.K, i%c.K, c.K) }
 				if c.ta {
-					tileA = func(i int) int { return tiledIndex(wgBM, true, i%c.M, i/c.M, c.K) }
+					tileA = func(i int) int { return tiledIndex(wgBM, false, i/c.M, i%c.M, c.M) }
+					lenA = tiledLen(wgBM, c.K, c.M)
 				}
 				tileB = func(i int) int { return tiledIndex(wgBN, true, i%c.N, i/c.N, c.K) }
 			}
-			ab, err := upload(A, half, tileA, tiledLen(wgBM, c.M, c.K))
+			ab, err := upload(A, half, tileA, lenA)
 			if err != nil {
 				return 0, err
 			}

@@ -76,16 +76,16 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	}
 	inv := 1 / float32(B)
 	// The products' operands: x, W1 and da1 as floats, or their bf16 copies
-	// (x^T da1's x is xt: x pre-tiled for it when tiled).
-	x, xt, w1op, da1op, gemmSuffix := xf, xf, w1, da1, m.gemmSuffix
+	// (pre-tiled when tiled).
+	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
 	// fwd2_ce writes da1 as floats (da1f) or in bf16 (da1h, pre-tiled when
 	// tiled), the other 0; w1h is gemm_tn_sgd's bf16 copy of W1 (0: none).
 	da1f, da1h, w1h, da1Tiled := da1.ptr(), uint64(0), uint64(0), int32(0)
 	if m.half {
-		x, xt, w1op, da1op = arr{buf: xin}, arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
+		x, w1op, da1op = arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
 		da1f, da1h, w1h, gemmSuffix = 0, m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
 		if m.tiled {
-			xt.off, da1Tiled, gemmSuffix = m.xtOff, 1, "_wg"
+			da1Tiled, gemmSuffix = 1, "_wg"
 		}
 	}
 
@@ -149,7 +149,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 				writes = append(writes, m.w1h)
 			}
 			return m.gemm(s, gemmOp{
-				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: xt, B: da1op, C: pW1,
+				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: pW1,
 				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, reads: reads, writes: writes, layer2: &l2,
 				host: func() {
 					hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f)
