@@ -523,12 +523,12 @@ class Function(_Owned):
         waits for it itself with griddepcontrol.wait before touching its data."""
         _check(lib.sluice_function_set_programmatic_launch(self.handle, bool(enabled)))
 
-    def set_max_dynamic_shared_memory(self, bytes):
-        """Lets later launches ask for up to ``bytes`` of dynamic shared memory per block
-        (needed above 48 KiB). More than the device allows with the kernel's static
-        shared memory, or ``bytes`` outside uint32, raises SluiceError
+    def set_max_dynamic_shared_memory(self, nbytes):
+        """Lets later launches ask for up to ``nbytes`` of dynamic shared memory per
+        block (needed above 48 KiB). More than the device allows with the kernel's
+        static shared memory, or ``nbytes`` outside uint32, raises SluiceError
         (ERROR_INVALID_ARGUMENT)."""
-        bytes = operator.index(bytes)
-        if not 0 <= bytes <= 0xFFFF_FFFF:
-            raise SluiceError(ERROR_INVALID_ARGUMENT, f"{bytes} bytes out of range")
-        _check(lib.sluice_function_set_max_dynamic_shared_memory(self.handle, bytes))
+        nbytes = operator.index(nbytes)
+        if not 0 <= nbytes <= 0xFFFF_FFFF:
+            raise SluiceError(ERROR_INVALID_ARGUMENT, f"{nbytes} bytes out of range")
+        _check(lib.sluice_function_set_max_dynamic_shared_memory(self.handle, nbytes))
