@@ -55,10 +55,9 @@ func (m *model) staged() batchSource {
 }
 
 // loadInput is the input stage: one kernel on s turns the batch's pixels
-// into the products' x operand (x / 255, as bf16 when half, twice pre-tiled
-// when tiled) and copies its
-// labels, into the input set in use. It runs beside the step before (on the
-// input stream), outside the captured step.
+// into the products' x operand (x / 255, as bf16 when half, pre-tiled when
+// tiled) and copies its labels, into the input set in use. It runs beside the
+// step before (on the input stream), outside the captured step.
 func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 	n := m.B * inputs
 	x, y := m.inX[m.parity], m.inY[m.parity]
