@@ -7,7 +7,9 @@
 # with the GPU machine's PyTorch, and skips without it; gemm times the Go trainer's two
 # products in cuBLAS, benches/gemm/torch_probe.py, and in benches/gemm/wgmma_probe.cu; prefetch is benches/prefetch, built there with nvcc;
 # rng checks the RNG's device code against cuRAND with nvcc and exports the reference
-# draws that the Rust RNG tests compare with),
+# draws that the Rust RNG tests compare with; go runs the binding's tests and its -race
+# build, its benchmarks, prefetchbench, the trainer's own tests with the cuda-only ones,
+# and the trainer's script, run-trainer.sh),
 # plus "opcost" (sluice's own cost per call on the real
 # driver). Build and run with the same parts: SLUICE_GPU_PARTS=bench carries only the
 # benchmark (2 MB). SLUICE_GPU_PP_REPEAT=N adds N runs of the ping-pong table alone
