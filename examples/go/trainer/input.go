@@ -99,8 +99,9 @@ func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource) error {
 		x1.DevicePtr(), y1.DevicePtr(), src1.addr, src1.addr+uint64(n), m.tiledFlag(), uint32(n), uint32(m.B))
 }
 
-// tiledFlag is the input stage's tiled argument: 1 where x is written
-// pre-tiled for the warpgroup-MMA products (both read it), else 0.
+// tiledFlag is the kernels' tiled argument (the input stage's, fwd2_ce's
+// da1_tiled): 1 where they write the warpgroup-MMA products' operands
+// pre-tiled, else 0.
 func (m *model) tiledFlag() int32 {
 	if m.tiled {
 		return 1

@@ -185,11 +185,9 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 			}
 		}
 		// The warpgroup-MMA products hold their tiles' whole K range in shared memory.
-		for _, n := range []string{"gemm_nn_wg", "gemm_tn_wg", "gemm_nn_bias_relu_drop_wg", "gemm_tn_sgd_wg"} {
-			if f := m.fns[n]; f != nil {
-				if err := f.SetMaxDynamicSharedMemory(wgShared(max(inputs, hp.batch))); err != nil {
-					delete(m.fns, n) // too large a batch: selfTest falls back
-				}
+		for n, f := range m.fns {
+			if strings.HasSuffix(n, "_wg") && f.SetMaxDynamicSharedMemory(wgShared(max(inputs, hp.batch))) != nil {
+				delete(m.fns, n) // too large a batch: selfTest falls back
 			}
 		}
 		if err := m.programmaticLaunch(hp.pdlKernels, hp.inputOnStep); err != nil {

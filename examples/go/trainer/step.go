@@ -80,12 +80,12 @@ func (m *model) trainStep(s *sluice.Stream) error {
 	x, w1op, da1op, gemmSuffix := xf, w1, da1, m.gemmSuffix
 	// fwd2_ce writes da1 as floats (da1f) or in bf16 (da1h, pre-tiled when
 	// tiled), the other 0; w1h is gemm_tn_sgd's bf16 copy of W1 (0: none).
-	da1f, da1h, w1h, da1Tiled := da1.ptr(), uint64(0), uint64(0), int32(0)
+	da1f, da1h, w1h := da1.ptr(), uint64(0), uint64(0)
 	if m.half {
 		x, w1op, da1op = arr{buf: xin}, arr{buf: m.w1h}, arr{buf: m.da1h}
 		da1f, da1h, w1h, gemmSuffix = 0, m.da1h.DevicePtr(), m.w1h.DevicePtr(), "_bf16"
 		if m.tiled {
-			da1Tiled, gemmSuffix = 1, "_wg"
+			gemmSuffix = "_wg"
 		}
 	}
 
@@ -124,7 +124,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 					hostDa1(B, H, a1.f, dz2.f, w2.f, da1.f, scale)
 				},
 				a1.ptr(), w2.ptr(), b2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(), stats.ptr()+4,
-				uint32(B), uint32(H), inv, int32(1), da1f, da1h, scale, da1Tiled)
+				uint32(B), uint32(H), inv, int32(1), da1f, da1h, scale, m.tiledFlag())
 		},
 		func() error {
 			if m.lossInSGD {
