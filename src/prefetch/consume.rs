@@ -117,15 +117,20 @@ impl Prefetcher {
     /// Releases a leased batch, in stream order: the slot is refilled only after
     /// the work enqueued on the consumer's stream so far has completed.
     pub fn release(&self, seq: u64) -> Result<()> {
-        if self.is_destroyed() {
-            return Err(destroyed());
-        }
-        let (slot, op) = self.lock_leases().remove(&seq).ok_or_else(|| {
-            Error::new(
-                ErrorCode::InvalidState,
-                format!("prefetcher batch {seq} is not leased"),
-            )
-        })?;
+        let (slot, op) = {
+            let mut leases = self.lock_leases();
+            // close sets the flag before it takes the leases: a lease it took reads
+            // as closed, not as never leased.
+            if self.is_destroyed() {
+                return Err(destroyed());
+            }
+            leases.remove(&seq).ok_or_else(|| {
+                Error::new(
+                    ErrorCode::InvalidState,
+                    format!("prefetcher batch {seq} is not leased"),
+                )
+            })?
+        };
         let ended = op.end();
         crate::trace::prefetch_slot(&self.copy_streams[0].0, "release", seq, slot);
         let mut st = self.lock();
