@@ -268,7 +268,8 @@ func (p *producerTimes) add(t0, t1, t2, t3 time.Time) {
 	p.batches.Add(1)
 }
 
-// String gives the mean of each phase per batch, in microseconds.
+// String gives the mean of each phase per slot filled (a batch in
+// -bench-input), in microseconds.
 func (p *producerTimes) String() string {
 	n := float64(max(p.batches.Load(), 1)) * 1e3
 	return fmt.Sprintf("acquire=%.1f fill=%.1f submit=%.1f", float64(p.acquire.Load())/n,

@@ -79,8 +79,10 @@ func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 
 // loadInputPair is the input stage of a graph of two steps (steps2): src0
 // into input set m.parity and src1 into the next, with one kernel when half
-// (the other kinds and the host backend run loadInput twice).
-func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource) error {
+// (the other kinds and the host backend run loadInput twice). early: the
+// kernel does not wait for the kernel ahead of it (programmatic launch),
+// which must then neither write the batches nor touch the two sets.
+func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource, early bool) error {
 	first := m.parity
 	defer func() { m.parity = first }()
 	if !m.half || src0.sync != nil || src1.sync != nil {
@@ -94,7 +96,11 @@ func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource) error {
 	x0, y0, x1, y1 := m.inX[first], m.inY[first], m.inX[first+1], m.inY[first+1]
 	cfg := grid8(n)
 	cfg.Grid.Y = 2
-	return m.run(s, "input_pair_bf16", cfg, nil, syncs(x0, y0, x1, y1), nil,
+	name := "input_pair_bf16"
+	if early {
+		name = "input_pair_early_bf16"
+	}
+	return m.run(s, name, cfg, nil, syncs(x0, y0, x1, y1), nil,
 		x0.DevicePtr(), y0.DevicePtr(), src0.addr, src0.addr+uint64(n),
 		x1.DevicePtr(), y1.DevicePtr(), src1.addr, src1.addr+uint64(n), m.tiledFlag(), uint32(n), uint32(m.B))
 }

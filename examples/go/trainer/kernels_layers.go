@@ -314,11 +314,14 @@ __global__ void f32_to_bf16(unsigned short* out, const float* in, unsigned n) {
 }
 
 // The input stage: x[i] = bf16(px[i] / 255) (u8_to_f32's value rounded),
-// and the rows' labels copied, y[r] = lb[r]. Thread t converts pixels 8t to
-// 8t + 7 (of one row: a row is 784 pixels): one 8-byte load and one 16-byte
-// store where both are aligned. With tiled (the warpgroup-MMA products) x is
-// pre-tiled as x W1's A (kernelTiles), which x^T da1 reads too: the 8 pixels
-// are one 16-byte row of a core matrix.
+// and the rows' labels copied, y[r] = lb[r]. Thread t converts 8 pixels of
+// one row (a row is 784 pixels): one 8-byte load and one 16-byte store where
+// both are aligned. Linear: pixels 8t to 8t + 7. With tiled (the
+// warpgroup-MMA products) x is pre-tiled as x W1's A (kernelTiles), which
+// x^T da1 reads too: the 8 pixels are one 16-byte row of a core matrix, and
+// consecutive threads take consecutive rows of a tile, so that a warp's
+// stores fill 512 contiguous bytes (pixels 8t to 8t + 7 were a core matrix
+// apart: 1 KiB).
 __device__ __forceinline__ unsigned pixel_bf16(unsigned p) { return f2bf((float)p * (1.0f / 255.0f)); }
 __device__ __forceinline__ unsigned pixel_pair_bf16(unsigned w, int shift) {
   return pixel_bf16((w >> shift) & 0xffu) | (pixel_bf16((w >> (shift + 8)) & 0xffu) << 16);
@@ -326,32 +329,32 @@ __device__ __forceinline__ unsigned pixel_pair_bf16(unsigned w, int shift) {
 __device__ __forceinline__ void input_eight(unsigned short* x, int tiled, unsigned char* y,
                                             const unsigned char* px, const unsigned char* lb, unsigned n,
                                             unsigned rows) {
-  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x, i = 8 * t;
+  const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
   if (t < rows) y[t] = lb[t];
+  if (8 * t >= n) return;
+  unsigned i = 8 * t, r = 0, c = 0;
   if (tiled) {
-    if (i >= n) return;
-    uint2 p;
-    if ((reinterpret_cast<unsigned long long>(px + i) & 7) == 0) {
-      p = *reinterpret_cast<const uint2*>(px + i);
-    } else {
-      p.x = px[i] | (px[i + 1] << 8) | (px[i + 2] << 16) | ((unsigned)px[i + 3] << 24);
-      p.y = px[i + 4] | (px[i + 5] << 8) | (px[i + 6] << 16) | ((unsigned)px[i + 7] << 24);
-    }
-    const uint4 v = make_uint4(pixel_pair_bf16(p.x, 0), pixel_pair_bf16(p.x, 16), pixel_pair_bf16(p.y, 0),
-                               pixel_pair_bf16(p.y, 16));
-    const unsigned r = i / 784, c = i % 784;
-    *reinterpret_cast<uint4*>(x + tiled_index(WG_BM, false, r, c, 784)) = v;
-    return;
+    // Consecutive threads on consecutive rows of a tile (w rows in the last).
+    const unsigned per = WG_BM * (784 / 8), tile = t / per, k = t % per, w = min(WG_BM, rows - tile * WG_BM);
+    r = tile * WG_BM + k % w;
+    c = 8 * (k / w);
+    i = r * 784 + c;
   }
-  const bool aligned = ((reinterpret_cast<unsigned long long>(px + i) & 7) |
-                        (reinterpret_cast<unsigned long long>(x + i) & 15)) == 0;
-  if (i + 8 <= n && aligned) {
-    const uint2 p = *reinterpret_cast<const uint2*>(px + i);
-    *reinterpret_cast<uint4*>(x + i) =
-        make_uint4(pixel_pair_bf16(p.x, 0), pixel_pair_bf16(p.x, 16), pixel_pair_bf16(p.y, 0),
-                   pixel_pair_bf16(p.y, 16));
+  uint2 p;
+  if ((reinterpret_cast<unsigned long long>(px + i) & 7) == 0) {
+    p = *reinterpret_cast<const uint2*>(px + i);
   } else {
-    for (unsigned j = i; j < n && j < i + 8; ++j) x[j] = pixel_bf16(px[j]);
+    p.x = px[i] | (px[i + 1] << 8) | (px[i + 2] << 16) | ((unsigned)px[i + 3] << 24);
+    p.y = px[i + 4] | (px[i + 5] << 8) | (px[i + 6] << 16) | ((unsigned)px[i + 7] << 24);
+  }
+  const uint4 v = make_uint4(pixel_pair_bf16(p.x, 0), pixel_pair_bf16(p.x, 16), pixel_pair_bf16(p.y, 0),
+                             pixel_pair_bf16(p.y, 16));
+  unsigned short* dst = x + (tiled ? tiled_index(WG_BM, false, r, c, 784) : i);
+  if ((reinterpret_cast<unsigned long long>(dst) & 15) == 0) {
+    *reinterpret_cast<uint4*>(dst) = v;
+  } else {
+    const unsigned wd[4] = {v.x, v.y, v.z, v.w};
+    for (int j = 0; j < 8; ++j) dst[j] = (unsigned short)(wd[j / 2] >> (16 * (j % 2)));
   }
 }
 
@@ -368,6 +371,20 @@ __global__ void input_pair_bf16(unsigned short* x0, unsigned char* y0, const uns
                                 const unsigned char* px1, const unsigned char* lb1, int tiled, unsigned n,
                                 unsigned rows) {
   pdl_enter();
+  if (blockIdx.y == 0)
+    input_eight(x0, tiled, y0, px0, lb0, n, rows);
+  else
+    input_eight(x1, tiled, y1, px1, lb1, n, rows);
+}
+
+// input_pair_bf16 without the wait for the kernel ahead (steps2's input
+// stage after the steps, -input-in-graph): that kernel, the second step's
+// x^T da1, reads the other two sets, and the stream waited for the batches'
+// copy before the steps, so this may run beside it.
+__global__ void input_pair_early_bf16(unsigned short* x0, unsigned char* y0, const unsigned char* px0,
+                                      const unsigned char* lb0, unsigned short* x1, unsigned char* y1,
+                                      const unsigned char* px1, const unsigned char* lb1, int tiled, unsigned n,
+                                      unsigned rows) {
   if (blockIdx.y == 0)
     input_eight(x0, tiled, y0, px0, lb0, n, rows);
   else

@@ -45,6 +45,7 @@ import (
 	"hash/crc32"
 	"math"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strings"
@@ -61,6 +62,7 @@ type options struct {
 	save, resume, losses   string
 	eager, graph, blocking bool
 	overlapInput           bool
+	inputInGraph           bool
 	lossInSGD              bool
 	pdl                    bool
 	pdlKernels             string
@@ -71,6 +73,7 @@ type options struct {
 	data                   string
 	gemm                   string
 	cpuProfile             string
+	cpuProfileHz           int
 	dumpKernels            string
 }
 
@@ -95,6 +98,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
 	flag.BoolVar(&o.lossInSGD, "loss-in-sgd", true, "the step's last kernel (gemm_tn_sgd) stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
 	flag.BoolVar(&o.eagerPairs, "eager-pairs", true, "with -eager, the prefetcher and -overlap-input: lease two batches per slot and run their input stage as one kernel, as the replayed loop does (-graph-steps 2), so that only the step's issue differs from it (false: a batch per lease)")
+	flag.BoolVar(&o.inputInGraph, "input-in-graph", true, "with two steps per graph or lease: lease the next pair's batches before this pair's steps and run their input stage on the training stream after them, in the same graph (one graph per slot), so that a pair costs the host a lease, a graph launch and a release (false: each pair's input stage on the input stream, issued before its graph)")
 	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1 or 2 (2: a graph runs the steps of two batches, read from four input sets)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
@@ -109,6 +113,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&gemmClusterNN, "cluster", gemmClusterNN, "cuda, bf16: blocks of the cluster that splits the K of x W1 (1, 2, 4 or 8; 0: split by -kchunk)")
 	flag.IntVar(&gemmClusterTN, "cluster-tn", gemmClusterTN, "cuda, bf16: blocks of the cluster that splits the K of x^T da1 (1, 2, 4 or 8; 0: split by -kchunk-tn)")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a Go CPU profile of the run to this file (go tool pprof)")
+	flag.IntVar(&o.cpuProfileHz, "cpuprofile-hz", 0, "with -cpuprofile: samples per second (0: Go's 100; an epoch of the replayed loop takes 4 ms)")
 	flag.StringVar(&o.dumpKernels, "dump-kernels", "", "write the kernels' CUDA C source, with the macro definitions the run would pass to NVRTC, to this file and exit (tools/sass reads it)")
 	flag.StringVar(&kernelDefines, "kdefine", "", "cuda: extra macro definitions for the kernels, comma-separated (for example NSTAGE_H=4), for sweeps")
 	flag.Parse()
@@ -165,6 +170,9 @@ func run() error {
 			return err
 		}
 		defer f.Close()
+		if o.cpuProfileHz > 0 {
+			runtime.SetCPUProfileRate(o.cpuProfileHz) // before StartCPUProfile, which then warns
+		}
 		if err := pprof.StartCPUProfile(f); err != nil {
 			return err
 		}
@@ -284,8 +292,9 @@ func run() error {
 	}
 	var pf *sluice.Prefetcher
 	var stopProducers func() error
+	var producing producerTimes
 	if !o.blocking {
-		if pf, stopProducers, err = startInput(dev, smp, o, plan, (o.epochs-start)*plan.perEpoch(), nil); err != nil {
+		if pf, stopProducers, err = startInput(dev, smp, o, plan, (o.epochs-start)*plan.perEpoch(), &producing); err != nil {
 			return err
 		}
 		defer func() {
@@ -337,18 +346,44 @@ func run() error {
 		}
 		te := time.Now()
 		var enqueue time.Duration // host time spent issuing the steps
+		var ph inputPhases
+		epochPairs := smp.nb / 2
 		for i := 0; i < smp.nb; i++ {
 			if pairs && i+1 < smp.nb {
-				// Batches i and i+1 into sets first and first+1 (the sets the
-				// graph before did not read), then one graph of both steps.
-				m.parity = 2 * (pairN % 2)
-				pairN++
-				if err := nextInputPair(pf, inS, m); err != nil {
-					return err
+				// Batches i and i+1 in the sets of this pair (the pair before
+				// read the other two), then one graph of both steps. With
+				// -input-in-graph the pair before wrote them (the epoch's first
+				// pair: an input stage of its own), and this graph ends with the
+				// next pair's input stage.
+				first := 2 * (pairN % 2)
+				if !o.inputInGraph || i == 0 {
+					m.parity = first
+					s := inS
+					if o.inputInGraph {
+						s = train
+					}
+					if err := nextInputPair(pf, s, m, &ph); err != nil {
+						return err
+					}
 				}
+				var next *sluice.Batch
+				if o.inputInGraph && i/2+1 < epochPairs {
+					t0 := time.Now()
+					if next, err = pf.Next(train, sluice.WaitForever); err != nil {
+						return err
+					}
+					ph.next += time.Since(t0)
+				}
+				m.parity = first
+				pairN++
 				ts := time.Now()
-				err = m.steps2(cache, train)
+				err = m.steps2(cache, train, next)
 				enqueue += time.Since(ts)
+				if next != nil {
+					t0 := time.Now()
+					err = errors.Join(err, next.Release())
+					ph.release += time.Since(t0)
+				}
 				if err != nil {
 					return fmt.Errorf("epoch %d steps %d and %d: %w", e+1, i, i+1, err)
 				}
@@ -420,15 +455,21 @@ func run() error {
 				batchWait = ps.ConsumerWait
 			}
 		}
-		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s, %.1f us/step issuing%s\n",
+		perStep := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(smp.nb) }
+		phases := ""
+		if pairs {
+			phases = fmt.Sprintf(" (input: Next %.1f, stage %.1f, Release %.1f)", perStep(ph.next), perStep(ph.stage), perStep(ph.release))
+		}
+		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s, %.1f us/step issuing%s%s\n",
 			e+1, o.epochs, sum/float64(smp.nb), float64(stats[1])/float64(nTrain), acc, smp.nb, el, lastRate,
-			enqueue.Seconds()*1e6/float64(smp.nb), waiting)
+			perStep(enqueue), waiting, phases)
 	}
 
 	if stopProducers != nil {
 		ps, err := pf.Stats()
 		if err == nil {
-			fmt.Printf("prefetcher: %d slots leased for %d steps, %d per slot\n", ps.Batches, (o.epochs-start)*smp.nb, plan.per)
+			fmt.Printf("prefetcher: %d slots leased for %d steps, %d per slot; producers, us per slot: %v\n",
+				ps.Batches, (o.epochs-start)*smp.nb, plan.per, &producing)
 		}
 		err = errors.Join(err, stopProducers())
 		stopProducers = nil
@@ -522,17 +563,24 @@ func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhase
 // nextInputPair leases the next slot on s, which holds two batches (a
 // slotPlan of two per slot), runs their input stage into input sets m.parity
 // and m.parity + 1 (one kernel), and releases it.
-func nextInputPair(pf *sluice.Prefetcher, s *sluice.Stream, m *model) error {
+func nextInputPair(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhases) error {
+	t0 := time.Now()
 	b, err := pf.Next(s, sluice.WaitForever)
 	if err != nil {
 		return err
 	}
+	t1 := time.Now()
 	src, err := m.prefetched(b)
 	if err == nil {
 		size := m.B * (inputs + 1)
-		err = m.loadInputPair(s, src.part(0, size), src.part(1, size))
+		err = m.loadInputPair(s, src.part(0, size), src.part(1, size), false)
 	}
-	return errors.Join(err, b.Release())
+	t2 := time.Now()
+	err = errors.Join(err, b.Release())
+	ph.next += t1.Sub(t0)
+	ph.stage += t2.Sub(t1)
+	ph.release += time.Since(t2)
+	return err
 }
 
 // benchInput times o.benchInput batches through the input pipeline alone:
@@ -591,7 +639,7 @@ func benchSteps(s *sluice.Stream, m *model, cache *sluice.GraphCache, n, perEpoc
 			var err error
 			if pairs && i+1 < perEpoch && done+1 < n {
 				m.parity = 0
-				err = m.steps2(cache, s)
+				err = m.steps2(cache, s, nil)
 				i, done = i+1, done+1
 			} else {
 				err = m.step(cache, s)

@@ -17,19 +17,42 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 // and m.parity + 1: as one graph replayed from cache, or eagerly when cache
 // is nil (-eager, two batches per lease). Replayed, the device pays one graph
 // boundary per two steps, and the second step's first kernel may start while
-// the first step's last one finishes (programmatic launch). With four sets,
-// the input stage of the next two batches runs beside it. Its kernels are the
-// same ops in the same order as two step calls, so the losses and weights are
-// bit-identical to theirs. m.parity ends at the second.
-func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream) error {
+// the first step's last one finishes (programmatic launch). Its kernels are
+// the same ops in the same order as two step calls, so the losses and
+// weights are bit-identical to theirs. m.parity ends at the second.
+//
+// With next (leased on s, -input-in-graph), the steps are followed by the
+// input stage of next's two batches into the other two sets, so that a
+// graph, keyed by next's slot, holds it: the host then issues one graph per
+// pair, and the input kernel may run beside the second step's last kernel.
+// The first step's x W1 is then never launched early (it loads x before its
+// wait, and the input stage is the kernel ahead of it in the eager loop).
+func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream, next *sluice.Batch) error {
 	first := m.parity
-	err := issue(cache, uint64(m.sets+first), s, func(s *sluice.Stream) error {
+	key := uint64(m.sets + first)
+	var src batchSource
+	if next != nil {
+		var err error
+		if src, err = m.prefetched(next); err != nil {
+			return err
+		}
+		key = src.addr + uint64(first) // a slot's address: far past the sets' keys
+	}
+	err := issue(cache, key, s, func(s *sluice.Stream) error {
 		m.parity = first
-		if err := m.trainStep(s); err != nil {
+		m.xW1Late = next != nil
+		err := m.trainStep(s)
+		m.xW1Late = false
+		if err != nil {
 			return err
 		}
 		m.parity = first + 1
-		return m.trainStep(s)
+		if err := m.trainStep(s); err != nil || next == nil {
+			return err
+		}
+		m.parity = (first + 2) % m.sets
+		size := m.B * (inputs + 1)
+		return m.loadInputPair(s, src.part(0, size), src.part(1, size), true)
 	})
 	m.parity = first + 1
 	return err

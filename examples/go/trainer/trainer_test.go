@@ -26,8 +26,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// small is a CI-sized run: 4096 images (16 batches), 64 hidden units.
-var small = []string{"-limit", "4096", "-hidden", "64", "-test-limit", "2000", "-batch", "256"}
+// small is a CI-sized run: 4096 images (16 batches), 64 hidden units, and
+// two prefetcher slots, so that the graphs keyed by a slot (-input-in-graph)
+// replay within an epoch.
+var small = []string{"-limit", "4096", "-hidden", "64", "-test-limit", "2000", "-batch", "256", "-depth", "2"}
 
 func trainer(t *testing.T, args ...string) string {
 	t.Helper()
@@ -118,10 +120,12 @@ func TestCorruptCheckpoint(t *testing.T) {
 }
 
 // TestInputRoutingAndBenchModes: copying batches on the training stream into
-// one input set computes the same losses, bit for bit, as the default (an
-// input stream and four sets, two steps per graph), and so do one step per
-// graph and storing the loss with a kernel of its own instead of gemm_tn_sgd's
-// (replayed and eagerly); -bench-steps and -bench-input report a rate.
+// one input set computes the same losses, bit for bit, as the default (four
+// sets, two steps per graph, each graph ending with the next pair's input
+// stage: a graph per slot), and so do the input stage on a stream of its own
+// (-input-in-graph=false: two graphs), one step per graph and storing the
+// loss with a kernel of its own instead of gemm_tn_sgd's (replayed and
+// eagerly); -bench-steps and -bench-input report a rate.
 func TestInputRoutingAndBenchModes(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.losses"), filepath.Join(dir, "b.losses")
@@ -138,15 +142,24 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 	if p, s := graphRuns(t, out), graphRuns(t, single); p == 0 || 2*p != s {
 		t.Fatalf("graph runs: %d with two steps per graph, %d with one (want half)", p, s)
 	}
+	if c, r := graphCounts(t, out); c != 2 || r == 0 {
+		t.Fatalf("the default captured %d graphs (want 2: two slots, each with its pair of sets) and replayed %d", c, r)
+	}
 	// The loss stored by a kernel of its own (loss_store) instead of gemm_tn_sgd's
 	// last block, replayed and eagerly; and eagerly with a batch per lease.
 	leased := map[string]int{}
-	for _, args := range [][]string{{"-loss-in-sgd=false"}, {"-loss-in-sgd=false", "-eager"}, {"-eager"}, {"-eager", "-eager-pairs=false"}} {
+	for _, args := range [][]string{{"-loss-in-sgd=false"}, {"-loss-in-sgd=false", "-eager"}, {"-eager"}, {"-eager", "-eager-pairs=false"},
+		{"-input-in-graph=false"}, {"-input-in-graph=false", "-eager"}} {
 		out := trainer(t, append([]string{"-epochs", "1", "-losses", b}, args...)...)
 		if la, lb := read(t, a), read(t, b); !bytes.Equal(la, lb) {
 			t.Fatalf("losses differ with %q:\n%s\n%s", args, la, lb)
 		}
 		leased[strings.Join(args, " ")] = slotsLeased(t, out)
+		if strings.Join(args, " ") == "-input-in-graph=false" {
+			if n, _ := graphCounts(t, out); n != 2 {
+				t.Fatalf("-input-in-graph=false captured %d graphs, want 2 (one per pair of sets)", n)
+			}
+		}
 	}
 	if p, s := leased["-eager"], leased["-eager -eager-pairs=false"]; p == 0 || s != 2*p && s != 2*p-1 {
 		t.Fatalf("slots leased eagerly: %d with two batches per lease, %d with one (want half)", p, s)
@@ -177,6 +190,19 @@ func slotsLeased(t *testing.T, out string) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
+}
+
+// graphCounts is the number of graphs a trainer's output reports captured,
+// and of graph replays.
+func graphCounts(t *testing.T, out string) (captured, replayed int) {
+	t.Helper()
+	m := regexp.MustCompile(`graph cache: \d+ eager, (\d+) captured, (\d+) replayed`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no graph cache line in:\n%s", out)
+	}
+	captured, _ = strconv.Atoi(m[1])
+	replayed, _ = strconv.Atoi(m[2])
+	return captured, replayed
 }
 
 // graphRuns is the number of graph cache runs (eager, captured or replayed)
