@@ -96,13 +96,13 @@ func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource, early bo
 	x0, y0, x1, y1 := m.inX[first], m.inY[first], m.inX[first+1], m.inY[first+1]
 	cfg := grid8(n)
 	cfg.Grid.Y = 2
-	name := "input_pair_bf16"
+	wait := int32(1)
 	if early {
-		name = "input_pair_early_bf16"
+		wait = 0
 	}
-	return m.run(s, name, cfg, nil, syncs(x0, y0, x1, y1), nil,
+	return m.run(s, "input_pair_bf16", cfg, nil, syncs(x0, y0, x1, y1), nil,
 		x0.DevicePtr(), y0.DevicePtr(), src0.addr, src0.addr+uint64(n),
-		x1.DevicePtr(), y1.DevicePtr(), src1.addr, src1.addr+uint64(n), m.tiledFlag(), uint32(n), uint32(m.B))
+		x1.DevicePtr(), y1.DevicePtr(), src1.addr, src1.addr+uint64(n), m.tiledFlag(), wait, uint32(n), uint32(m.B))
 }
 
 // tiledFlag is the kernels' tiled argument (the input stage's, fwd2_ce's

@@ -42,7 +42,7 @@ var kernelNames = []string{
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
 	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
 	"gemm_nn_wg", "gemm_tn_wg", "gemm_nn_bias_relu_drop_wg", "gemm_tn_sgd_wg", "w1_to_bf16_tiled",
-	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "input_pair_early_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store",
+	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store",
 }
 
 // pdlKernels are the prefixes of the kernels launched with programmatic
@@ -55,8 +55,7 @@ var kernelNames = []string{
 var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_", xW1ReadsBeforeWait}
 
 // xW1ReadsBeforeWait is the wgmma x W1, which loads x before pdl_enter: never
-// launched early where the input stage is the kernel ahead of it
-// (model.programmaticLaunch).
+// launched early where an input stage is the kernel ahead of it (model.run).
 const xW1ReadsBeforeWait = "gemm_nn_bias_relu_drop_wg"
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel

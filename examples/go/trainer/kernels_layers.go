@@ -365,26 +365,16 @@ __global__ void input_bf16(unsigned short* x, int tiled, unsigned char* y, const
 }
 
 // input_bf16 for two batches at once, blockIdx.y's into its own input set:
-// the input stage of a graph of two steps, one launch for both.
+// the input stage of a graph of two steps, one launch for both. wait 0: it
+// does not wait for the kernel ahead (steps2's input stage after the steps,
+// -input-in-graph: that kernel, the second step's x^T da1, reads the other
+// two sets, and the stream waited for the batches' copy before the steps),
+// so it may run beside it.
 __global__ void input_pair_bf16(unsigned short* x0, unsigned char* y0, const unsigned char* px0,
                                 const unsigned char* lb0, unsigned short* x1, unsigned char* y1,
-                                const unsigned char* px1, const unsigned char* lb1, int tiled, unsigned n,
-                                unsigned rows) {
-  pdl_enter();
-  if (blockIdx.y == 0)
-    input_eight(x0, tiled, y0, px0, lb0, n, rows);
-  else
-    input_eight(x1, tiled, y1, px1, lb1, n, rows);
-}
-
-// input_pair_bf16 without the wait for the kernel ahead (steps2's input
-// stage after the steps, -input-in-graph): that kernel, the second step's
-// x^T da1, reads the other two sets, and the stream waited for the batches'
-// copy before the steps, so this may run beside it.
-__global__ void input_pair_early_bf16(unsigned short* x0, unsigned char* y0, const unsigned char* px0,
-                                      const unsigned char* lb0, unsigned short* x1, unsigned char* y1,
-                                      const unsigned char* px1, const unsigned char* lb1, int tiled, unsigned n,
-                                      unsigned rows) {
+                                const unsigned char* px1, const unsigned char* lb1, int tiled, int wait,
+                                unsigned n, unsigned rows) {
+  if (wait) pdl_enter();
   if (blockIdx.y == 0)
     input_eight(x0, tiled, y0, px0, lb0, n, rows);
   else

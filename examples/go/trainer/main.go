@@ -97,7 +97,7 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.eager, "eager", false, "launch the training step op by op (no graph)")
 	flag.BoolVar(&o.graph, "graph", true, "replay the training step from a graph cache")
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
-	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set)")
+	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set); with two steps per graph or lease, -input-in-graph decides")
 	flag.BoolVar(&o.lossInSGD, "loss-in-sgd", true, "the step's last kernel (gemm_tn_sgd) stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
 	flag.BoolVar(&o.eagerPairs, "eager-pairs", true, "with -eager, the prefetcher and -overlap-input: lease two batches per slot and run their input stage as one kernel, as the replayed loop does (-graph-steps 2), so that only the step's issue differs from it (false: a batch per lease)")
 	flag.BoolVar(&o.inputInGraph, "input-in-graph", true, "with two steps per graph or lease: lease the next pair's batches before this pair's steps and run their input stage on the training stream after them, in the same graph (one graph per slot), so that a pair costs the host a lease, a graph launch and a release (false: each pair's input stage on the input stream, issued before its graph)")
@@ -236,8 +236,7 @@ func run() error {
 	}
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
-		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdlKernels: pdl,
-		inputOnStep: o.blocking || !o.overlapInput}
+		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdlKernels: pdl}
 	m, err := newModel(dev, train, hp, smp.nb, d.testX, d.testY)
 	if err != nil {
 		return err
@@ -341,7 +340,11 @@ func run() error {
 	var acc float64
 	var rates []float64 // steps/s of each epoch of this process
 	var batchWait time.Duration
-	pairN := 0 // graphs of two steps issued (pairs)
+	pairN := 0       // graphs of two steps issued (pairs)
+	pairInput := inS // the stream of a pair's input stage outside a graph
+	if o.inputInGraph {
+		pairInput = train
+	}
 	for e := start; e < o.epochs; e++ {
 		if err := sluice.Memset(train, m.trainStats, 0, 0, 8); err != nil {
 			return err
@@ -360,11 +363,7 @@ func run() error {
 				first := 2 * (pairN % 2)
 				if !o.inputInGraph || i == 0 {
 					m.parity = first
-					s := inS
-					if o.inputInGraph {
-						s = train
-					}
-					if err := nextInputPair(pf, s, m, &ph); err != nil {
+					if err := nextInput(pf, pairInput, m, &ph, true); err != nil {
 						return err
 					}
 				}
@@ -407,7 +406,7 @@ func run() error {
 				if err := m.loadInput(train, m.staged()); err != nil {
 					return err
 				}
-			} else if err := nextInput(pf, copyS, m, nil); err != nil {
+			} else if err := nextInput(pf, copyS, m, &ph, false); err != nil {
 				return err
 			}
 			ts := time.Now()
@@ -450,21 +449,20 @@ func run() error {
 			return err
 		}
 		acc = float64(right) / float64(max(len(d.testY), 1))
-		waiting := "" // the time this epoch's steps waited for the prefetcher's batches
+		perStep := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(smp.nb) }
+		// The time this epoch's steps waited for the prefetcher's batches, and
+		// the input stage's host time outside the graphs.
+		waiting := ""
 		if pf != nil {
 			if ps, err := pf.Stats(); err == nil {
-				waiting = fmt.Sprintf(", %.1f waiting for batches", (ps.ConsumerWait-batchWait).Seconds()*1e6/float64(smp.nb))
+				waiting = fmt.Sprintf(", %.1f waiting for batches", perStep(ps.ConsumerWait-batchWait))
 				batchWait = ps.ConsumerWait
 			}
+			waiting += fmt.Sprintf(" (input: Next %.1f, stage %.1f, Release %.1f)", perStep(ph.next), perStep(ph.stage), perStep(ph.release))
 		}
-		perStep := func(d time.Duration) float64 { return d.Seconds() * 1e6 / float64(smp.nb) }
-		phases := ""
-		if pairs {
-			phases = fmt.Sprintf(" (input: Next %.1f, stage %.1f, Release %.1f)", perStep(ph.next), perStep(ph.stage), perStep(ph.release))
-		}
-		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s, %.1f us/step issuing%s%s\n",
+		fmt.Printf("epoch %d/%d: loss %.4f  train acc %.4f  test acc %.4f  |  %d steps in %.2fs: %.1f steps/s, %.1f us/step issuing%s\n",
 			e+1, o.epochs, sum/float64(smp.nb), float64(stats[1])/float64(nTrain), acc, smp.nb, el, lastRate,
-			perStep(enqueue), waiting, phases)
+			perStep(enqueue), waiting)
 	}
 
 	if stopProducers != nil {
@@ -528,44 +526,15 @@ func startInput(dev *sluice.Device, smp *sampler, o *options, plan slotPlan, tot
 	return pf, func() error { return errors.Join(unlessClosed(pf.CloseInput()), wait(), pf.Close()) }, nil
 }
 
-// inputPhases sums the host time of nextInput's three calls (-bench-input).
+// inputPhases sums the host time of nextInput's three calls.
 type inputPhases struct{ next, stage, release time.Duration }
 
-// nextInput leases the next batch from the prefetcher and runs the input
-// stage over it on s (model.loadInput), which reads the batch's slot in
-// place; the slot is refilled once that kernel is done. A non-nil ph gets
-// the time of each call added.
-func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhases) error {
-	now := func() (t time.Time) { // the clock only when timed
-		if ph != nil {
-			t = time.Now()
-		}
-		return t
-	}
-	t0 := now()
-	b, err := pf.Next(s, sluice.WaitForever)
-	if err != nil {
-		return err
-	}
-	t1 := now()
-	src, err := m.prefetched(b)
-	if err == nil {
-		err = m.loadInput(s, src)
-	}
-	t2 := now()
-	err = errors.Join(err, b.Release())
-	if ph != nil {
-		ph.next += t1.Sub(t0)
-		ph.stage += t2.Sub(t1)
-		ph.release += time.Since(t2)
-	}
-	return err
-}
-
-// nextInputPair leases the next slot on s, which holds two batches (a
-// slotPlan of two per slot), runs their input stage into input sets m.parity
-// and m.parity + 1 (one kernel), and releases it.
-func nextInputPair(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhases) error {
+// nextInput leases the next slot from the prefetcher on s and runs the input
+// stage over it (one kernel, which reads the slot in place), then releases
+// it: the slot is refilled once that kernel is done. A slot of one batch goes
+// into input set m.parity (model.loadInput), one of two into m.parity and
+// m.parity + 1 (model.loadInputPair). ph gets the time of each call added.
+func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhases, pair bool) error {
 	t0 := time.Now()
 	b, err := pf.Next(s, sluice.WaitForever)
 	if err != nil {
@@ -573,9 +542,11 @@ func nextInputPair(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputP
 	}
 	t1 := time.Now()
 	src, err := m.prefetched(b)
-	if err == nil {
+	if err == nil && pair {
 		size := m.B * (inputs + 1)
 		err = m.loadInputPair(s, src.part(0, size), src.part(1, size), false)
+	} else if err == nil {
+		err = m.loadInput(s, src)
 	}
 	t2 := time.Now()
 	err = errors.Join(err, b.Release())
@@ -602,7 +573,7 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 	var ph inputPhases
 	for i := 0; i < o.benchInput && err == nil; i++ {
 		m.useInput(i)
-		err = nextInput(pf, inS, m, &ph)
+		err = nextInput(pf, inS, m, &ph, false)
 	}
 	if err == nil {
 		err = inS.Synchronize()

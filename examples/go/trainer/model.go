@@ -55,9 +55,11 @@ type model struct {
 	inX, inY [maxInputSets]*sluice.Buffer
 	parity   int
 	sets     int
-	// xW1Late: launch x W1 by xW1NotEarly, a handle of the same kernel
-	// without programmatic launch (steps2 with an input stage ahead of it).
-	xW1Late     bool
+	// inputAhead is the stream whose last kernel is an input stage (run and
+	// steps2 keep it; nil: none). The wgmma x W1 loads x before its wait, so
+	// on that stream it launches by xW1NotEarly, a handle of the same kernel
+	// without programmatic launch.
+	inputAhead  *sluice.Stream
 	xW1NotEarly *sluice.Function
 	// The blocking path's batch, copied from Go memory, laid out as a
 	// prefetched one (batchSource).
@@ -149,7 +151,6 @@ type hyper struct {
 	rngSeed       uint64
 	gemm          string   // cuda: "wgmma", "bf16", "tf32" or "fp32" (selfTest falls back in that order)
 	pdlKernels    []string // cuda, compute capability 9.0+: name prefixes of the kernels launched with programmatic dependent launch
-	inputOnStep   bool     // the input stage runs on the step's stream, right ahead of x W1 (-blocking, -overlap-input=false)
 }
 
 func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, testX, testY []byte) (*model, error) {
@@ -201,7 +202,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 				return nil, err
 			}
 		}
-		if err := m.programmaticLaunch(hp.pdlKernels, hp.inputOnStep); err != nil {
+		if err := m.programmaticLaunch(hp.pdlKernels); err != nil {
 			return nil, err
 		}
 	}
@@ -275,10 +276,9 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 
 // programmaticLaunch lets each kernel whose name starts with one of kernels
 // start while the kernel ahead of it finishes (each begins with pdl_enter),
-// on devices of compute capability 9.0 and newer. The wgmma x W1 loads x
-// before its wait, so it is left out when inputOnStep: the input stage that
-// writes x is then the kernel ahead of it.
-func (m *model) programmaticLaunch(kernels []string, inputOnStep bool) error {
+// on devices of compute capability 9.0 and newer (run launches the wgmma
+// x W1 without it behind an input stage).
+func (m *model) programmaticLaunch(kernels []string) error {
 	if len(kernels) == 0 {
 		return nil
 	}
@@ -287,9 +287,6 @@ func (m *model) programmaticLaunch(kernels []string, inputOnStep bool) error {
 		return err
 	}
 	for name, f := range m.fns {
-		if inputOnStep && name == xW1ReadsBeforeWait {
-			continue
-		}
 		for _, k := range kernels {
 			if k != "" && strings.HasPrefix(name, k) {
 				if err := f.SetProgrammaticLaunch(true); err != nil {
@@ -365,8 +362,13 @@ func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, read
 		return s.HostCallback(func() error { fn(); return nil }, reads, writes)
 	}
 	f := m.fns[name]
-	if m.xW1Late && name == xW1ReadsBeforeWait && m.xW1NotEarly != nil {
+	if name == xW1ReadsBeforeWait && m.inputAhead == s && m.xW1NotEarly != nil {
 		f = m.xW1NotEarly
+	}
+	if strings.HasPrefix(name, "input_") {
+		m.inputAhead = s
+	} else if m.inputAhead == s {
+		m.inputAhead = nil
 	}
 	return f.Launch(s, cfg, reads, writes, args...)
 }

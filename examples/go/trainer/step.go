@@ -25,8 +25,8 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 // input stage of next's two batches into the other two sets, so that a
 // graph, keyed by next's slot, holds it: the host then issues one graph per
 // pair, and the input kernel may run beside the second step's last kernel.
-// The first step's x W1 is then never launched early (it loads x before its
-// wait, and the input stage is the kernel ahead of it in the eager loop).
+// The stream's last kernel is then an input stage, replayed or not
+// (model.inputAhead).
 func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream, next *sluice.Batch) error {
 	first := m.parity
 	key := uint64(m.sets + first)
@@ -40,10 +40,7 @@ func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream, next *sluice.
 	}
 	err := issue(cache, key, s, func(s *sluice.Stream) error {
 		m.parity = first
-		m.xW1Late = next != nil
-		err := m.trainStep(s)
-		m.xW1Late = false
-		if err != nil {
+		if err := m.trainStep(s); err != nil {
 			return err
 		}
 		m.parity = first + 1
@@ -55,6 +52,9 @@ func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream, next *sluice.
 		return m.loadInputPair(s, src.part(0, size), src.part(1, size), true)
 	})
 	m.parity = first + 1
+	if next != nil {
+		m.inputAhead = s
+	}
 	return err
 }
 
