@@ -17,6 +17,9 @@ import (
 //	momentum    nParams float32, same layout
 //	rng         uint64 length, then RNGCheckpoint.Serialize's bytes (they
 //	            carry their own CRC32C, checked by DeserializeRNGCheckpoint)
+//	mask        uint64 length, then the next step's dropout mask where it was
+//	            drawn a step ahead (cuda, the warpgroup-MMA step: model.preDraw,
+//	            whose RNG states are past it), or nothing
 //	crc         uint32 CRC32C (Castagnoli) of every byte before it
 //
 // Two runs that reach the same state write the same bytes (no time stamps),
@@ -24,7 +27,7 @@ import (
 
 const (
 	ckptMagic   = "SLTRAIN\x00"
-	ckptVersion = 1
+	ckptVersion = 2
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -53,6 +56,7 @@ type checkpoint struct {
 	params   []float32
 	momentum []float32
 	rng      []byte
+	dropMask []byte
 }
 
 func (c *checkpoint) marshal() []byte {
@@ -66,6 +70,8 @@ func (c *checkpoint) marshal() []byte {
 	_ = binary.Write(&b, binary.LittleEndian, c.momentum)
 	_ = binary.Write(&b, binary.LittleEndian, uint64(len(c.rng)))
 	b.Write(c.rng)
+	_ = binary.Write(&b, binary.LittleEndian, uint64(len(c.dropMask)))
+	b.Write(c.dropMask)
 	_ = binary.Write(&b, binary.LittleEndian, crc32.Checksum(b.Bytes(), castagnoli))
 	return b.Bytes()
 }
@@ -111,16 +117,35 @@ func loadCheckpoint(path string) (*checkpoint, error) {
 		return nil, bad("%d parameters do not fit in %d bytes", n, len(body))
 	}
 	c.params, c.momentum = make([]float32, n), make([]float32, n)
-	var rlen uint64
-	for _, v := range []any{c.params, c.momentum, &rlen} {
+	for _, v := range []any{c.params, c.momentum} {
 		if err := binary.Read(r, binary.LittleEndian, v); err != nil {
 			return nil, bad("%v", err)
 		}
 	}
-	if rlen != uint64(r.Len()) {
-		return nil, bad("RNG checkpoint of %d bytes, %d left", rlen, r.Len())
+	var err2 error
+	section := func(name string) []byte {
+		var n uint64
+		if err2 != nil {
+			return nil
+		}
+		if err2 = binary.Read(r, binary.LittleEndian, &n); err2 != nil {
+			return nil
+		}
+		if n > uint64(r.Len()) {
+			err2 = fmt.Errorf("%s of %d bytes, %d left", name, n, r.Len())
+			return nil
+		}
+		b := make([]byte, n)
+		_, _ = r.Read(b) // n bytes are there
+		return b
 	}
-	c.rng = body[len(body)-int(rlen):]
+	c.rng, c.dropMask = section("RNG checkpoint"), section("dropout mask")
+	if err2 == nil && r.Len() != 0 {
+		err2 = fmt.Errorf("%d bytes after the dropout mask", r.Len())
+	}
+	if err2 != nil {
+		return nil, bad("%v", err2)
+	}
 	return c, nil
 }
 

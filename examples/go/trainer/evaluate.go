@@ -47,7 +47,8 @@ func (m *model) evaluate(s *sluice.Stream, pinned *sluice.PinnedBuffer) (int, er
 				hostEvalCount(z2.f, y.b, cnt.u)
 			},
 			z1.ptr(), w2.ptr(), b2.ptr(), y.ptr(), uint64(0), uint64(0), cnt.ptr(),
-			uint32(rows), uint32(H), float32(0), int32(0), uint64(0), uint64(0), float32(0), int32(0)); err != nil {
+			uint32(rows), uint32(H), float32(0), int32(0), uint64(0), uint64(0), float32(0), int32(0),
+			uint64(0), uint32(0), float32(0), uint64(0)); err != nil {
 			return 0, err
 		}
 	}

@@ -14,6 +14,10 @@ func dropStates(rows, hid int) int {
 	return ceilDiv(rows, gemmBM) * ceilDiv(hid, gemmBN) * gemmThreads
 }
 
+// dropBitsLen is the size of the wgmma x W1's dropout mask drawn ahead
+// (drop_mask_byte): 16 bits per thread of its 64 x 32 tiles.
+func dropBitsLen(rows, hid int) int { return 2 * ceilDiv(rows, wgBM) * ceilDiv(hid, wgBN) * wgThreads }
+
 // dropDraw is the RNG state and the draw (0..dropDraws-1) that decide the
 // dropout of element (r, c) of a rows x hid activation, as gemm_tile's
 // epilogue assigns them: in tile (r/gemmBM, c/gemmBN), warp w covers rows

@@ -27,7 +27,9 @@ import (
 //	                     and SGD of b1, W2, b2; one: the mean loss     losses[step]
 //
 // With -loss-in-sgd=false a fourth kernel, loss_store, stores the loss
-// instead, after fwd2_ce.
+// instead, after fwd2_ce. With the warpgroup-MMA products the dropout is
+// drawn a step ahead: fwd2_ce draws the next step's mask while x W1 runs
+// (drop_mask the first step's), and x W1 reads it (docs/decisions.md).
 //
 // The two SGD steps are the products' epilogues: no gradient is written out.
 // The source comes in five parts: kernels_primitives.go, kernelTiles
@@ -42,7 +44,7 @@ var kernelNames = []string{
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
 	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
 	"gemm_nn_wg", "gemm_tn_wg", "gemm_nn_bias_relu_drop_wg", "gemm_tn_sgd_wg", "w1_to_bf16_tiled",
-	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store",
+	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "drop_mask",
 }
 
 // pdlKernels are the prefixes of the kernels launched with programmatic

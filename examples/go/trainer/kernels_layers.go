@@ -7,6 +7,13 @@ package main
 const kernelLayers = `
 extern "C" {
 
+// The first step's dropout mask for the wgmma x W1 (later steps': fwd2_ce),
+// a thread per RNG state (drop_bits).
+__global__ void drop_mask(sluice_rng_state* states, unsigned n_states, float p, unsigned hid, unsigned char* mask) {
+  const unsigned si = blockIdx.x * blockDim.x + threadIdx.x;
+  if (si < n_states) mask[drop_mask_byte(si, hid / WG_BN)] = drop_bits(states, si, p);
+}
+
 // out[i] = in[i] / 255, four per thread.
 __global__ void u8_to_f32(float* out, const unsigned char* in, unsigned n) {
   const unsigned i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
@@ -40,16 +47,25 @@ __global__ void scale_copy(float* dst, const float* src, unsigned n, float s) {
 // W2 of a thread's first CE_UNITS units and b2 load before pdl_enter (the
 // kernel ahead writes a1, never W2; through L1, as every block reads all of
 // W2), then those units' a1 all at once.
+//
+// With states (the wgmma step), the kernel also draws the next step's
+// dropout mask for the wgmma x W1 (drop_bits: a thread per state, while x W1
+// runs; stored after pdl_enter, once x W1 has read the mask before).
 #define CE_THREADS 128
 #define CE_UNITS 4
 __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const float* w2, const float* b2,
                                                       const unsigned char* labels, float* dlogits,
                                                       float* rowloss, unsigned* right, unsigned rows,
                                                       unsigned hid, float inv_rows, int train, float* da1,
-                                                      unsigned short* da1h, float scale, int da1_tiled) {
+                                                      unsigned short* da1h, float scale, int da1_tiled,
+                                                      sluice_rng_state* states, unsigned n_states, float p,
+                                                      unsigned char* mask) {
   __shared__ float s_part[CE_THREADS / 32][10];
   __shared__ float s_dz[10];
   const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, r = blockIdx.x;
+  const unsigned si = r * CE_THREADS + threadIdx.x, stride = gridDim.x * CE_THREADS, tiles_x = hid / WG_BN;
+  const bool draws = states != nullptr && si < n_states;
+  const unsigned char bits = draws ? drop_bits(states, si, p) : 0;
   float w[CE_UNITS][10], bias[10];
 #pragma unroll
   for (int k = 0; k < CE_UNITS; ++k) {
@@ -60,6 +76,10 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
 #pragma unroll
   for (int j = 0; j < 10; ++j) bias[j] = b2[j];
   pdl_enter();
+  if (draws) {
+    mask[drop_mask_byte(si, tiles_x)] = bits;
+    for (unsigned sj = si + stride; sj < n_states; sj += stride) mask[drop_mask_byte(sj, tiles_x)] = drop_bits(states, sj, p);
+  }
   if (r >= rows) return;  // the same for the whole block
   float acc[10];
 #pragma unroll

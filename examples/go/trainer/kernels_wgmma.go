@@ -34,6 +34,28 @@ __device__ __forceinline__ unsigned long long tiled_index(unsigned R, bool mn, u
 //   da1's bf16 copy (x^T da1's B, MN): tiled_index(WG_BN, true, unit, row, B)
 #define WG_BM 64
 #define WG_BN 32
+
+// The wgmma x W1's dropout, drawn a kernel ahead (fwd2_ce of the step
+// before, or drop_mask): state si draws the 8 elements that gemm_tile's
+// thread si % 128 of 32 x 32 tile si / 128 holds (dropDraw). In x W1's tiles
+// of 64 x 32 those are the column half h of thread (warp, lane) of tile
+// (ty / 2, bx), with ty, bx the 32 x 32 tile's row and column, warp = (ty %
+// 2) * 2 + q / 2, h = q % 2, q = si % 128 / 32: its bits go to byte 2 (tile
+// 128 + warp 32 + lane) + h of the mask, bit u set where draw u drops (is
+// below p), so that x W1's thread reads its 16 as one unsigned short.
+__device__ __forceinline__ unsigned char drop_bits(sluice_rng_state* __restrict__ states, unsigned si, float p) {
+  sluice_rng_state rs = states[si];
+  unsigned bits = 0;
+#pragma unroll
+  for (int u = 0; u < 8; ++u) bits |= (sluice_rng_uniform(&rs) < p ? 1u : 0u) << u;
+  states[si] = rs;
+  return (unsigned char)bits;
+}
+__device__ __forceinline__ unsigned drop_mask_byte(unsigned si, unsigned tiles_x) {
+  const unsigned tile = si / 128, ty = tile / tiles_x, bx = tile % tiles_x, q = si % 128 / 32;
+  const unsigned warp = (ty & 1) * 2 + q / 2;
+  return (((ty >> 1) * tiles_x + bx) * 128 + warp * 32 + si % 32) * 2 + (q & 1);
+}
 `
 
 // kernelWgmma holds the products themselves.
@@ -86,8 +108,9 @@ __device__ __forceinline__ void bulk_g2s(unsigned dst, const void* src, unsigned
 }
 
 // C[M,N] = op(A) B (+ epilogue) on tile (blockIdx.y, blockIdx.x) of 64 x 32,
-// A and B pre-tiled (tiled_index; B MN-major), K a multiple of 16 whose whole
-// range fits in shared memory. A is M x K K-major, or when TA stored K x M as
+// A and B pre-tiled (tiled_index; B MN-major), K a multiple of 16 SK16 (whole
+// stages: with a guard for a partial one, ptxas serialized x^T da1's MMAs,
+// 1.04x slower steps in run 257) whose whole range fits in shared memory. A is M x K K-major, or when TA stored K x M as
 // x W1's A is (tiled_index(WG_BM, false, k, m, M), M a multiple of 8): its
 // core matrices are then those of the MN-major operand, and a stage (64 of K,
 // one tile of A's rows) holds this block's 64 columns as one run of 8 KB. Thread 0 issues
@@ -95,21 +118,20 @@ __device__ __forceinline__ void bulk_g2s(unsigned dst, const void* src, unsigned
 // input stage, never the kernel ahead where x W1 launches early), each stage
 // completing on its mbarrier; the warpgroup's MMAs
 // then run stage by stage in one fixed order, so the sums never depend on
-// timing. Epilogues as gemm_tile's: EPI_BIAS_RELU_DROP draws the dropout of
-// its elements from the same RNG states and draws as gemm_tile's 32 x 32
-// tiles do (dropDraw): this thread's 16 elements are those of two threads of
-// those tiles, 8 draws of each state in their order. EPI_SGD steps W1 and
-// writes its bf16 copy pre-tiled as x W1's B.
+// timing. Epilogues as gemm_tile's: EPI_BIAS_RELU_DROP takes the dropout of
+// its elements from the mask drawn ahead (drop_bits: the same RNG states and
+// draws as gemm_tile's 32 x 32 tiles, dropDraw). EPI_SGD steps W1 and writes
+// its bf16 copy pre-tiled as x W1's B.
 template <int EPI, bool TA, int SK16>
 __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned short* __restrict__ A,
                                         const unsigned short* __restrict__ B, float* __restrict__ C,
-                                        const float* __restrict__ bias, sluice_rng_state* __restrict__ states,
+                                        const float* __restrict__ bias, const unsigned short* __restrict__ mask,
                                         float p, float scale, const SgdArgs sg) {
   extern __shared__ __align__(128) unsigned char wg_smem[];
   __shared__ __align__(8) unsigned long long wg_bar[WG_MAX_STAGES];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
-  const int nk16 = K / 16, nst = (nk16 + SK16 - 1) / SK16;
+  const int nst = K / (16 * SK16);  // whole stages
   const unsigned sa = smem_addr(wg_smem), sb = sa + WG_BM * K * 2, bar0 = smem_addr(wg_bar);
   static_assert(!TA || SK16 * 16 == WG_BM, "TA: a stage is one tile of A's rows");
   const unsigned char* ta = reinterpret_cast<const unsigned char*>(
@@ -119,7 +141,7 @@ __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned shor
     for (int s = 0; s < nst; ++s) mbar_init(bar0 + 8 * s);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     for (int s = 0; s < nst; ++s) {
-      const unsigned k16 = min(SK16, nk16 - s * SK16), off = s * SK16 * 32;
+      const unsigned k16 = SK16, off = s * SK16 * 32;
       // TA: the 8-column groups of this block's columns that A has.
       const unsigned abytes = TA ? min(8, (M - m0 + 7) / 8) * 1024 : k16 * 32 * WG_BM;
       const unsigned char* src = TA ? ta + (unsigned long long)s * WG_BM * M * 2 : ta + off * WG_BM;
@@ -130,26 +152,15 @@ __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned shor
   // The element of d[j] (see wgmma_n32), in the tile and in C.
 #define WG_ROW(j) (m0 + warp * 16 + g + 8 * (((j) >> 1) & 1))
 #define WG_COL(j) (n0 + ((j) >> 2) * 8 + 2 * t + ((j) & 1))
-  // Before pdl_enter (the kernel ahead writes neither): the dropout's RNG
-  // states, and EPI_SGD's parameters and velocities, as pairs of columns.
+  // Before pdl_enter (the kernel ahead writes neither): the dropout's mask,
+  // drawn ahead (drop_bits: bit j of this thread's 16, set where d[j] drops),
+  // and EPI_SGD's parameters and velocities, as pairs of columns.
   float mk[16];
   float2 pp[8], pv[8];
   if constexpr (EPI == EPI_BIAS_RELU_DROP) {
+    const unsigned bits = p > 0.0f ? mask[(blockIdx.y * gridDim.x + blockIdx.x) * WG_THREADS + tid] : 0u;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) mk[j] = 1.0f;
-    // The 32 x 32 tile row of this warp's rows, and per column half h its
-    // thread: warp (w % 2) * 2 + h of that tile, the same lane.
-    const unsigned ty = blockIdx.y * 2 + (warp >> 1);
-    if (p > 0.0f && ty < (unsigned)(M + 31) / 32) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const unsigned long long si = ((unsigned long long)ty * gridDim.x + blockIdx.x) * 128 + ((warp & 1) * 2 + h) * 32 + lane;
-        sluice_rng_state rs = states[si];
-#pragma unroll
-        for (int u = 0; u < 8; ++u) mk[h * 8 + u] = sluice_rng_uniform(&rs) < p ? 0.0f : scale;
-        states[si] = rs;
-      }
-    }
+    for (int j = 0; j < 16; ++j) mk[j] = (bits >> j) & 1u ? 0.0f : scale;
   }
   if constexpr (EPI == EPI_SGD) {
 #pragma unroll
@@ -164,7 +175,7 @@ __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned shor
   pdl_enter();
   if (tid == 0) {
     for (int s = 0; s < nst; ++s) {
-      const unsigned k16 = min(SK16, nk16 - s * SK16), off = s * SK16 * 32;
+      const unsigned k16 = SK16, off = s * SK16 * 32;
       bulk_g2s(sb + off * WG_BN, tb + off * WG_BN, k16 * 32 * WG_BN, bar0 + 8 * s);
     }
   }
@@ -175,10 +186,8 @@ __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned shor
   for (int s = 0; s < nst; ++s) {
     mbar_wait0(bar0 + 8 * s);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-    const int k16 = min(SK16, nk16 - s * SK16);
 #pragma unroll
     for (int kk = 0; kk < SK16; ++kk) {
-      if (kk >= k16) break;
       const unsigned kc = 2 * (s * SK16 + kk);  // core matrices along K
       // A's cores: along K 1024 bytes apart, along M 128; TA: along K (within
       // the stage's 8 KB) 128, along M 1024.
@@ -223,7 +232,8 @@ __device__ __forceinline__ void wg_tile(int M, int N, int K, const unsigned shor
 // The warpgroup-MMA kernels, with the _bf16 kernels' parameters (kchunk, ws
 // and counters unused): A and B pre-tiled (kernelTiles), N a multiple of
 // WG_BN, K of 16; a grid of N / WG_BN x ceil(M / WG_BM) tiles (gemm_tn_sgd_wg:
-// and layer2_block's rows of blocks past them), WG_THREADS threads, and
+// and layer2_block's rows of blocks past them), K a multiple of 16 WG_SK_NN
+// (x W1) or 16 WG_SK_TN (x^T da1), WG_THREADS threads, and
 // 2 (WG_BM + WG_BN) K bytes of dynamic shared memory. Absent unless compiled
 // for sm_90a.
 extern "C" {
@@ -237,10 +247,10 @@ __global__ void __launch_bounds__(WG_THREADS) gemm_tn_wg(GEMM_ARGS, float* ws, u
                                      static_cast<const unsigned short*>(B), C, 0, 0, 0.0f, 1.0f, SgdArgs{});
 }
 __global__ void __launch_bounds__(WG_THREADS) gemm_nn_bias_relu_drop_wg(GEMM_ARGS, const float* bias,
-                                                                        sluice_rng_state* states, float p,
+                                                                        const unsigned short* mask, float p,
                                                                         float scale, float* ws, unsigned* counters) {
   wg_tile<EPI_BIAS_RELU_DROP, false, WG_SK_NN>(M, N, K, static_cast<const unsigned short*>(A),
-                                               static_cast<const unsigned short*>(B), C, bias, states, p, scale,
+                                               static_cast<const unsigned short*>(B), C, bias, mask, p, scale,
                                                SgdArgs{});
 }
 __global__ void __launch_bounds__(WG_THREADS) gemm_tn_sgd_wg(GEMM_ARGS, float* v, unsigned short* ph, float lr,
@@ -271,11 +281,14 @@ __global__ void w1_to_bf16_tiled(unsigned short* out, const float* in, unsigned 
 }  // extern "C"
 `
 
-// The warpgroup-MMA products' tiling (WG_BM, WG_BN) and the most dynamic
+// The warpgroup-MMA products' tiling (WG_BM, WG_BN), K per stage, and the most dynamic
 // shared memory a block of theirs may take on sm_90 (227 KiB).
 const (
 	wgBM        = 64
 	wgBN        = 32
+	wgThreads   = 128 // WG_THREADS
+	wgStageNN   = 112 // 16 WG_SK_NN: K per stage of x W1, which K must be a multiple of
+	wgStageTN   = 64  // 16 WG_SK_TN: of x^T da1 (K: the batch)
 	wgMaxShared = 227 * 1024
 )
 

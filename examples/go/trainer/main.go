@@ -254,14 +254,19 @@ func run() error {
 
 	hdr := ckptHeader{Hidden: uint32(o.hidden), Batch: uint32(o.batch), Train: uint32(nTrain),
 		ShuffleSeed: o.seed, RNGSeed: o.seed, Dropout: hp.dropout, LR: hp.lr, Momentum: hp.mu, WeightDecay: hp.wd}
-	start := 0
+	start, maskLoaded := 0, false
 	if o.resume != "" {
-		if start, err = resume(o.resume, hdr, dev, train, m); err != nil {
+		if start, maskLoaded, err = resume(o.resume, hdr, dev, train, m); err != nil {
 			return err
 		}
 		fmt.Printf("resumed from %s after epoch %d\n", o.resume, start)
 	} else if err := m.initParams(train); err != nil {
 		return err
+	}
+	if !maskLoaded {
+		if err := m.drawFirstMask(train); err != nil {
+			return err
+		}
 	}
 	if start >= o.epochs {
 		return fmt.Errorf("the checkpoint is after epoch %d, and -epochs is %d", start, o.epochs)
@@ -643,6 +648,12 @@ func save(path string, hdr ckptHeader, s *sluice.Stream, m *model, rck *rngCheck
 		return 0, 0, err
 	}
 	c := &checkpoint{hdr: hdr, params: params, momentum: vel, rng: rb}
+	if m.preDraw {
+		c.dropMask = make([]byte, m.dropBits.Size())
+		if err := sluice.CopyToHost(s, c.dropMask, m.dropBits, 0); err != nil {
+			return 0, 0, err
+		}
+	}
 	crc, err := c.save(path)
 	if err != nil {
 		return 0, 0, err
@@ -654,34 +665,43 @@ func save(path string, hdr ckptHeader, s *sluice.Stream, m *model, rck *rngCheck
 	return crc, int(st.Size()), nil
 }
 
-// resume loads a checkpoint into the model: weights, momentum and the RNG's
-// states. It returns the number of epochs done.
-func resume(path string, want ckptHeader, dev *sluice.Device, s *sluice.Stream, m *model) (int, error) {
+// resume loads a checkpoint into the model: weights, momentum, the RNG's
+// states and the dropout mask drawn ahead, if any. It returns the number of
+// epochs done, and whether the checkpoint brought the mask.
+func resume(path string, want ckptHeader, dev *sluice.Device, s *sluice.Stream, m *model) (int, bool, error) {
 	c, err := loadCheckpoint(path)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := c.compatible(want); err != nil {
-		return 0, fmt.Errorf("checkpoint %s: %w", path, err)
+		return 0, false, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	if len(c.params) != m.nParams {
-		return 0, fmt.Errorf("checkpoint %s: %d parameters, the model has %d", path, len(c.params), m.nParams)
+		return 0, false, fmt.Errorf("checkpoint %s: %d parameters, the model has %d", path, len(c.params), m.nParams)
 	}
 	if err := sluice.CopyFromHostSlice(s, m.params, 0, c.params); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if err := sluice.CopyFromHostSlice(s, m.vel, 0, c.momentum); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	rck, err := deserializeRNGCheckpoint(dev, c.rng)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer rck.Close() // destroyed after the restore's copy
 	if err := m.rng.Restore(s, rck); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return int(c.hdr.Epochs), nil
+	switch {
+	case len(c.dropMask) == 0:
+		return int(c.hdr.Epochs), false, nil
+	case !m.preDraw:
+		return 0, false, fmt.Errorf("checkpoint %s holds a dropout mask drawn ahead by the warpgroup-MMA step (its RNG states are past it); resume with -gemm wgmma on a device of compute capability 9.0", path)
+	case len(c.dropMask) != m.dropBits.Size():
+		return 0, false, fmt.Errorf("checkpoint %s: a dropout mask of %d bytes, the model's is %d", path, len(c.dropMask), m.dropBits.Size())
+	}
+	return int(c.hdr.Epochs), true, sluice.CopyFromHost(s, m.dropBits, 0, c.dropMask)
 }
 
 func main() {

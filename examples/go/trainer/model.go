@@ -55,8 +55,9 @@ type model struct {
 	inX, inY [maxInputSets]*sluice.Buffer
 	parity   int
 	sets     int
-	// inputAhead is the stream whose last kernel is an input stage (run and
-	// steps2 keep it; nil: none). The wgmma x W1 loads x before its wait, so
+	// inputAhead is the stream whose last kernel is an input stage, or
+	// drop_mask (run and steps2 keep it; nil: none). The wgmma x W1 loads x
+	// and the mask drawn ahead before its wait, so
 	// on that stream it launches by xW1NotEarly, a handle of the same kernel
 	// without programmatic launch.
 	inputAhead  *sluice.Stream
@@ -99,6 +100,11 @@ type model struct {
 	rng     *rng
 	nStates int            // dropStates(B, H)
 	states  *sluice.Buffer // cuda: the RNG's states, drawn from by gemm_nn_bias_relu_drop
+	// preDraw (cuda, tiled, dropout > 0): the dropout of the wgmma x W1 is
+	// drawn a step ahead into dropBits, by fwd2_ce (drop_mask for the first
+	// step), so that x W1 reads 16 bits per thread instead of drawing them.
+	preDraw  bool
+	dropBits *sluice.Buffer
 }
 
 func (m *model) f32(b *sluice.Buffer, off, n int) arr {
@@ -233,7 +239,7 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 	} else {
 		zs := max(gemmSplits(inputs, gemmKChunkNN)*B*H, gemmSplits(B, gemmKChunkTN)*inputs*H)
 		tiles := max(ceilDiv(B, gemmBM), ceilDiv(inputs, gemmBM)) * ceilDiv(H, gemmBN)
-		allocs = append(allocs, alloc{&m.gemmWS, 4 * zs}, alloc{&m.gemmTickets, 4 * tiles},
+		allocs = append(allocs, alloc{&m.gemmWS, 4 * zs}, alloc{&m.gemmTickets, 4 * tiles}, alloc{&m.dropBits, dropBitsLen(B, H)},
 			alloc{&m.w1h, 2 * tiledLen(wgBN, H, inputs)}, alloc{&m.da1h, 2 * tiledLen(wgBN, H, B)})
 	}
 	for _, a := range allocs {
@@ -246,9 +252,14 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		if err := sluice.Memset(s, m.gemmTickets, 0, 0, m.gemmTickets.Size()); err != nil {
 			return nil, err
 		}
+		// Every byte of the mask is drawn; zeroed, a checkpoint's bytes never depend on the allocation.
+		if err := sluice.Memset(s, m.dropBits, 0, 0, m.dropBits.Size()); err != nil {
+			return nil, err
+		}
 		if err := m.selfTest(s, hp.gemm); err != nil {
 			return nil, err
 		}
+		m.preDraw = m.tiled && m.dropout > 0
 	}
 	if len(testX) > 0 {
 		// Synchronous copies from Go memory, once.
@@ -303,7 +314,7 @@ func (m *model) Close() {
 	bufs := append(m.inX[:], m.inY[:]...)
 	bufs = append(bufs, m.stage, m.a1, m.mask, m.z2, m.dz2, m.da1,
 		m.rowloss, m.params, m.grads, m.vel, m.trainStats, m.losses, m.testX, m.testY,
-		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.w1h, m.da1h)
+		m.exf, m.ez1, m.ez2, m.evalStat, m.states, m.gemmWS, m.gemmTickets, m.w1h, m.da1h, m.dropBits)
 	for _, b := range bufs {
 		if b != nil {
 			b.Close()
@@ -365,7 +376,7 @@ func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, read
 	if name == xW1ReadsBeforeWait && m.inputAhead == s && m.xW1NotEarly != nil {
 		f = m.xW1NotEarly
 	}
-	if strings.HasPrefix(name, "input_") {
+	if strings.HasPrefix(name, "input_") || name == "drop_mask" {
 		m.inputAhead = s
 	} else if m.inputAhead == s {
 		m.inputAhead = nil
@@ -426,6 +437,17 @@ func (m *model) initParams(s *sluice.Stream) error {
 		}
 	}
 	return nil
+}
+
+// drawFirstMask draws the next step's dropout mask for the wgmma x W1 (a
+// no-op unless preDraw): before the first step, when no checkpoint brought
+// it. From then on each step's fwd2_ce draws the next one's.
+func (m *model) drawFirstMask(s *sluice.Stream) error {
+	if !m.preDraw {
+		return nil
+	}
+	return m.run(s, "drop_mask", grid1(m.nStates), nil, syncs(m.states, m.dropBits), nil,
+		m.states.DevicePtr(), uint32(m.nStates), m.dropout, uint32(m.H), m.dropBits.DevicePtr())
 }
 
 // halfWeights writes W1's bf16 copy from the parameters (after initParams

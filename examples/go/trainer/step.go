@@ -121,14 +121,20 @@ func (m *model) trainStep(s *sluice.Stream) error {
 					return err
 				}
 			}
+			// The RNG's states it draws from, or the mask drawn ahead (preDraw).
 			var states uint64
-			rngBuf := syncs(m.mask) // the host's draws
-			if !m.host {
-				states, rngBuf = m.states.DevicePtr(), syncs(m.states)
+			reads, writes := syncs(m.params), syncs(m.mask) // the host's draws
+			switch {
+			case m.preDraw:
+				states, reads, writes = m.dropBits.DevicePtr(), append(reads, m.dropBits), nil
+			case m.tiled: // no dropout
+				writes = nil
+			case !m.host:
+				states, writes = m.states.DevicePtr(), syncs(m.states)
 			}
 			return m.gemm(s, gemmOp{
 				name: "gemm_nn_bias_relu_drop", suffix: gemmSuffix, M: B, N: H, K: inputs, chunk: gemmKChunkNN,
-				A: x, B: w1op, C: a1, extra: []any{b1.ptr(), states, p, scale}, reads: syncs(m.params), writes: rngBuf,
+				A: x, B: w1op, C: a1, extra: []any{b1.ptr(), states, p, scale}, reads: reads, writes: writes,
 				host: func() {
 					hostGemm(false, false, B, H, inputs, xf.f, w1.f, a1.f)
 					hostBiasReLUDropout(a1.f, draws.f, b1.f, B, p, scale)
@@ -138,8 +144,14 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses,
 		// right predictions; da1 = (dz2 W2^T) * mask
 		func() error {
-			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, yin),
-				syncs(m.z2, m.dz2, da1op.buf, m.rowloss, m.trainStats),
+			// With preDraw, also the next step's dropout mask.
+			var states, bits uint64
+			writes := syncs(m.z2, m.dz2, da1op.buf, m.rowloss, m.trainStats)
+			if m.preDraw {
+				states, bits = m.states.DevicePtr(), m.dropBits.DevicePtr()
+				writes = append(writes, m.states, m.dropBits)
+			}
+			return m.run(s, "fwd2_ce", ceGrid(B), syncs(m.a1, m.params, yin), writes,
 				func() {
 					hostGemm(false, false, B, classes, H, a1.f, w2.f, z2.f)
 					hostBiasAdd(z2.f, b2.f)
@@ -147,7 +159,7 @@ func (m *model) trainStep(s *sluice.Stream) error {
 					hostDa1(B, H, a1.f, dz2.f, w2.f, da1.f, scale)
 				},
 				a1.ptr(), w2.ptr(), b2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(), stats.ptr()+4,
-				uint32(B), uint32(H), inv, int32(1), da1f, da1h, scale, m.tiledFlag())
+				uint32(B), uint32(H), inv, int32(1), da1f, da1h, scale, m.tiledFlag(), states, uint32(m.nStates), p, bits)
 		},
 		func() error {
 			if m.lossInSGD {
