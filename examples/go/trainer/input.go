@@ -77,21 +77,36 @@ func (m *model) loadInput(s *sluice.Stream, src batchSource) error {
 		x.DevicePtr(), y.DevicePtr(), px, labels, uint32(n), uint32(m.B))
 }
 
-// loadInputPair is the input stage of a graph of two steps (steps2): src0
-// into input set m.parity and src1 into the next, with one kernel when half
-// (the other kinds and the host backend run loadInput twice). early: the
-// kernel does not wait for the kernel ahead of it (programmatic launch),
-// which must then neither write the batches nor touch the two sets.
-func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource, early bool) error {
+// loadInputGroup is the input stage of a group of n steps (stepGroup): the
+// n batches of src into input sets m.parity, m.parity + 1, ..., with a kernel
+// per two batches when half (the other kinds, the host backend and a last
+// odd batch run loadInput). early: the pairs' kernels do not wait for the
+// kernel ahead of them (programmatic launch), which must then neither write
+// the batches nor touch those sets.
+func (m *model) loadInputGroup(s *sluice.Stream, src batchSource, n int, early bool) error {
 	first := m.parity
 	defer func() { m.parity = first }()
-	if !m.half || src0.sync != nil || src1.sync != nil {
-		if err := m.loadInput(s, src0); err != nil {
+	size := m.B * (inputs + 1)
+	for k := 0; k < n; k++ {
+		m.parity = first + k
+		var err error
+		if k+1 < n && m.half && src.sync == nil {
+			err = m.loadInputPair(s, src.part(k, size), src.part(k+1, size), early)
+			k++
+		} else {
+			err = m.loadInput(s, src.part(k, size))
+		}
+		if err != nil {
 			return err
 		}
-		m.parity = first + 1
-		return m.loadInput(s, src1)
 	}
+	return nil
+}
+
+// loadInputPair is one kernel's input stage of two batches (half): src0
+// into input set m.parity and src1 into the next.
+func (m *model) loadInputPair(s *sluice.Stream, src0, src1 batchSource, early bool) error {
+	first := m.parity
 	n := m.B * inputs
 	x0, y0, x1, y1 := m.inX[first], m.inY[first], m.inX[first+1], m.inY[first+1]
 	cfg := grid8(n)

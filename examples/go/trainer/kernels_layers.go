@@ -386,7 +386,7 @@ __global__ void input_bf16(unsigned short* x, int tiled, unsigned char* y, const
 
 // input_bf16 for two batches at once, blockIdx.y's into its own input set:
 // the input stage of a graph of two steps, one launch for both. wait 0: it
-// does not wait for the kernel ahead (steps2's input stage after the steps,
+// does not wait for the kernel ahead (stepGroup's input stage after the steps,
 // -input-in-graph: that kernel, the second step's x^T da1, reads the other
 // two sets, and the stream waited for the batches' copy before the steps),
 // so it may run beside it.

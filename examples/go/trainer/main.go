@@ -99,9 +99,9 @@ func parseFlags() (*options, error) {
 	flag.BoolVar(&o.blocking, "blocking", false, "copy each batch with a blocking copy, without the prefetcher")
 	flag.BoolVar(&o.overlapInput, "overlap-input", true, "run each batch's input stage on a stream of its own, into one of two input sets, while the step before runs (false: on the training stream, one set); with two steps per graph or lease, -input-in-graph decides")
 	flag.BoolVar(&o.lossInSGD, "loss-in-sgd", true, "the step's last kernel (gemm_tn_sgd) stores the batch's loss in one more block (false: a kernel of its own, loss_store)")
-	flag.BoolVar(&o.eagerPairs, "eager-pairs", true, "with -eager, the prefetcher and -overlap-input: lease two batches per slot and run their input stage as one kernel, as the replayed loop does (-graph-steps 2), so that only the step's issue differs from it (false: a batch per lease)")
+	flag.BoolVar(&o.eagerPairs, "eager-pairs", true, "with -eager, the prefetcher and -overlap-input: lease two batches per slot (-graph-steps 4: four) and run their input stage as the replayed loop does, so that only the step's issue differs from it (false: a batch per lease)")
 	flag.BoolVar(&o.inputInGraph, "input-in-graph", true, "with two steps per graph or lease: lease the next pair's batches before this pair's steps and run their input stage on the training stream after them, in the same graph (one graph per slot), so that a pair costs the host a lease, a graph launch and a release (false: each pair's input stage on the input stream, issued before its graph)")
-	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1 or 2 (2: a graph runs the steps of two batches, read from four input sets)")
+	flag.IntVar(&o.graphSteps, "graph-steps", 2, "replayed steps with the prefetcher and -overlap-input: training steps per captured graph, 1, 2 or 4 (n > 1: a graph runs the steps of n batches, leased together, read from 2n input sets; -eager with -eager-pairs leases as many)")
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 16, "prefetcher slots")
@@ -133,8 +133,8 @@ func parseFlags() (*options, error) {
 		return nil, fmt.Errorf("-kchunk and -kchunk-tn must be positive multiples of %d", gemmBK)
 	case !validCluster(gemmClusterNN) || !validCluster(gemmClusterTN):
 		return nil, errors.New("-cluster and -cluster-tn must be 0, 1, 2, 4 or 8")
-	case o.graphSteps != 1 && o.graphSteps != 2:
-		return nil, errors.New("-graph-steps must be 1 or 2")
+	case o.graphSteps != 1 && o.graphSteps != 2 && o.graphSteps != 4:
+		return nil, errors.New("-graph-steps must be 1, 2 or 4")
 	case o.depth < 1 || o.producers < 1:
 		return nil, errors.New("-depth and -producers must be positive")
 	case flag.NArg() > 0:
@@ -242,11 +242,12 @@ func run() error {
 		return err
 	}
 	defer m.Close()
-	// Two steps per graph, or eagerly two steps per lease (-eager-pairs), read
-	// four input sets, two per lease in turn.
-	pairs := o.overlapInput && !o.blocking && (o.graph && o.graphSteps == 2 || !o.graph && o.eagerPairs)
-	if pairs {
-		m.sets = 4
+	// group steps per graph, or eagerly per lease (-eager-pairs), read 2
+	// group input sets, half of them per lease in turn.
+	group := 1
+	if o.overlapInput && !o.blocking && (o.graph && o.graphSteps > 1 || !o.graph && o.eagerPairs) {
+		group = max(o.graphSteps, 2)
+		m.sets = 2 * group
 	}
 	m.lossInSGD = o.lossInSGD
 	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
@@ -291,11 +292,8 @@ func run() error {
 	}
 
 	// The batches of epochs start..epochs-1, from the prefetcher or copied;
-	// for graphs of two steps, two batches per slot.
-	plan := slotPlan{per: 1, nb: smp.nb, first: start}
-	if pairs {
-		plan.per = 2
-	}
+	// for groups of steps, a group's batches per slot.
+	plan := slotPlan{per: group, nb: smp.nb, first: start}
 	var pf *sluice.Prefetcher
 	var stopProducers func() error
 	var producing producerTimes
@@ -345,10 +343,10 @@ func run() error {
 	var acc float64
 	var rates []float64 // steps/s of each epoch of this process
 	var batchWait time.Duration
-	pairN := 0       // graphs of two steps issued (pairs)
-	pairInput := inS // the stream of a pair's input stage outside a graph
+	groupN := 0       // groups of steps issued
+	groupInput := inS // the stream of a group's input stage outside a graph
 	if o.inputInGraph {
-		pairInput = train
+		groupInput = train
 	}
 	for e := start; e < o.epochs; e++ {
 		if err := sluice.Memset(train, m.trainStats, 0, 0, 8); err != nil {
@@ -357,23 +355,24 @@ func run() error {
 		te := time.Now()
 		var enqueue time.Duration // host time spent issuing the steps
 		var ph inputPhases
-		epochPairs := smp.nb / 2
 		for i := 0; i < smp.nb; i++ {
-			if pairs && i+1 < smp.nb {
-				// Batches i and i+1 in the sets of this pair (the pair before
-				// read the other two), then one graph of both steps. With
-				// -input-in-graph the pair before wrote them (the epoch's first
-				// pair: an input stage of its own), and this graph ends with the
-				// next pair's input stage.
-				first := 2 * (pairN % 2)
+			if n := min(group, smp.nb-i); n > 1 {
+				// Batches i..i+n-1 in the sets of this group (the group before
+				// read the other half), then one graph of their steps. With
+				// -input-in-graph the group before wrote them (the epoch's
+				// first group: an input stage of its own), and this graph ends
+				// with the next group's input stage (unless that is a single
+				// batch, which a step of its own reads).
+				first := group * (groupN % 2)
 				if !o.inputInGraph || i == 0 {
 					m.parity = first
-					if err := nextInput(pf, pairInput, m, &ph, true); err != nil {
+					if err := nextInput(pf, groupInput, m, &ph, n); err != nil {
 						return err
 					}
 				}
 				var next *sluice.Batch
-				if o.inputInGraph && i/2+1 < epochPairs {
+				nextN := min(group, smp.nb-i-n)
+				if o.inputInGraph && nextN > 1 {
 					t0 := time.Now()
 					if next, err = pf.Next(train, sluice.WaitForever); err != nil {
 						return err
@@ -381,9 +380,9 @@ func run() error {
 					ph.next += time.Since(t0)
 				}
 				m.parity = first
-				pairN++
+				groupN++
 				ts := time.Now()
-				err = m.steps2(cache, train, next)
+				err = m.stepGroup(cache, train, n, next, nextN)
 				enqueue += time.Since(ts)
 				if next != nil {
 					t0 := time.Now()
@@ -391,9 +390,9 @@ func run() error {
 					ph.release += time.Since(t0)
 				}
 				if err != nil {
-					return fmt.Errorf("epoch %d steps %d and %d: %w", e+1, i, i+1, err)
+					return fmt.Errorf("epoch %d steps %d to %d: %w", e+1, i, i+n-1, err)
 				}
-				i++
+				i += n - 1
 				continue
 			}
 			copyS := train
@@ -411,7 +410,7 @@ func run() error {
 				if err := m.loadInput(train, m.staged()); err != nil {
 					return err
 				}
-			} else if err := nextInput(pf, copyS, m, &ph, false); err != nil {
+			} else if err := nextInput(pf, copyS, m, &ph, 1); err != nil {
 				return err
 			}
 			ts := time.Now()
@@ -488,8 +487,8 @@ func run() error {
 			return err
 		}
 		per := "a step"
-		if pairs {
-			per = "two steps"
+		if group > 1 {
+			per = fmt.Sprintf("%d steps", group)
 		}
 		fmt.Printf("graph cache: %d eager, %d captured, %d replayed (a graph runs %s)\n", st.Eager, st.Captured, st.Replayed, per)
 	}
@@ -510,7 +509,7 @@ func run() error {
 	fmt.Printf("RESULT accuracy=%.4f\n", acc)
 	fmt.Printf("RESULT steps_per_s=%.1f mode=%s batch=%d hidden=%d (median of %d epochs)\n", steadyRate(rates), modeName(o), o.batch, o.hidden, max(len(rates)-1, 1))
 	if o.benchSteps > 0 {
-		rate, err := benchSteps(train, m, cache, o.benchSteps, smp.nb, pairs)
+		rate, err := benchSteps(train, m, cache, o.benchSteps, smp.nb, group)
 		if err != nil {
 			return err
 		}
@@ -535,11 +534,11 @@ func startInput(dev *sluice.Device, smp *sampler, o *options, plan slotPlan, tot
 type inputPhases struct{ next, stage, release time.Duration }
 
 // nextInput leases the next slot from the prefetcher on s and runs the input
-// stage over it (one kernel, which reads the slot in place), then releases
-// it: the slot is refilled once that kernel is done. A slot of one batch goes
-// into input set m.parity (model.loadInput), one of two into m.parity and
-// m.parity + 1 (model.loadInputPair). ph gets the time of each call added.
-func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhases, pair bool) error {
+// stage over it (a kernel per two batches, which reads the slot in place),
+// then releases it: the slot is refilled once those kernels are done. The
+// slot's n batches go into input sets m.parity, m.parity + 1, ...
+// (model.loadInputGroup). ph gets the time of each call added.
+func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhases, n int) error {
 	t0 := time.Now()
 	b, err := pf.Next(s, sluice.WaitForever)
 	if err != nil {
@@ -547,11 +546,8 @@ func nextInput(pf *sluice.Prefetcher, s *sluice.Stream, m *model, ph *inputPhase
 	}
 	t1 := time.Now()
 	src, err := m.prefetched(b)
-	if err == nil && pair {
-		size := m.B * (inputs + 1)
-		err = m.loadInputPair(s, src.part(0, size), src.part(1, size), false)
-	} else if err == nil {
-		err = m.loadInput(s, src)
+	if err == nil {
+		err = m.loadInputGroup(s, src, n, false)
 	}
 	t2 := time.Now()
 	err = errors.Join(err, b.Release())
@@ -578,7 +574,7 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 	var ph inputPhases
 	for i := 0; i < o.benchInput && err == nil; i++ {
 		m.useInput(i)
-		err = nextInput(pf, inS, m, &ph, false)
+		err = nextInput(pf, inS, m, &ph, 1)
 	}
 	if err == nil {
 		err = inS.Synchronize()
@@ -607,24 +603,25 @@ func benchInput(dev *sluice.Device, inS *sluice.Stream, m *model, smp *sampler, 
 // the epochs issue them (replayed or eager) but without the input pipeline:
 // the step's own rate. The losses' counter restarts every perEpoch steps, as
 // an epoch's does. The weights change: it runs after the checkpoint.
-func benchSteps(s *sluice.Stream, m *model, cache *sluice.GraphCache, n, perEpoch int, pairs bool) (float64, error) {
+func benchSteps(s *sluice.Stream, m *model, cache *sluice.GraphCache, n, perEpoch, group int) (float64, error) {
 	t0 := time.Now()
 	for done := 0; done < n; {
 		if err := sluice.Memset(s, m.trainStats, 0, 0, 8); err != nil {
 			return 0, err
 		}
-		for i := 0; i < perEpoch && done < n; i, done = i+1, done+1 {
+		for i := 0; i < perEpoch && done < n; {
 			var err error
-			if pairs && i+1 < perEpoch && done+1 < n {
+			k := min(group, perEpoch-i, n-done)
+			if k > 1 {
 				m.parity = 0
-				err = m.steps2(cache, s, nil)
-				i, done = i+1, done+1
+				err = m.stepGroup(cache, s, k, nil, 0)
 			} else {
 				err = m.step(cache, s)
 			}
 			if err != nil {
 				return 0, err
 			}
+			i, done = i+k, done+k
 		}
 	}
 	if err := s.Synchronize(); err != nil {

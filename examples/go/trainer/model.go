@@ -12,8 +12,8 @@ import (
 const (
 	inputs  = 28 * 28
 	classes = 10
-	// maxInputSets: two pairs, for graphs of two steps.
-	maxInputSets = 4
+	// maxInputSets: two groups of up to four steps (stepGroup).
+	maxInputSets = 8
 )
 
 // arr is a run of float32, uint8 or uint32 elements inside a device buffer:
@@ -51,12 +51,12 @@ type model struct {
 	// The input sets, written by the input stage (loadInput): each a batch's
 	// pixels as the products' x operand (bf16 when half, else floats) and
 	// its labels. A step reads set parity (useInput), of the first sets
-	// (2, or 4 for graphs of two steps: see steps2).
+	// (2, or twice the steps of a group: see stepGroup).
 	inX, inY [maxInputSets]*sluice.Buffer
 	parity   int
 	sets     int
 	// inputAhead is the stream whose last kernel is an input stage, or
-	// drop_mask (run and steps2 keep it; nil: none). The wgmma x W1 loads x
+	// drop_mask (run and stepGroup keep it; nil: none). The wgmma x W1 loads x
 	// and the mask drawn ahead before its wait, so
 	// on that stream it launches by xW1NotEarly, a handle of the same kernel
 	// without programmatic launch.

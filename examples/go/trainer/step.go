@@ -13,45 +13,47 @@ func (m *model) step(cache *sluice.GraphCache, s *sluice.Stream) error {
 	return issue(cache, uint64(m.parity), s, m.trainStep)
 }
 
-// steps2 issues two training steps on s, over input sets m.parity (even)
-// and m.parity + 1: as one graph replayed from cache, or eagerly when cache
-// is nil (-eager, two batches per lease). Replayed, the device pays one graph
-// boundary per two steps, and the second step's first kernel may start while
-// the first step's last one finishes (programmatic launch). Its kernels are
-// the same ops in the same order as two step calls, so the losses and
-// weights are bit-identical to theirs. m.parity ends at the second.
+// stepGroup issues n (2 to 4) training steps on s, over input sets
+// m.parity, m.parity + 1, ...: as one graph replayed from cache, or eagerly
+// when cache is nil (-eager, several batches per lease). Replayed, the device
+// pays one graph boundary per group, and each step's first kernel may start
+// while the step before finishes (programmatic launch). Its kernels are the
+// same ops in the same order as n step calls, so the losses and weights are
+// bit-identical to theirs. m.parity ends at the last.
 //
-// With next (leased on s, -input-in-graph), the steps are followed by the
-// input stage of next's two batches into the other two sets, so that a
-// graph, keyed by next's slot, holds it: the host then issues one graph per
-// pair, and the input kernel may run beside the second step's last kernel.
-// The stream's last kernel is then an input stage, replayed or not
-// (model.inputAhead).
-func (m *model) steps2(cache *sluice.GraphCache, s *sluice.Stream, next *sluice.Batch) error {
+// With next (leased on s, -input-in-graph, nextN of its batches), the steps
+// are followed by the input stage of next's batches into the sets of the
+// other half, so that a graph, keyed by next's slot, holds it: the host then
+// issues one graph per group, and the input kernel may run beside the last
+// step's last kernel. The stream's last kernel is then an input stage,
+// replayed or not (model.inputAhead).
+func (m *model) stepGroup(cache *sluice.GraphCache, s *sluice.Stream, n int, next *sluice.Batch, nextN int) error {
 	first := m.parity
-	key := uint64(m.sets + first)
+	// The graph's key: the group's sets and sizes, and next's slot (a slot's
+	// address, far past the small keys).
+	key := uint64(first<<4 | n<<2)
 	var src batchSource
 	if next != nil {
 		var err error
 		if src, err = m.prefetched(next); err != nil {
 			return err
 		}
-		key = src.addr + uint64(first) // a slot's address: far past the sets' keys
+		key += src.addr + uint64(nextN)
 	}
 	err := issue(cache, key, s, func(s *sluice.Stream) error {
-		m.parity = first
-		if err := m.trainStep(s); err != nil {
-			return err
+		for k := range n {
+			m.parity = first + k
+			if err := m.trainStep(s); err != nil {
+				return err
+			}
 		}
-		m.parity = first + 1
-		if err := m.trainStep(s); err != nil || next == nil {
-			return err
+		if next == nil {
+			return nil
 		}
-		m.parity = (first + 2) % m.sets
-		size := m.B * (inputs + 1)
-		return m.loadInputPair(s, src.part(0, size), src.part(1, size), true)
+		m.parity = (first + m.sets/2) % m.sets
+		return m.loadInputGroup(s, src, nextN, true)
 	})
-	m.parity = first + 1
+	m.parity = first + n - 1
 	if next != nil {
 		m.inputAhead = s
 	}

@@ -120,16 +120,17 @@ func TestCorruptCheckpoint(t *testing.T) {
 }
 
 // TestInputRoutingAndBenchModes: copying batches on the training stream into
-// one input set computes the same losses, bit for bit, as the default (four
-// sets, two steps per graph, each graph ending with the next pair's input
-// stage: a graph per slot), and so do the input stage on a stream of its own
-// (-input-in-graph=false: two graphs), one step per graph and storing the
-// loss with a kernel of its own instead of gemm_tn_sgd's (replayed and
-// eagerly); -bench-steps and -bench-input report a rate.
+// one input set computes the same losses, bit for bit, as two steps per
+// graph (four sets, each graph ending with the next pair's input stage: a
+// graph per slot), and so do the input stage on a stream of its own
+// (-input-in-graph=false: two graphs), one and four steps per graph (and
+// eagerly four batches per lease), and storing the loss with a kernel of its
+// own instead of gemm_tn_sgd's (replayed and eagerly); -bench-steps and
+// -bench-input report a rate.
 func TestInputRoutingAndBenchModes(t *testing.T) {
 	dir := t.TempDir()
 	a, b := filepath.Join(dir, "a.losses"), filepath.Join(dir, "b.losses")
-	out := trainer(t, "-epochs", "1", "-losses", a, "-bench-steps", "20")
+	out := trainer(t, "-epochs", "1", "-losses", a, "-bench-steps", "20", "-graph-steps", "2")
 	trainer(t, "-epochs", "1", "-losses", b, "-overlap-input=false")
 	if la, lb := read(t, a), read(t, b); len(la) == 0 || !bytes.Equal(la, lb) {
 		t.Fatalf("losses differ between the input routings:\n%s\n%s", la, lb)
@@ -148,21 +149,26 @@ func TestInputRoutingAndBenchModes(t *testing.T) {
 	// The loss stored by a kernel of its own (loss_store) instead of gemm_tn_sgd's
 	// last block, replayed and eagerly; and eagerly with a batch per lease.
 	leased := map[string]int{}
-	for _, args := range [][]string{{"-loss-in-sgd=false"}, {"-loss-in-sgd=false", "-eager"}, {"-eager"}, {"-eager", "-eager-pairs=false"},
-		{"-input-in-graph=false"}, {"-input-in-graph=false", "-eager"}} {
+	for _, args := range [][]string{{"-loss-in-sgd=false"}, {"-loss-in-sgd=false", "-eager"}, {"-eager", "-graph-steps", "2"},
+		{"-eager", "-eager-pairs=false"}, {"-input-in-graph=false", "-graph-steps", "2"}, {"-input-in-graph=false", "-eager"},
+		{"-graph-steps", "4"}, {"-graph-steps", "4", "-eager"}} {
 		out := trainer(t, append([]string{"-epochs", "1", "-losses", b}, args...)...)
 		if la, lb := read(t, a), read(t, b); !bytes.Equal(la, lb) {
 			t.Fatalf("losses differ with %q:\n%s\n%s", args, la, lb)
 		}
 		leased[strings.Join(args, " ")] = slotsLeased(t, out)
-		if strings.Join(args, " ") == "-input-in-graph=false" {
+		if strings.Join(args, " ") == "-input-in-graph=false -graph-steps 2" {
 			if n, _ := graphCounts(t, out); n != 2 {
 				t.Fatalf("-input-in-graph=false captured %d graphs, want 2 (one per pair of sets)", n)
 			}
 		}
 	}
-	if p, s := leased["-eager"], leased["-eager -eager-pairs=false"]; p == 0 || s != 2*p && s != 2*p-1 {
-		t.Fatalf("slots leased eagerly: %d with two batches per lease, %d with one (want half)", p, s)
+	one := leased["-eager -eager-pairs=false"]
+	if p := leased["-eager -graph-steps 2"]; p == 0 || p != ceilDiv(one, 2) {
+		t.Fatalf("slots leased eagerly: %d with two batches per lease, %d with one (want half)", p, one)
+	}
+	if q := leased["-graph-steps 4 -eager"]; q != ceilDiv(one, 4) {
+		t.Fatalf("slots leased eagerly: %d with four batches per lease, %d with one (want a quarter)", q, one)
 	}
 	for _, c := range []struct {
 		out string
