@@ -52,7 +52,7 @@ var kernelNames = []string{
 // input stage's, and x W1 only in its warpgroup-MMA form. The mma.sync x W1
 // (gemm_nn_bias_relu_drop_bf16), launched early, would wait on SMs that x^T
 // da1, the kernel ahead, still needs (run 189: the step alone 1.09x faster
-// without it); the wgmma one loads x and draws its dropout while it waits,
+// without it); the wgmma one loads x and its dropout mask while it waits,
 // and the step alone ran 1.08x faster with it (run 241; docs/decisions.md).
 var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_", xW1ReadsBeforeWait}
 
