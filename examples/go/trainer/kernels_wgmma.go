@@ -43,12 +43,22 @@ __device__ __forceinline__ unsigned long long tiled_index(unsigned R, bool mn, u
 // 2) * 2 + q / 2, h = q % 2, q = si % 128 / 32: its bits go to byte 2 (tile
 // 128 + warp 32 + lane) + h of the mask, bit u set where draw u drops (is
 // below p), so that x W1's thread reads its 16 as one unsigned short.
+// It moves only the words a uniform draw reads or changes: the counter, the
+// Philox block, the key and the position (48 of the state's 64 bytes read,
+// 36 written; the normals' fields stay as they are).
 __device__ __forceinline__ unsigned char drop_bits(sluice_rng_state* __restrict__ states, unsigned si, float p) {
-  sluice_rng_state rs = states[si];
+  uint4* w = reinterpret_cast<uint4*>(states + si);
+  const uint4 c = w[0], o = w[1], k = w[2];
+  sluice_rng_state rs;
+  rs.ctr[0] = c.x, rs.ctr[1] = c.y, rs.ctr[2] = c.z, rs.ctr[3] = c.w;
+  rs.output[0] = o.x, rs.output[1] = o.y, rs.output[2] = o.z, rs.output[3] = o.w;
+  rs.key[0] = k.x, rs.key[1] = k.y, rs.position = k.z;
   unsigned bits = 0;
 #pragma unroll
   for (int u = 0; u < 8; ++u) bits |= (sluice_rng_uniform(&rs) < p ? 1u : 0u) << u;
-  states[si] = rs;
+  w[0] = make_uint4(rs.ctr[0], rs.ctr[1], rs.ctr[2], rs.ctr[3]);
+  w[1] = make_uint4(rs.output[0], rs.output[1], rs.output[2], rs.output[3]);
+  reinterpret_cast<unsigned*>(w + 2)[2] = rs.position;
   return (unsigned char)bits;
 }
 __device__ __forceinline__ unsigned drop_mask_byte(unsigned si, unsigned tiles_x) {
