@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 )
 
@@ -122,31 +123,30 @@ func loadCheckpoint(path string) (*checkpoint, error) {
 			return nil, bad("%v", err)
 		}
 	}
-	var err2 error
-	section := func(name string) []byte {
-		var n uint64
-		if err2 != nil {
-			return nil
-		}
-		if err2 = binary.Read(r, binary.LittleEndian, &n); err2 != nil {
-			return nil
-		}
-		if n > uint64(r.Len()) {
-			err2 = fmt.Errorf("%s of %d bytes, %d left", name, n, r.Len())
-			return nil
-		}
-		b := make([]byte, n)
-		_, _ = r.Read(b) // n bytes are there
-		return b
+	if c.rng, err = readSection(r, "RNG checkpoint"); err != nil {
+		return nil, bad("%v", err)
 	}
-	c.rng, c.dropMask = section("RNG checkpoint"), section("dropout mask")
-	if err2 == nil && r.Len() != 0 {
-		err2 = fmt.Errorf("%d bytes after the dropout mask", r.Len())
+	if c.dropMask, err = readSection(r, "dropout mask"); err != nil {
+		return nil, bad("%v", err)
 	}
-	if err2 != nil {
-		return nil, bad("%v", err2)
+	if r.Len() != 0 {
+		return nil, bad("%d bytes after the dropout mask", r.Len())
 	}
 	return c, nil
+}
+
+// readSection reads a uint64 length, then that many bytes.
+func readSection(r *bytes.Reader, name string) ([]byte, error) {
+	var n uint64
+	if err := binary.Read(r, binary.LittleEndian, &n); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if n > uint64(r.Len()) {
+		return nil, fmt.Errorf("%s of %d bytes, %d left", name, n, r.Len())
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(r, b)
+	return b, err
 }
 
 // compatible checks that a checkpoint was made by a run of the same shape and

@@ -575,6 +575,10 @@ func TestKernelMacrosMatchTheGoConstants(t *testing.T) {
 		"MI": gemmMI, "NJ": gemmNJ, "GBK": gemmBK, "NSTAGE": gemmStages, "NSTAGE_H": gemmStagesH,
 		"GTHREADS": gemmThreads, "CE_THREADS": ceThreads, "L2_UNITS": l2Units,
 		"CLUSTER_NN": gemmClusterNN, "CLUSTER_TN": gemmClusterTN, "WG_BM": wgBM, "WG_BN": wgBN,
+		"WG_SK_NN": wgStageNN / 16, "WG_SK_TN": wgStageTN / 16, "WG_THREADS": wgThreads,
+	}
+	if inputs%wgStageNN != 0 {
+		t.Errorf("x W1's K (%d) is not whole stages of %d", inputs, wgStageNN)
 	}
 	re := regexp.MustCompile(`(?m)^#define ([A-Z0-9_]+) ([0-9]+)\b`)
 	seen := map[string]bool{}

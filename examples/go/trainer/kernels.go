@@ -56,9 +56,13 @@ var kernelNames = []string{
 // and the step alone ran 1.08x faster with it (run 241; docs/decisions.md).
 var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_", xW1ReadsBeforeWait}
 
-// xW1ReadsBeforeWait is the wgmma x W1, which loads x before pdl_enter: never
-// launched early where an input stage is the kernel ahead of it (model.run).
+// xW1ReadsBeforeWait is the wgmma x W1, which loads x and its dropout mask
+// before pdl_enter: never launched early where a kernel that writes them
+// (writesXW1Inputs, name prefixes: the input stage, drop_mask) is the kernel
+// ahead of it (model.run).
 const xW1ReadsBeforeWait = "gemm_nn_bias_relu_drop_wg"
+
+var writesXW1Inputs = []string{"input_", "drop_mask"}
 
 // kernelDefines (flag -kdefine) are extra macro definitions for the kernel
 // source, "NAME=VALUE,...", as NVRTC options -DNAME=VALUE.

@@ -11,7 +11,7 @@ extern "C" {
 // a thread per RNG state (drop_bits).
 __global__ void drop_mask(sluice_rng_state* states, unsigned n_states, float p, unsigned hid, unsigned char* mask) {
   const unsigned si = blockIdx.x * blockDim.x + threadIdx.x;
-  if (si < n_states) mask[drop_mask_byte(si, hid / WG_BN)] = drop_bits(states, si, p);
+  if (si < n_states) drop_mask_state(states, si, p, hid / WG_BN, mask);
 }
 
 // out[i] = in[i] / 255, four per thread.
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
   pdl_enter();
   if (draws) {
     mask[drop_mask_byte(si, tiles_x)] = bits;
-    for (unsigned sj = si + stride; sj < n_states; sj += stride) mask[drop_mask_byte(sj, tiles_x)] = drop_bits(states, sj, p);
+    for (unsigned sj = si + stride; sj < n_states; sj += stride) drop_mask_state(states, sj, p, tiles_x, mask);
   }
   if (r >= rows) return;  // the same for the whole block
   float acc[10];

@@ -66,6 +66,11 @@ __device__ __forceinline__ unsigned drop_mask_byte(unsigned si, unsigned tiles_x
   const unsigned warp = (ty & 1) * 2 + q / 2;
   return (((ty >> 1) * tiles_x + bx) * 128 + warp * 32 + si % 32) * 2 + (q & 1);
 }
+// State si's draws into its byte of the mask.
+__device__ __forceinline__ void drop_mask_state(sluice_rng_state* __restrict__ states, unsigned si, float p,
+                                                unsigned tiles_x, unsigned char* mask) {
+  mask[drop_mask_byte(si, tiles_x)] = drop_bits(states, si, p);
+}
 `
 
 // kernelWgmma holds the products themselves.

@@ -55,9 +55,9 @@ type model struct {
 	inX, inY [maxInputSets]*sluice.Buffer
 	parity   int
 	sets     int
-	// inputAhead is the stream whose last kernel is an input stage, or
-	// drop_mask (run and stepGroup keep it; nil: none). The wgmma x W1 loads x
-	// and the mask drawn ahead before its wait, so
+	// inputAhead is the stream whose last kernel wrote an input of the wgmma
+	// x W1 (writesXW1Inputs: x, the mask drawn ahead; run and stepGroup keep
+	// it; nil: none). x W1 loads them before its wait, so
 	// on that stream it launches by xW1NotEarly, a handle of the same kernel
 	// without programmatic launch.
 	inputAhead  *sluice.Stream
@@ -376,7 +376,7 @@ func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, read
 	if name == xW1ReadsBeforeWait && m.inputAhead == s && m.xW1NotEarly != nil {
 		f = m.xW1NotEarly
 	}
-	if strings.HasPrefix(name, "input_") || name == "drop_mask" {
+	if slices.ContainsFunc(writesXW1Inputs, func(p string) bool { return strings.HasPrefix(name, p) }) {
 		m.inputAhead = s
 	} else if m.inputAhead == s {
 		m.inputAhead = nil
