@@ -1959,6 +1959,21 @@ struct sluice_error_t *sluice_function_set_max_dynamic_shared_memory(struct slui
                                                                      uint32_t bytes);
 
 /**
+ * Lets the launches of `function` use a thread block cluster larger than the
+ * portable size of 8 blocks (the kernel's `__cluster_dims__`), up to what the
+ * device supports (16 blocks on an H100 or H200; the driver's
+ * `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`). Such a launch may fail on
+ * other devices. `allowed = false` restores the portable limit. Applies to the
+ * launches made after the call, from any thread, captured ones included.
+ *
+ * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `function`);
+ * `SLUICE_ERROR_UNSUPPORTED` (`allowed` on a device below compute capability 9.0);
+ * `SLUICE_ERROR_DRIVER` (the driver refused); `SLUICE_ERROR_UNSUPPORTED` on host.
+ */
+struct sluice_error_t *sluice_function_set_non_portable_cluster_size_allowed(struct sluice_function_t function,
+                                                                             bool allowed);
+
+/**
  * Launches `function` on `stream` as one tracked op over `reads` and `writes`.
  * `args` holds one pointer per kernel parameter, as for `cuLaunchKernel`, and
  * `num_args` is its length. Where the driver reports a kernel's parameters

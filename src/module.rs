@@ -103,6 +103,29 @@ impl Function {
         backend.function_set_max_dynamic_shared(self.raw, bytes)
     }
 
+    /// Lets this kernel's launches use a thread block cluster larger than the 8 blocks
+    /// every device of compute capability 9.0 supports (its `__cluster_dims__`), up
+    /// to what the device allows (16 on an H100); such a size may fail on other
+    /// devices. Devices below 9.0 give `Unsupported`. Applies to later launches from
+    /// any thread.
+    pub fn set_non_portable_cluster_size_allowed(&self, allowed: bool) -> Result<()> {
+        if allowed {
+            let (major, minor) = self.device.props()?.compute_capability;
+            if major < 9 {
+                return Err(Error::new(
+                    ErrorCode::Unsupported,
+                    format!(
+                        "thread block clusters need compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
+                        self.name
+                    ),
+                ));
+            }
+        }
+        self.device
+            .backend
+            .function_set_non_portable_cluster(self.raw, allowed)
+    }
+
     /// Whether launches use programmatic stream serialization.
     #[inline(always)]
     pub fn programmatic_launch(&self) -> bool {

@@ -60,6 +60,17 @@ extern \"C\" __global__ void big(unsigned *out) {
 }
 ";
 
+/// A cluster of 16 blocks (non-portable): each block writes its rank in the cluster
+/// and the cluster's size.
+const CLUSTER16: &CStr = c"
+extern \"C\" __global__ void __cluster_dims__(16, 1, 1) ranks(unsigned *out) {
+    unsigned rank, size;
+    asm(\"mov.u32 %0, %%cluster_ctarank;\" : \"=r\"(rank));
+    asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(size));
+    if (threadIdx.x == 0) out[blockIdx.x] = rank | size << 16;
+}
+";
+
 const N: usize = 10_007;
 
 fn dims(n: usize) -> LaunchDims {
@@ -403,4 +414,53 @@ fn more_than_48_kib_of_dynamic_shared_memory() {
         "{}",
         e.message
     );
+}
+
+/// `set_non_portable_cluster_size_allowed`: a kernel declared with clusters of 16
+/// blocks fails to launch until it opts in, then runs with every block at its rank
+/// in a cluster of 16; below compute capability 9.0 opting in is `Unsupported`.
+#[test]
+fn clusters_of_16_blocks_after_opting_in() {
+    let k = kit();
+    if !k.is_cuda() {
+        return;
+    }
+    let (major, _) = k.dev.props().unwrap().compute_capability;
+    if major < 9 {
+        let m = Module::compile(&k.dev, BUMP, None, &[]).expect("compile");
+        let f = m.function(c"bump").expect("bump");
+        let e = f
+            .set_non_portable_cluster_size_allowed(true)
+            .expect_err("below 9.0");
+        assert_eq!(e.code, ErrorCode::Unsupported, "{e:?}");
+        return;
+    }
+    const BLOCKS: usize = 64;
+    let s = k.stream();
+    let m = Module::compile(&k.dev, CLUSTER16, Some(c"cluster16.cu"), &[]).expect("compile");
+    let f = m.function(c"ranks").expect("ranks");
+    let out = k.buffer(&s, BLOCKS);
+    let dims = LaunchDims {
+        grid: [BLOCKS as u32, 1, 1],
+        block: [32, 1, 1],
+        shared_mem_bytes: 0,
+    };
+    let launch = || {
+        let mut p = out.addr;
+        let mut args = [&mut p as *mut u64 as *mut c_void];
+        let w = [out.sync.clone()];
+        // SAFETY: args match ranks(unsigned*).
+        unsafe { ops::launch(&s, &f, dims, &mut args, &[], &w) }
+    };
+    let e = launch().expect_err("16 blocks per cluster without opting in");
+    assert_eq!(e.code, ErrorCode::Driver, "{e:?}");
+    f.set_non_portable_cluster_size_allowed(true)
+        .expect("opt in");
+    launch().expect("16 blocks per cluster after opting in");
+    let got = k.read(&s, &out);
+    for (i, v) in got.iter().enumerate() {
+        assert_eq!(*v, (i % 16) as u32 | 16 << 16, "out[{i}]");
+    }
+    f.set_non_portable_cluster_size_allowed(false)
+        .expect("opt out");
 }

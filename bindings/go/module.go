@@ -185,6 +185,22 @@ func (f *Function) SetProgrammaticLaunch(enabled bool) error {
 	return check(e, &f.h)
 }
 
+// SetNonPortableClusterSizeAllowed lets the function's later launches, from
+// any goroutine and captured ones included, use a thread block cluster larger
+// than the portable 8 blocks (the kernel's __cluster_dims__), up to what the
+// device supports (16 on an H100 or H200); such a launch may fail on other
+// devices (sluice_function_set_non_portable_cluster_size_allowed). Enabling
+// it below compute capability 9.0 gives ErrUnsupported.
+func (f *Function) SetNonPortableClusterSizeAllowed(allowed bool) error {
+	h, err := f.h.raw("Function.SetNonPortableClusterSizeAllowed")
+	if err != nil {
+		return err
+	}
+	e := C.sluice_function_set_non_portable_cluster_size_allowed(h, C.bool(allowed))
+	runtime.KeepAlive(f)
+	return check(e, &f.h)
+}
+
 // SetMaxDynamicSharedMemory lets the function's later launches, from any
 // goroutine and captured ones included, ask for up to bytes of dynamic shared
 // memory per block (LaunchConfig.SharedMemBytes); a launch asking for more than

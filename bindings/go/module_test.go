@@ -172,6 +172,9 @@ func TestCompileModule(t *testing.T) {
 		if err := f.SetMaxDynamicSharedMemory(1024); !errors.Is(err, ErrClosed) {
 			t.Fatalf("SetMaxDynamicSharedMemory after Close: %v", err)
 		}
+		if err := f.SetNonPortableClusterSizeAllowed(true); !errors.Is(err, ErrClosed) {
+			t.Fatalf("SetNonPortableClusterSizeAllowed after Close: %v", err)
+		}
 		must(t, m.Close())
 	}
 	entries, err := filepath.Glob(filepath.Join(cache, "*.sluicebin"))
@@ -208,6 +211,7 @@ func TestLaunchUnknownFunction(t *testing.T) {
 	}
 	wantCode(t, f.SetProgrammaticLaunch(true), ErrInvalidHandle)
 	wantCode(t, f.SetMaxDynamicSharedMemory(64<<10), ErrInvalidHandle)
+	wantCode(t, f.SetNonPortableClusterSizeAllowed(true), ErrInvalidHandle)
 	// Out of uint32's range: refused in Go, before C sees the handle.
 	wantCode(t, f.SetMaxDynamicSharedMemory(-1), ErrInvalidArgument)
 	if strconv.IntSize == 64 {

@@ -634,6 +634,13 @@ impl ModuleApi for HostDevice {
         ))
     }
 
+    fn function_set_non_portable_cluster(&self, _func: u64, _allowed: bool) -> Result<()> {
+        Err(Error::unsupported(
+            "function_set_non_portable_cluster",
+            "host",
+        ))
+    }
+
     fn compile_plan(&self, _options: &[String]) -> Result<CompilePlan> {
         Err(compile_unsupported())
     }

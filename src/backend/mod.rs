@@ -269,6 +269,9 @@ backend_api! {
         /// Lets launches of `func` ask for up to `bytes` of dynamic shared memory
         /// per block (cuda: `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
         fn function_set_max_dynamic_shared(&self, func: u64, bytes: u32) -> Result<()>;
+        /// Lets launches of `func` use clusters larger than the portable 8 blocks
+        /// (cuda: `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`).
+        fn function_set_non_portable_cluster(&self, func: u64, allowed: bool) -> Result<()>;
         /// Decides how [`compile`](ModuleApi::compile) would build a program with these
         /// options (the architecture defaults to the device's own). Fails where no
         /// compiler is available.

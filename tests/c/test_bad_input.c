@@ -232,6 +232,7 @@ static void check_bad_handles(uint64_t bits, int skip) {
     BH(7, sluice_module_get_function(m, "k", &fn_out));
     BH(8, sluice_function_set_programmatic_launch(fn, true));
     BH(8, sluice_function_set_max_dynamic_shared_memory(fn, 65536));
+    BH(8, sluice_function_set_non_portable_cluster_size_allowed(fn, true));
     /* destroys */
     BH(1, sluice_device_close(dev));
     BH(2, sluice_stream_destroy(s));

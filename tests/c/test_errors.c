@@ -325,6 +325,8 @@ TEST(errors_module_log_trace_counters) {
               SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_function_set_max_dynamic_shared_memory((sluice_function_t){0}, 65536),
               SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_ERR(sluice_function_set_non_portable_cluster_size_allowed((sluice_function_t){0}, true),
+              SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_log_set_level(99), SLUICE_ERROR_INVALID_ARGUMENT);
     CHECK_ERR(sluice_trace_start(NULL), SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_ERR(sluice_trace_start(""), SLUICE_ERROR_INVALID_ARGUMENT);

@@ -31,6 +31,9 @@ TEST_F(SluiceTest, LaunchWithoutAFunction) {
   EXPECT_EQ(none.set_max_dynamic_shared_memory(std::nothrow, 65536).code(),
             ErrorCode::invalid_handle);
   EXPECT_SLUICE_THROW(none.set_max_dynamic_shared_memory(65536), ErrorCode::invalid_handle);
+  EXPECT_EQ(none.set_non_portable_cluster_size_allowed(std::nothrow, true).code(),
+            ErrorCode::invalid_handle);
+  EXPECT_SLUICE_THROW(none.set_non_portable_cluster_size_allowed(false), ErrorCode::invalid_handle);
 }
 
 TEST(LaunchDims, Linear) {

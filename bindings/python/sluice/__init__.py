@@ -532,3 +532,10 @@ class Function(_Owned):
         if not 0 <= nbytes <= 0xFFFF_FFFF:
             raise SluiceError(ERROR_INVALID_ARGUMENT, f"{nbytes} bytes out of range")
         _check(lib.sluice_function_set_max_dynamic_shared_memory(self.handle, nbytes))
+
+    def set_non_portable_cluster_size_allowed(self, allowed=True):
+        """Lets later launches use a thread block cluster larger than the portable 8
+        blocks (the kernel's ``__cluster_dims__``), up to what the device supports;
+        such a launch may fail on other devices. Enabling it below compute
+        capability 9.0 raises SluiceError (ERROR_UNSUPPORTED)."""
+        _check(lib.sluice_function_set_non_portable_cluster_size_allowed(self.handle, bool(allowed)))

@@ -115,6 +115,7 @@ _SIGNATURES = {
     "sluice_function_destroy": (ERR, [FunctionH]),
     "sluice_function_set_programmatic_launch": (ERR, [FunctionH, ctypes.c_bool]),
     "sluice_function_set_max_dynamic_shared_memory": (ERR, [FunctionH, ctypes.c_uint32]),
+    "sluice_function_set_non_portable_cluster_size_allowed": (ERR, [FunctionH, ctypes.c_bool]),
     "sluice_stream_launch": (
         ERR,
         [

@@ -72,6 +72,9 @@ def test_errors_carry_code_and_message(dev, stream):
     with pytest.raises(sluice.SluiceError) as ei:
         stale.set_max_dynamic_shared_memory(64 * 1024)
     assert ei.value.code == sluice.ERROR_INVALID_HANDLE
+    with pytest.raises(sluice.SluiceError) as ei:
+        stale.set_non_portable_cluster_size_allowed(True)
+    assert ei.value.code == sluice.ERROR_INVALID_HANDLE
     for bad in (-1, 1 << 32):  # outside uint32: refused before the C call
         with pytest.raises(sluice.SluiceError) as ei:
             stale.set_max_dynamic_shared_memory(bad)

@@ -143,6 +143,19 @@ impl ModuleApi for CudaDevice {
         d.check(res, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
     }
 
+    fn function_set_non_portable_cluster(&self, func: u64, allowed: bool) -> Result<()> {
+        let d = self.bind()?;
+        // SAFETY: a live function; a valid attribute id.
+        let res = unsafe {
+            (d.cuFuncSetAttribute)(
+                h(func),
+                CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                c_int::from(allowed),
+            )
+        };
+        d.check(res, "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+    }
+
     fn compile_plan(&self, options: &[String]) -> Result<CompilePlan> {
         self.nvrtc_plan(options)
     }

@@ -85,6 +85,19 @@ class Function
     set_max_dynamic_shared_memory(std::nothrow, bytes).value();
   }
 #endif
+  /// Lets later launches use a thread block cluster larger than the portable 8
+  /// blocks (the kernel's __cluster_dims__), up to what the device supports; such
+  /// a launch may fail on other devices. Below compute capability 9.0 enabling
+  /// gives ErrorCode::unsupported. See
+  /// sluice_function_set_non_portable_cluster_size_allowed.
+  Result<void> set_non_portable_cluster_size_allowed(std::nothrow_t, bool allowed) const {
+    return detail::check(sluice_function_set_non_portable_cluster_size_allowed(raw(), allowed));
+  }
+#if SLUICE_CPP_EXCEPTIONS
+  void set_non_portable_cluster_size_allowed(bool allowed) const {
+    set_non_portable_cluster_size_allowed(std::nothrow, allowed).value();
+  }
+#endif
 };
 
 /// A loaded module (PTX text, cubin or fatbin). Move-only; it unloads once this
