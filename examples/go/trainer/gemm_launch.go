@@ -51,7 +51,6 @@ type gemmOp struct {
 	writes  []sluice.Syncable // besides C (and the workspace)
 	host    func()            // the host backend's callback
 	layer2  *layer2Args       // gemm_tn_sgd: its layer2_block blocks (nil: none)
-	tail    []any             // the arguments after layer2's (gemm_tn_sgd_wg: the dropout's draws)
 }
 
 // layer2Args are gemm_tn_sgd's last arguments: layer2_block's, run by
@@ -109,7 +108,6 @@ func (m *model) gemm(s *sluice.Stream, g gemmOp) error {
 		gy += ceilDiv(g.layer2.blocks, gx) // rows of blocks past the tiles
 		args = append(args, g.layer2.args()...)
 	}
-	args = append(args, g.tail...)
 	cfg := sluice.LaunchConfig{
 		Grid:           sluice.Dim3{X: uint32(gx), Y: uint32(gy), Z: uint32(z)},
 		Block:          sluice.Dim3{X: gemmThreads},

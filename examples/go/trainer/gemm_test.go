@@ -600,15 +600,15 @@ func TestKernelMacrosMatchTheGoConstants(t *testing.T) {
 	}
 }
 
-// -dump-kernels writes what a run compiles: the clusters', -ce-groups' and -kdefine's
+// -dump-kernels writes what a run compiles: the clusters' and -kdefine's
 // macros as #define lines (a bare name as 1, as -DNAME), then the source.
 func TestKernelSourceWithDefines(t *testing.T) {
 	saved := kernelDefines
 	defer func() { kernelDefines = saved }()
 	kernelDefines = "NSTAGE_H=4,FLAG"
 	got := kernelSourceWithDefines()
-	head := fmt.Sprintf("#define CLUSTER_NN %d\n#define CLUSTER_TN %d\n#define CE_GROUPS %d\n#define CE_NT %d\n#define NSTAGE_H 4\n#define FLAG 1\n",
-		gemmClusterNN, gemmClusterTN, ceGroups, ceNT)
+	head := fmt.Sprintf("#define CLUSTER_NN %d\n#define CLUSTER_TN %d\n#define NSTAGE_H 4\n#define FLAG 1\n",
+		gemmClusterNN, gemmClusterTN)
 	if got != head+kernelSource {
 		t.Fatalf("kernelSourceWithDefines starts %q, want %q then the kernel source", got[:min(len(got), len(head)+40)], head)
 	}

@@ -43,7 +43,7 @@ var kernelNames = []string{
 	"gemm_nn", "gemm_tn", "gemm_nn_bias_relu", "gemm_nn_bias_relu_drop",
 	"gemm_nn_simt", "gemm_tn_simt", "gemm_nn_bias_relu_simt", "gemm_nn_bias_relu_drop_simt",
 	"gemm_tn_sgd", "gemm_tn_sgd_simt", "gemm_nn_bf16", "gemm_tn_bf16", "gemm_nn_bias_relu_drop_bf16", "gemm_tn_sgd_bf16",
-	"gemm_nn_wg", "gemm_tn_wg", "gemm_nn_bias_relu_drop_wg", "gemm_nn_ce_wg", "gemm_tn_sgd_wg", "w1_to_bf16_tiled",
+	"gemm_nn_wg", "gemm_tn_wg", "gemm_nn_bias_relu_drop_wg", "gemm_tn_sgd_wg", "w1_to_bf16_tiled",
 	"u8_to_f32", "input_f32", "input_bf16", "input_pair_bf16", "f32_to_bf16", "scale_copy", "fwd2_ce", "loss_store", "drop_mask",
 }
 
@@ -54,13 +54,13 @@ var kernelNames = []string{
 // da1, the kernel ahead, still needs (run 189: the step alone 1.09x faster
 // without it); the wgmma one loads x and its dropout mask while it waits,
 // and the step alone ran 1.08x faster with it (run 241; docs/decisions.md).
-var pdlKernels = append([]string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_"}, xW1ReadsBeforeWait...)
+var pdlKernels = []string{"gemm_tn_sgd", "fwd2_ce", "loss_store", "input_", xW1ReadsBeforeWait}
 
-// xW1ReadsBeforeWait are the wgmma x W1 kernels, which load x (and
-// gemm_nn_bias_relu_drop_wg its dropout mask) before pdl_enter: never
-// launched early where a kernel that writes them (writesXW1Inputs, name
-// prefixes: the input stage, drop_mask) is the kernel ahead (model.run).
-var xW1ReadsBeforeWait = []string{"gemm_nn_bias_relu_drop_wg", "gemm_nn_ce_wg"}
+// xW1ReadsBeforeWait is the wgmma x W1, which loads x and its dropout mask
+// before pdl_enter: never launched early where a kernel that writes them
+// (writesXW1Inputs, name prefixes: the input stage, drop_mask) is the kernel
+// ahead of it (model.run).
+const xW1ReadsBeforeWait = "gemm_nn_bias_relu_drop_wg"
 
 var writesXW1Inputs = []string{"input_", "drop_mask"}
 
@@ -71,7 +71,7 @@ var kernelDefines string
 // kernelDefinitions are the macro definitions the kernels are compiled
 // with: the clusters' flags, then -kdefine's.
 func kernelDefinitions() string {
-	return fmt.Sprintf("CLUSTER_NN=%d,CLUSTER_TN=%d,CE_GROUPS=%d,CE_NT=%d,%s", gemmClusterNN, gemmClusterTN, ceGroups, ceNT, kernelDefines)
+	return fmt.Sprintf("CLUSTER_NN=%d,CLUSTER_TN=%d,%s", gemmClusterNN, gemmClusterTN, kernelDefines)
 }
 
 // kernelSourceWithDefines is kernelSource preceded by kernelDefinitions as
@@ -114,7 +114,7 @@ func defineOptions(defs string) []string {
 // GEMM_ARGS counts as its parameters.
 var kernelParams = sync.OnceValue(func() map[string]int {
 	gemmArgs := strings.Count(regexp.MustCompile(`#define GEMM_ARGS ([^\n]*)`).FindStringSubmatch(kernelSource)[1], ",") + 1
-	decl := regexp.MustCompile(`__global__\s+void\s+(?:ATTR[NT][\s\\]+)?(?:__cluster_dims__\([^)]*\)\s*)?(?:__launch_bounds__\([^)]*\)[\s\\]*)?([a-z0-9_]+)(?:##SUFFIX)?\(`)
+	decl := regexp.MustCompile(`__global__\s+void\s+(?:ATTR[NT][\s\\]+)?(?:__launch_bounds__\([^)]*\)[\s\\]*)?([a-z0-9_]+)(?:##SUFFIX)?\(`)
 	params := map[string]int{}
 	for _, m := range decl.FindAllStringSubmatchIndex(kernelSource, -1) {
 		name := kernelSource[m[2]:m[3]]

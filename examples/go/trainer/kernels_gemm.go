@@ -40,7 +40,6 @@ const kernelGemm = `
 #define EPI_BIAS_RELU 1       // C = relu(acc + bias[n])
 #define EPI_BIAS_RELU_DROP 2  // C = relu(acc + bias[n]) * mask, mask from the thread's RNG state
 #define EPI_SGD 3             // acc is the gradient of the parameters C: an SGD-momentum step (sgd1)
-#define EPI_CE 4              // EPI_BIAS_RELU_DROP, then fwd2_ce on the rows (gemm_nn_ce_wg)
 
 #define SMEM_F32 (NSTAGE * (A_STAGE + B_STAGE))  // floats of the FP32 main loop's stages
 #define HK 32           // BF16: K per stage
@@ -563,7 +562,7 @@ __device__ __forceinline__ void gemm_tile(int M, int N, int K, int kchunk,
     if (blockIdx.y >= tiles_y) {                                                                   \
       if (blockIdx.z == 0)                                                                         \
         layer2_block((blockIdx.y - tiles_y) * gridDim.x + blockIdx.x, a1, dz2, p1, v1, K, N,      \
-                     scale, lr, mu, wd, rowloss, losses, counter, false);                          \
+                     scale, lr, mu, wd, rowloss, losses, counter);                                 \
       return;                                                                                      \
     }                                                                                              \
     gemm_tile<true, MMA, HALF, EPI_SGD, CLT>(M, N, K, kchunk, A, B, C, 0, 0, 0.0f, 1.0f, ws,       \

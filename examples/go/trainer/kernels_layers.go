@@ -34,94 +34,6 @@ __global__ void scale_copy(float* dst, const float* src, unsigned n, float s) {
   if (i < n) dst[i] = src[i] * s;
 }
 
-#define CE_THREADS 128
-#define CE_UNITS 4
-// fwd2_ce's arithmetic, which the wgmma x W1 with the loss (gemm_nn_ce_wg)
-// shares, so that both give the same bits. A thread's part of a row's
-// logits over its units c = tid + k CE_THREADS < hid (k < CE_UNITS), whose
-// a1 values are av and rows of W2 w.
-__device__ __forceinline__ void ce_unit_sums(float (&acc)[10], const float (&av)[CE_UNITS],
-                                             const float (&w)[CE_UNITS][10], unsigned tid, unsigned hid) {
-#pragma unroll
-  for (int j = 0; j < 10; ++j) acc[j] = 0.0f;
-#pragma unroll
-  for (int k = 0; k < CE_UNITS; ++k) {
-    if (tid + k * CE_THREADS < hid) {
-#pragma unroll
-      for (int j = 0; j < 10; ++j) acc[j] += av[k] * w[k][j];
-    }
-  }
-}
-// A warp's parts of a row's logits added by a xor butterfly; lane j < 10
-// writes sum j to part[j].
-__device__ __forceinline__ void ce_warp_sums(float (&acc)[10], unsigned lane, float* part) {
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-    for (int j = 0; j < 10; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
-  if (lane < 10) {
-#pragma unroll
-    for (int j = 0; j < 10; ++j)
-      if ((int)lane == j) part[j] = acc[j];
-  }
-}
-// One warp, row r: the logits from the row's CE_THREADS / 32 warp parts (in
-// warp order) and b2, a right prediction counted in *right; when train, the
-// row's loss and dz = (softmax - onehot) * inv_rows, to dlogits and dz.
-__device__ __forceinline__ void ce_softmax(const float (*part)[10], const float (&bias)[10], int y,
-                                           unsigned lane, unsigned r, float inv_rows, int train,
-                                           float* dlogits, float* rowloss, unsigned* right, float* dz) {
-  float l[10];
-#pragma unroll
-  for (int j = 0; j < 10; ++j) {
-    float v = part[0][j];
-#pragma unroll
-    for (int w = 1; w < CE_THREADS / 32; ++w) v += part[w][j];
-    l[j] = v + bias[j];
-  }
-  float mx = l[0];
-  int arg = 0;
-#pragma unroll
-  for (int j = 1; j < 10; ++j)
-    if (l[j] > mx) { mx = l[j]; arg = j; }
-  if (train) {
-    float e[10], sum = 0.0f, ly = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 10; ++j) {
-#ifdef CE_T7
-      e[j] = __expf(l[j] - mx);
-#else
-      e[j] = expf(l[j] - mx);
-#endif
-      sum += e[j];
-      if (j == y) ly = l[j];
-    }
-    const float inv = 1.0f / sum;
-#pragma unroll
-    for (int j = 0; j < 10; ++j)
-      if ((int)lane == j) {
-        const float d = (e[j] * inv - (j == y ? 1.0f : 0.0f)) * inv_rows;
-#ifndef CE_T8
-        dlogits[r * 10 + j] = d;
-#endif
-        dz[j] = d;
-      }
-#ifndef CE_T8
-    if (lane == 0) rowloss[r] = logf(sum) - (ly - mx);
-#endif
-  }
-#ifndef CE_T6
-  if (lane == 0 && arg == y) atomicAdd(right, 1u);
-#endif
-}
-// da1 of a unit whose a1 is av and row of W2 wc (the sum's order as bwd2's was).
-__device__ __forceinline__ float ce_da1(const float (&dz)[10], const float (&wc)[10], float av, float scale) {
-  float s = 0.0f;
-#pragma unroll
-  for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
-  return av > 0.0f ? s * scale : 0.0f;
-}
-
 // A block of 128 threads (4 warps) per row r of a1 (hid units): the logits
 // l = a1[r] W2 + b2 (thread k sums units k, k+128, ..., each warp adds its
 // lanes by a xor butterfly, then the 4 warps' sums in warp order), a right
@@ -139,6 +51,8 @@ __device__ __forceinline__ float ce_da1(const float (&dz)[10], const float (&wc)
 // With states (the wgmma step), the kernel also draws the next step's
 // dropout mask for the wgmma x W1 (drop_bits: a thread per state, while x W1
 // runs; stored after pdl_enter, once x W1 has read the mask before).
+#define CE_THREADS 128
+#define CE_UNITS 4
 __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const float* w2, const float* b2,
                                                       const unsigned char* labels, float* dlogits,
                                                       float* rowloss, unsigned* right, unsigned rows,
@@ -167,6 +81,9 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
     for (unsigned sj = si + stride; sj < n_states; sj += stride) drop_mask_state(states, sj, p, tiles_x, mask);
   }
   if (r >= rows) return;  // the same for the whole block
+  float acc[10];
+#pragma unroll
+  for (int j = 0; j < 10; ++j) acc[j] = 0.0f;
   const float* a = a1 + (unsigned long long)r * hid;
   float av[CE_UNITS];
 #pragma unroll
@@ -174,24 +91,75 @@ __global__ void __launch_bounds__(CE_THREADS) fwd2_ce(const float* a1, const flo
     const unsigned c = threadIdx.x + k * CE_THREADS;
     av[k] = c < hid ? a[c] : 0.0f;
   }
-  float acc[10];
-  ce_unit_sums(acc, av, w, threadIdx.x, hid);
+#pragma unroll
+  for (int k = 0; k < CE_UNITS; ++k) {
+    if (threadIdx.x + k * CE_THREADS < hid) {
+#pragma unroll
+      for (int j = 0; j < 10; ++j) acc[j] += av[k] * w[k][j];
+    }
+  }
   for (unsigned c = threadIdx.x + CE_UNITS * CE_THREADS; c < hid; c += CE_THREADS) {
     const float av = a[c];
     const float* w = w2 + (unsigned long long)c * 10;
 #pragma unroll
     for (int j = 0; j < 10; ++j) acc[j] += av * w[j];
   }
-  ce_warp_sums(acc, lane, s_part[warp]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+    for (int j = 0; j < 10; ++j) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], off);
+  if (lane < 10) {
+#pragma unroll
+    for (int j = 0; j < 10; ++j)
+      if ((int)lane == j) s_part[warp][j] = acc[j];
+  }
   __syncthreads();
-  if (warp == 0) ce_softmax(s_part, bias, labels[r], lane, r, inv_rows, train, dlogits, rowloss, right, s_dz);
+  if (warp == 0) {
+    float l[10];
+#pragma unroll
+    for (int j = 0; j < 10; ++j) {
+      float v = s_part[0][j];
+#pragma unroll
+      for (int w = 1; w < CE_THREADS / 32; ++w) v += s_part[w][j];
+      l[j] = v + bias[j];
+    }
+    float mx = l[0];
+    int arg = 0;
+#pragma unroll
+    for (int j = 1; j < 10; ++j)
+      if (l[j] > mx) { mx = l[j]; arg = j; }
+    const int y = labels[r];
+    if (train) {
+      float e[10], sum = 0.0f, ly = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 10; ++j) {
+        e[j] = expf(l[j] - mx);
+        sum += e[j];
+        if (j == y) ly = l[j];
+      }
+      const float inv = 1.0f / sum;
+#pragma unroll
+      for (int j = 0; j < 10; ++j)
+        if ((int)lane == j) {
+          const float d = (e[j] * inv - (j == y ? 1.0f : 0.0f)) * inv_rows;
+          dlogits[r * 10 + j] = d;
+          s_dz[j] = d;
+        }
+      if (lane == 0) rowloss[r] = logf(sum) - (ly - mx);
+    }
+    if (lane == 0 && arg == y) atomicAdd(right, 1u);
+  }
   if (!train || (da1 == nullptr && da1h == nullptr)) return;  // the same for the whole block
   __syncthreads();
   float dz[10];
 #pragma unroll
   for (int j = 0; j < 10; ++j) dz[j] = s_dz[j];
+  // da1 of unit c, whose a1 is av and row of W2 wc (the sum's order as bwd2's was).
   auto da1_store = [&](unsigned c, float av, const float (&wc)[10]) {
-    const float v = ce_da1(dz, wc, av, scale);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 10; ++j) s += dz[j] * wc[j];
+    const float v = av > 0.0f ? s * scale : 0.0f;
     const unsigned long long i = (unsigned long long)r * hid + c;
     if (da1h != nullptr)
       da1h[da1_tiled ? tiled_index(WG_BN, true, c, r, rows) : i] = f2bf(v);
@@ -255,8 +223,7 @@ __global__ void __launch_bounds__(256) loss_store(const float* rowloss, float* l
 // W2 (hid x 10), b2 (10)]); a block reads only its own units' rows of W2,
 // all before it updates them. Before pdl_enter (the kernel ahead, fwd2_ce,
 // writes dz2; a1, W2 and the parameters come from earlier kernels) a thread
-// loads its unit's row of W2, its slots' first L2_ROWS rows of a1 (after it
-// when a1_late: gemm_nn_ce_wg, the kernel ahead, wrote a1) and the
+// loads its unit's row of W2, its slots' first L2_ROWS rows of a1 and the
 // parameter it steps. The block after the units' (blk == l2_blocks(hid))
 // stores the loss when rowloss is not null.
 #define L2_UNITS 4
@@ -267,7 +234,7 @@ __device__ __forceinline__ unsigned l2_blocks(unsigned hid) { return (hid + L2_U
 __device__ __forceinline__ void layer2_block(unsigned blk, const float* a1, const float* dz2, float* p1,
                                              float* v1, unsigned rows, unsigned hid, float scale,
                                              float lr, float mu, float wd, const float* rowloss,
-                                             float* losses, unsigned* counter, bool a1_late) {
+                                             float* losses, unsigned* counter) {
   if (blk >= l2_blocks(hid)) {
     if (blk == l2_blocks(hid) && rowloss != nullptr) store_loss(rowloss, losses, counter, rows);
     return;
@@ -279,16 +246,13 @@ __device__ __forceinline__ void layer2_block(unsigned blk, const float* a1, cons
   float wc[10], a[2][L2_ROWS];
 #pragma unroll
   for (int j = 0; j < 10; ++j) wc[j] = c < hid ? w2[(unsigned long long)c * 10 + j] : 0.0f;
-  auto load_a1 = [&]() {
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+  for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int k = 0; k < L2_ROWS; ++k) {
-        const unsigned r = slot0 + 32 * h + k * L2_SLOTS;
-        a[h][k] = c < hid && r < rows ? __ldcg(a1 + (unsigned long long)r * hid + c) : 0.0f;
-      }
-  };
-  if (!a1_late) load_a1();
+    for (int k = 0; k < L2_ROWS; ++k) {
+      const unsigned r = slot0 + 32 * h + k * L2_SLOTS;
+      a[h][k] = c < hid && r < rows ? __ldcg(a1 + (unsigned long long)r * hid + c) : 0.0f;
+    }
   // The parameter this thread steps at the end (see there): index pk.
   const unsigned u = blk * L2_UNITS + threadIdx.x / 11, q = threadIdx.x % 11;
   const bool stepper = threadIdx.x < L2_UNITS * 11 && u <= hid && (q < 10 || u < hid);
@@ -299,7 +263,6 @@ __device__ __forceinline__ void layer2_block(unsigned blk, const float* a1, cons
     pv = __ldcg(v1 + pk);
   }
   pdl_enter();
-  if (a1_late) load_a1();
   float gw[2][10], gb[2] = {0.0f, 0.0f};
 #pragma unroll
   for (int h = 0; h < 2; ++h)

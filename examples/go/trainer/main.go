@@ -74,7 +74,6 @@ type options struct {
 	depth, producers       int
 	data                   string
 	gemm                   string
-	fuseCE                 bool
 	cpuProfile             string
 	cpuProfileHz           int
 	dumpKernels            string
@@ -111,9 +110,6 @@ func parseFlags() (*options, error) {
 	flag.StringVar(&o.pdlKernels, "pdl-kernels", strings.Join(pdlKernels, ","), "with -pdl: the comma-separated name prefixes of the kernels launched with programmatic dependent launch")
 	flag.BoolVar(&o.pdl, "pdl", true, "cuda, compute capability 9.0+: launch the step's kernels with programmatic dependent launch (each may start while the one ahead finishes)")
 	flag.StringVar(&o.gemm, "gemm", "wgmma", "cuda: the training step's products: wgmma (warpgroup MMA on pre-tiled bf16 operands, compute capability 9.0), bf16 or tf32 (mma.sync), or fp32; a start-up self-test falls back in that order")
-	flag.BoolVar(&o.fuseCE, "fuse-ce", false, "cuda, -gemm wgmma, -hidden 512: x W1 runs the softmax cross-entropy and da1 in its thread block clusters (one kernel fewer per step; the same bits), and x^T da1 draws the dropout a step ahead")
-	flag.IntVar(&ceNT, "ce-nt", ceNT, "cuda, -fuse-ce: 32-column tiles of x W1 per block, 1 (clusters of 16 blocks, non-portable) or 2 (clusters of 8)")
-	flag.IntVar(&ceGroups, "ce-groups", ceGroups, "cuda, -fuse-ce: warpgroups per block of x W1 with the loss (1, 2, 4 or 8), which run fwd2_ce on its rows")
 	flag.IntVar(&gemmKChunkNN, "kchunk", gemmKChunkNN, "cuda: K per block of the split-K product x W1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster 0)")
 	flag.IntVar(&gemmKChunkTN, "kchunk-tn", gemmKChunkTN, "cuda: K per block of the split-K product x^T da1 (a multiple of 32; TF32 and FP32, and BF16 with -cluster-tn 0)")
 	flag.IntVar(&gemmClusterNN, "cluster", gemmClusterNN, "cuda, bf16: blocks of the cluster that splits the K of x W1 (1, 2, 4 or 8; 0: split by -kchunk)")
@@ -240,7 +236,7 @@ func run() error {
 	}
 
 	hp := hyper{batch: o.batch, hidden: o.hidden, dropout: float32(o.drop),
-		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, fuseCE: o.fuseCE, pdlKernels: pdl}
+		lr: float32(o.lr), mu: float32(o.momentum), wd: float32(o.wd), rngSeed: o.seed, gemm: o.gemm, pdlKernels: pdl}
 	m, err := newModel(dev, train, hp, smp.nb, d.testX, d.testY)
 	if err != nil {
 		return err

@@ -58,10 +58,10 @@ type model struct {
 	// inputAhead is the stream whose last kernel wrote an input of the wgmma
 	// x W1 (writesXW1Inputs: x, the mask drawn ahead; run and stepGroup keep
 	// it; nil: none). x W1 loads them before its wait, so
-	// on that stream it launches by xW1NotEarly's handle of the same kernel
+	// on that stream it launches by xW1NotEarly, a handle of the same kernel
 	// without programmatic launch.
 	inputAhead  *sluice.Stream
-	xW1NotEarly map[string]*sluice.Function
+	xW1NotEarly *sluice.Function
 	// The blocking path's batch, copied from Go memory, laid out as a
 	// prefetched one (batchSource).
 	stage *sluice.Buffer
@@ -105,9 +105,6 @@ type model struct {
 	// step), so that x W1 reads 16 bits per thread instead of drawing them.
 	preDraw  bool
 	dropBits *sluice.Buffer
-	// fuseCE (-fuse-ce; cuda, tiled, H == wgCEHidden): x W1 runs fwd2_ce in
-	// its clusters (gemm_nn_ce_wg), and x^T da1 draws the mask ahead.
-	fuseCE bool
 }
 
 func (m *model) f32(b *sluice.Buffer, off, n int) arr {
@@ -159,7 +156,6 @@ type hyper struct {
 	lr, mu, wd    float32
 	rngSeed       uint64
 	gemm          string   // cuda: "wgmma", "bf16", "tf32" or "fp32" (selfTest falls back in that order)
-	fuseCE        bool     // cuda, wgmma: x W1 with fwd2_ce in one kernel (model.fuseCE)
 	pdlKernels    []string // cuda, compute capability 9.0+: name prefixes of the kernels launched with programmatic dependent launch
 }
 
@@ -203,28 +199,13 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 		}
 		// The warpgroup-MMA products hold their tiles' whole K range in shared memory.
 		for n, f := range m.fns {
-			shared := wgShared(max(inputs, hp.batch))
-			if n == "gemm_nn_ce_wg" {
-				shared = wgCEShared(inputs)
-			}
-			if strings.HasSuffix(n, "_wg") && f.SetMaxDynamicSharedMemory(shared) != nil {
+			if strings.HasSuffix(n, "_wg") && f.SetMaxDynamicSharedMemory(wgShared(max(inputs, hp.batch))) != nil {
 				delete(m.fns, n) // too large a batch: selfTest falls back
 			}
 		}
-		m.xW1NotEarly = make(map[string]*sluice.Function)
-		for _, n := range xW1ReadsBeforeWait {
-			if m.fns[n] == nil {
-				continue
-			}
-			if m.xW1NotEarly[n], err = m.mod.Function(n); err != nil {
+		if m.fns[xW1ReadsBeforeWait] != nil {
+			if m.xW1NotEarly, err = m.mod.Function(xW1ReadsBeforeWait); err != nil {
 				return nil, err
-			}
-		}
-		if wgCECluster() > 8 {
-			for _, f := range []*sluice.Function{m.fns["gemm_nn_ce_wg"], m.xW1NotEarly["gemm_nn_ce_wg"]} {
-				if f != nil && f.SetNonPortableClusterSizeAllowed(true) != nil {
-					delete(m.fns, "gemm_nn_ce_wg") // no fused step
-				}
 			}
 		}
 		if err := m.programmaticLaunch(hp.pdlKernels); err != nil {
@@ -279,7 +260,6 @@ func newModel(dev *sluice.Device, s *sluice.Stream, hp hyper, maxSteps int, test
 			return nil, err
 		}
 		m.preDraw = m.tiled && m.dropout > 0
-		m.fuseCE = hp.fuseCE && m.tiled && m.fns["gemm_nn_ce_wg"] != nil && m.H == wgCEHidden && m.B%wgBM == 0
 	}
 	if len(testX) > 0 {
 		// Synchronous copies from Go memory, once.
@@ -343,8 +323,8 @@ func (m *model) Close() {
 	if m.rng != nil {
 		m.rng.Close()
 	}
-	for _, f := range m.xW1NotEarly {
-		f.Close()
+	if m.xW1NotEarly != nil {
+		m.xW1NotEarly.Close()
 	}
 	for _, f := range m.fns {
 		f.Close()
@@ -393,8 +373,8 @@ func (m *model) run(s *sluice.Stream, name string, cfg sluice.LaunchConfig, read
 		return s.HostCallback(func() error { fn(); return nil }, reads, writes)
 	}
 	f := m.fns[name]
-	if notEarly := m.xW1NotEarly[name]; notEarly != nil && m.inputAhead == s {
-		f = notEarly
+	if name == xW1ReadsBeforeWait && m.inputAhead == s && m.xW1NotEarly != nil {
+		f = m.xW1NotEarly
 	}
 	if slices.ContainsFunc(writesXW1Inputs, func(p string) bool { return strings.HasPrefix(name, p) }) {
 		m.inputAhead = s

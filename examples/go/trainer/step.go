@@ -134,19 +134,6 @@ func (m *model) trainStep(s *sluice.Stream) error {
 			case !m.host:
 				states, writes = m.states.DevicePtr(), syncs(m.states)
 			}
-			if m.fuseCE {
-				// With the second layer's forward and backward (fwd2_ce's outputs).
-				cfg := sluice.LaunchConfig{
-					Grid:           sluice.Dim3{X: uint32(H / (ceNT * wgBN)), Y: uint32(B / wgBM)},
-					Block:          sluice.Dim3{X: uint32(wgThreads * ceGroups)},
-					SharedMemBytes: uint32(wgCEShared(inputs)),
-				}
-				return m.run(s, "gemm_nn_ce_wg", cfg, syncs(x.buf, w1op.buf, m.params, m.dropBits, yin),
-					syncs(m.a1, m.dz2, da1op.buf, m.rowloss, m.trainStats), nil,
-					int32(B), int32(H), int32(inputs), int32(inputs), x.ptr(), w1op.ptr(), a1.ptr(), b1.ptr(),
-					m.dropBits.DevicePtr(), p, scale, w2.ptr(), b2.ptr(), yu8.ptr(), dz2.ptr(), rowloss.ptr(),
-					stats.ptr()+4, inv, da1h)
-			}
 			return m.gemm(s, gemmOp{
 				name: "gemm_nn_bias_relu_drop", suffix: gemmSuffix, M: B, N: H, K: inputs, chunk: gemmKChunkNN,
 				A: x, B: w1op, C: a1, extra: []any{b1.ptr(), states, p, scale}, reads: reads, writes: writes,
@@ -159,9 +146,6 @@ func (m *model) trainStep(s *sluice.Stream) error {
 		// logits = a1 W2 + b2; softmax cross-entropy: dz2, the rows' losses,
 		// right predictions; da1 = (dz2 W2^T) * mask
 		func() error {
-			if m.fuseCE {
-				return nil // x W1 ran it
-			}
 			// With preDraw, also the next step's dropout mask.
 			var states, bits uint64
 			writes := syncs(m.z2, m.dz2, da1op.buf, m.rowloss, m.trainStats)
@@ -201,19 +185,9 @@ func (m *model) trainStep(s *sluice.Stream) error {
 			if m.half {
 				writes = append(writes, m.w1h)
 			}
-			// With fuseCE, x^T da1 draws the next step's dropout mask.
-			var tail []any
-			if gemmSuffix == "_wg" {
-				var states, bits uint64
-				if m.fuseCE && m.preDraw {
-					states, bits = m.states.DevicePtr(), m.dropBits.DevicePtr()
-					writes = append(writes, m.states, m.dropBits)
-				}
-				tail = []any{states, uint32(m.nStates), p, bits}
-			}
 			return m.gemm(s, gemmOp{
 				name: "gemm_tn_sgd", suffix: gemmSuffix, M: inputs, N: H, K: B, chunk: gemmKChunkTN, A: x, B: da1op, C: pW1,
-				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, reads: reads, writes: writes, layer2: &l2, tail: tail,
+				extra: []any{vW1.ptr(), w1h, lr, mu, wd}, reads: reads, writes: writes, layer2: &l2,
 				host: func() {
 					hostGemm(true, false, inputs, H, B, xf.f, da1.f, gw1.f)
 					hostSGD(pW1.f, vW1.f, gw1.f, lr, mu, wd)
