@@ -71,16 +71,7 @@ impl Function {
     /// that kernel wrote or writes what it reads. Devices below 9.0 give `Unsupported`.
     pub fn set_programmatic_launch(&self, enabled: bool) -> Result<()> {
         if enabled {
-            let (major, minor) = self.device.props()?.compute_capability;
-            if major < 9 {
-                return Err(Error::new(
-                    ErrorCode::Unsupported,
-                    format!(
-                        "programmatic dependent launch needs compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
-                        self.name
-                    ),
-                ));
-            }
+            self.require_sm90("programmatic dependent launch needs")?;
         }
         self.programmatic.store(enabled, Ordering::Relaxed);
         Ok(())
@@ -110,20 +101,27 @@ impl Function {
     /// any thread.
     pub fn set_non_portable_cluster_size_allowed(&self, allowed: bool) -> Result<()> {
         if allowed {
-            let (major, minor) = self.device.props()?.compute_capability;
-            if major < 9 {
-                return Err(Error::new(
-                    ErrorCode::Unsupported,
-                    format!(
-                        "thread block clusters need compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
-                        self.name
-                    ),
-                ));
-            }
+            self.require_sm90("thread block clusters need")?;
         }
         self.device
             .backend
             .function_set_non_portable_cluster(self.raw, allowed)
+    }
+
+    /// `Unsupported` below compute capability 9.0: "`feature_needs` compute capability
+    /// 9.0 or newer", with the device's.
+    fn require_sm90(&self, feature_needs: &str) -> Result<()> {
+        let (major, minor) = self.device.props()?.compute_capability;
+        if major >= 9 {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::Unsupported,
+            format!(
+                "{feature_needs} compute capability 9.0 or newer; the device of kernel '{}' has {major}.{minor}",
+                self.name
+            ),
+        ))
     }
 
     /// Whether launches use programmatic stream serialization.
