@@ -1,0 +1,232 @@
+//! The host backend's graphs: captured jobs, flattened and replayed.
+
+use super::{graph_ref, lock, stream_ref, CapturedStep, HostDevice, HostGraph, Job};
+use crate::backend::faults::{self, hit, Kind};
+use crate::backend::{CaptureMode, GraphApi};
+use crate::error::{Error, ErrorCode, Result};
+use std::ffi::CStr;
+use std::sync::{Arc, Mutex};
+
+impl GraphApi for HostDevice {
+    fn capture_begin(&self, stream: u64, _mode: CaptureMode) -> Result<()> {
+        hit("capture_begin")?;
+        let s = stream_ref(stream);
+        let mut st = lock(&s.worker.state);
+        if st.capture.is_some() {
+            return Err(Error::new(
+                ErrorCode::InvalidState,
+                "stream is already capturing",
+            ));
+        }
+        st.capture = Some(Vec::new());
+        st.capture_invalidated = false;
+        lock(&s.joined).clear();
+        *lock(&s.origin) = Some(stream);
+        Ok(())
+    }
+
+    fn capture_end(&self, stream: u64) -> Result<u64> {
+        let s = stream_ref(stream);
+        let (steps, invalidated) = {
+            let mut st = lock(&s.worker.state);
+            let steps = st
+                .capture
+                .take()
+                .ok_or_else(|| Error::new(ErrorCode::InvalidState, "stream is not capturing"))?;
+            (steps, std::mem::take(&mut st.capture_invalidated))
+        };
+        let joined = std::mem::take(&mut *lock(&s.joined));
+        *lock(&s.origin) = None;
+        let mut streams = vec![(stream, steps)];
+        for j in joined {
+            let js = stream_ref(j);
+            let jsteps = lock(&js.worker.state).capture.take().unwrap_or_default();
+            *lock(&js.origin) = None;
+            streams.push((j, jsteps));
+        }
+        // An injected failure still ends the capture, as the driver's does.
+        hit("capture_end")?;
+        if invalidated {
+            return Err(Error::new(
+                ErrorCode::CaptureFailed,
+                "the capture was invalidated: its stream was synchronized while capturing",
+            ));
+        }
+        // Every forked stream's last step must be joined on by another stream.
+        let mut unjoined = 0;
+        for (j, jsteps) in streams.iter().skip(1) {
+            let last = jsteps.len().saturating_sub(1);
+            let joined_back = streams.iter().any(|(o, steps)| {
+                o != j
+                    && steps.iter().any(
+                        |st| matches!(st, CapturedStep::Join(f, idx) if f == j && *idx >= last),
+                    )
+            });
+            if !joined_back && jsteps.iter().any(|s| matches!(s, CapturedStep::Run(_))) {
+                unjoined += 1;
+            }
+        }
+        if unjoined > 0 {
+            return Err(Error::new(
+                ErrorCode::CaptureFailed,
+                format!(
+                    "capture has {unjoined} forked stream(s) that were not joined back into the origin stream"
+                ),
+            ));
+        }
+        let raw = Box::into_raw(Box::new(HostGraph { streams })) as u64;
+        faults::made(Kind::Graph, raw, 0);
+        Ok(raw)
+    }
+
+    fn capture_active(&self, stream: u64) -> Result<bool> {
+        Ok(self.capturing(stream))
+    }
+
+    fn graph_destroy(&self, graph: u64) {
+        faults::gone(graph);
+        // SAFETY: graph came from Box::into_raw in capture_end and is destroyed once.
+        drop(unsafe { Box::from_raw(graph as *mut HostGraph) });
+    }
+
+    fn graph_instantiate(&self, graph: u64) -> Result<u64> {
+        hit("graph_instantiate")?;
+        let g = graph_ref(graph);
+        let exec = HostGraph {
+            streams: g.streams.clone(),
+        };
+        let raw = Box::into_raw(Box::new(Mutex::new(exec))) as u64;
+        faults::made(Kind::GraphExec, raw, 0);
+        Ok(raw)
+    }
+
+    fn graph_exec_destroy(&self, exec: u64) {
+        faults::gone(exec);
+        // SAFETY: exec came from Box::into_raw in graph_instantiate, destroyed once.
+        drop(unsafe { Box::from_raw(exec as *mut Mutex<HostGraph>) });
+    }
+
+    fn graph_upload(&self, _exec: u64, _stream: u64) -> Result<()> {
+        hit("graph_upload")
+    }
+
+    fn graph_launch(&self, exec: u64, stream: u64) -> Result<()> {
+        hit("graph_launch")?;
+        // SAFETY: exec is a live Box<Mutex<HostGraph>> made by graph_instantiate.
+        let g = unsafe { &*(exec as *const Mutex<HostGraph>) };
+        let plan = flatten(&lock(g))?;
+        self.enqueue(
+            stream,
+            Arc::new(move || {
+                for job in plan.iter() {
+                    job()
+                }
+            }),
+        );
+        Ok(())
+    }
+
+    fn graph_exec_update(&self, exec: u64, graph: u64) -> Result<std::result::Result<(), String>> {
+        hit("graph_exec_update")?;
+        // SAFETY: exec is a live Box<Mutex<HostGraph>> made by graph_instantiate.
+        let e = unsafe { &*(exec as *const Mutex<HostGraph>) };
+        let g = graph_ref(graph);
+        let mut cur = lock(e);
+        let shape = |h: &HostGraph| -> Vec<usize> { h.streams.iter().map(|s| s.1.len()).collect() };
+        if shape(&cur) != shape(g) {
+            return Ok(Err("topology changed (node count differs)".into()));
+        }
+        cur.streams = g.streams.clone();
+        Ok(Ok(()))
+    }
+
+    fn graph_node_count(&self, graph: u64) -> Result<usize> {
+        Ok(graph_ref(graph)
+            .streams
+            .iter()
+            .map(|s| {
+                s.1.iter()
+                    .filter(|st| matches!(st, CapturedStep::Run(_)))
+                    .count()
+            })
+            .sum())
+    }
+
+    fn graph_debug_dot(&self, graph: u64, path: &CStr, verbose: bool) -> Result<()> {
+        let g = graph_ref(graph);
+        let mut out = String::from("digraph sluice_host_graph {\n");
+        for (si, (_, steps)) in g.streams.iter().enumerate() {
+            let mut prev: Option<String> = None;
+            for (i, st) in steps.iter().enumerate() {
+                let id = format!("s{si}_{i}");
+                let label = match st {
+                    CapturedStep::Run(_) => "host op".to_string(),
+                    CapturedStep::Mark => "event".to_string(),
+                    CapturedStep::Join(..) => "join".to_string(),
+                };
+                if verbose {
+                    out += &format!("  {id} [label=\"{label} (stream {si}, step {i})\"];\n");
+                } else {
+                    out += &format!("  {id} [label=\"{label}\"];\n");
+                }
+                if let Some(p) = prev {
+                    out += &format!("  {p} -> {id};\n");
+                }
+                if let CapturedStep::Join(o, idx) = st {
+                    if let Some(oi) = g.streams.iter().position(|s| s.0 == *o) {
+                        out += &format!("  s{oi}_{idx} -> {id};\n");
+                    }
+                }
+                prev = Some(id);
+            }
+        }
+        out += "}\n";
+        let p = path
+            .to_str()
+            .map_err(|_| Error::invalid_argument("DOT path is not UTF-8"))?;
+        std::fs::write(p, out)
+            .map_err(|e| Error::invalid_argument(format!("writing DOT file {p}: {e}")))
+    }
+}
+
+/// Orders the steps of a captured multi-stream graph into one sequence that respects
+/// each stream's order and every join.
+fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
+    let n = g.streams.len();
+    let mut pos = vec![0usize; n];
+    let mut out = Vec::new();
+    loop {
+        let mut progressed = false;
+        let mut all_done = true;
+        for si in 0..n {
+            let steps = &g.streams[si].1;
+            while pos[si] < steps.len() {
+                match &steps[pos[si]] {
+                    CapturedStep::Run(job) => out.push(job.clone()),
+                    CapturedStep::Mark => {}
+                    CapturedStep::Join(origin, idx) => {
+                        let oi = g.streams.iter().position(|s| s.0 == *origin);
+                        match oi {
+                            Some(oi) if pos[oi] <= *idx => break,
+                            _ => {}
+                        }
+                    }
+                }
+                pos[si] += 1;
+                progressed = true;
+            }
+            if pos[si] < steps.len() {
+                all_done = false;
+            }
+        }
+        if all_done {
+            return Ok(Arc::new(out));
+        }
+        if !progressed {
+            return Err(Error::new(
+                ErrorCode::CaptureFailed,
+                "captured graph has a dependency cycle",
+            ));
+        }
+    }
+}
