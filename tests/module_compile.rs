@@ -10,7 +10,7 @@
 mod common;
 use common::{kit, Kit};
 use sluice::kernel_cache::{self, CacheOutcome};
-use sluice::module::Module;
+use sluice::module::{Function, Module};
 use sluice::ops;
 use sluice::rng::philox::PhiloxState;
 use sluice::{Buffer, ErrorCode, LaunchDims, Stream};
@@ -72,6 +72,20 @@ extern \"C\" __global__ void __cluster_dims__(16, 1, 1) ranks(unsigned *out) {
 ";
 
 const N: usize = 10_007;
+
+/// Launches `f`, a kernel whose one parameter is `unsigned* out`, writing `out`.
+fn launch_into(
+    s: &Arc<Stream>,
+    f: &Function,
+    dims: LaunchDims,
+    out: &Arc<Buffer>,
+) -> sluice::Result<()> {
+    let mut p = out.addr;
+    let mut args = [&mut p as *mut u64 as *mut c_void];
+    let w = [out.sync.clone()];
+    // SAFETY: args match f(unsigned*), as the callers' kernels are.
+    unsafe { ops::launch(s, f, dims, &mut args, &[], &w) }
+}
 
 fn dims(n: usize) -> LaunchDims {
     LaunchDims {
@@ -386,13 +400,7 @@ fn more_than_48_kib_of_dynamic_shared_memory() {
         block: [256, 1, 1],
         shared_mem_bytes: BYTES,
     };
-    let launch = || {
-        let mut p = out.addr;
-        let mut args = [&mut p as *mut u64 as *mut c_void];
-        let w = [out.sync.clone()];
-        // SAFETY: args match big(unsigned*).
-        unsafe { ops::launch(&s, &f, dims, &mut args, &[], &w) }
-    };
+    let launch = || launch_into(&s, &f, dims, &out);
     let e = launch().expect_err("64 KiB without opting in");
     assert_eq!(e.code, ErrorCode::Driver, "{e:?}");
 
@@ -445,13 +453,7 @@ fn clusters_of_16_blocks_after_opting_in() {
         block: [32, 1, 1],
         shared_mem_bytes: 0,
     };
-    let launch = || {
-        let mut p = out.addr;
-        let mut args = [&mut p as *mut u64 as *mut c_void];
-        let w = [out.sync.clone()];
-        // SAFETY: args match ranks(unsigned*).
-        unsafe { ops::launch(&s, &f, dims, &mut args, &[], &w) }
-    };
+    let launch = || launch_into(&s, &f, dims, &out);
     let e = launch().expect_err("16 blocks per cluster without opting in");
     assert_eq!(e.code, ErrorCode::Driver, "{e:?}");
     f.set_non_portable_cluster_size_allowed(true)
