@@ -166,13 +166,7 @@ func (d *Device) PriorityRange() (least, greatest int, err error) {
 // WaitAll blocks until all work on every stream of the device has completed,
 // then reports the first deferred error, if any.
 func (d *Device) WaitAll() error {
-	h, err := d.h.raw("Device.WaitAll")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_device_wait_all(h)
-	runtime.KeepAlive(d)
-	return check(e, &d.h)
+	return callOn(&d.h, "Device.WaitAll", func(h C.sluice_device_t) *C.sluice_error_t { return C.sluice_device_wait_all(h) })
 }
 
 // PinnedStats returns the statistics of the device's pinned pool.
@@ -199,23 +193,13 @@ func (d *Device) PinnedStats() (PinnedStats, error) {
 // TrimPinned releases every cached pinned block (waiting for copies that
 // still use them).
 func (d *Device) TrimPinned() error {
-	h, err := d.h.raw("Device.TrimPinned")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_device_pinned_trim(h)
-	runtime.KeepAlive(d)
-	return check(e, &d.h)
+	return callOn(&d.h, "Device.TrimPinned", func(h C.sluice_device_t) *C.sluice_error_t { return C.sluice_device_pinned_trim(h) })
 }
 
 // SetPinnedLimit sets the bound on cached pinned bytes (default 256 MiB) and
 // trims down to it.
 func (d *Device) SetPinnedLimit(bytes uint64) error {
-	h, err := d.h.raw("Device.SetPinnedLimit")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_device_pinned_set_limit(h, C.uint64_t(bytes))
-	runtime.KeepAlive(d)
-	return check(e, &d.h)
+	return callOn(&d.h, "Device.SetPinnedLimit", func(h C.sluice_device_t) *C.sluice_error_t {
+		return C.sluice_device_pinned_set_limit(h, C.uint64_t(bytes))
+	})
 }

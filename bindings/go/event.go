@@ -144,13 +144,7 @@ func (ev *Event) Query() (done bool, err error) {
 
 // Synchronize blocks until the work before the event has completed.
 func (ev *Event) Synchronize() error {
-	h, err := ev.h.raw("Event.Synchronize")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_event_synchronize(h)
-	runtime.KeepAlive(ev)
-	return check(e, &ev.h)
+	return callOn(&ev.h, "Event.Synchronize", func(h C.sluice_event_t) *C.sluice_error_t { return C.sluice_event_synchronize(h) })
 }
 
 // Sequence returns the id of the event's stream and the event's sequence

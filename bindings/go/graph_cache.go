@@ -128,13 +128,9 @@ func (c *GraphCache) SetMaxEntries(max int) error {
 	if max < 0 {
 		return argError(CodeInvalidArgument, "GraphCache.SetMaxEntries", "max is %d, negative", max)
 	}
-	h, err := c.h.raw("GraphCache.SetMaxEntries")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_graph_cache_set_max_entries(h, C.size_t(max))
-	runtime.KeepAlive(c)
-	return check(e, &c.h)
+	return callOn(&c.h, "GraphCache.SetMaxEntries", func(h C.sluice_graph_cache_t) *C.sluice_error_t {
+		return C.sluice_graph_cache_set_max_entries(h, C.size_t(max))
+	})
 }
 
 // Stats returns the cache's counters.

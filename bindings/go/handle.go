@@ -290,3 +290,23 @@ func (r *reusable[T]) take() (c T, ok bool) { return r.state().take() }
 // close destroys the handle the first time after an open; later calls
 // return nil.
 func (r *reusable[T]) close() error { return r.state().close() }
+
+// liveHandle is a wrapper's handle state: a handle or a reusable one.
+type liveHandle[T cHandle] interface {
+	anyHandle
+	raw(op string) (T, error)
+}
+
+// callOn is one C call on a wrapper's handle h (a field of the wrapper): the
+// live handle, or raw's ErrClosed, the call, then its error (check). Keeping h
+// alive through the call keeps the wrapper alive, so its cleanup cannot destroy
+// the handle while C uses it.
+func callOn[T cHandle, H liveHandle[T]](h H, op string, call func(T) *C.sluice_error_t) error {
+	c, err := h.raw(op)
+	if err != nil {
+		return err
+	}
+	e := call(c)
+	runtime.KeepAlive(h)
+	return check(e, h)
+}

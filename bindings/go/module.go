@@ -176,13 +176,9 @@ func (f *Function) Module() *Module { return f.mod }
 // writes what it reads. Ordering against other streams and sync objects is
 // unchanged.
 func (f *Function) SetProgrammaticLaunch(enabled bool) error {
-	h, err := f.h.raw("Function.SetProgrammaticLaunch")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_function_set_programmatic_launch(h, C.bool(enabled))
-	runtime.KeepAlive(f)
-	return check(e, &f.h)
+	return callOn(&f.h, "Function.SetProgrammaticLaunch", func(h C.sluice_function_t) *C.sluice_error_t {
+		return C.sluice_function_set_programmatic_launch(h, C.bool(enabled))
+	})
 }
 
 // SetNonPortableClusterSizeAllowed lets the function's later launches, from
@@ -192,13 +188,9 @@ func (f *Function) SetProgrammaticLaunch(enabled bool) error {
 // devices (sluice_function_set_non_portable_cluster_size_allowed). Enabling
 // it below compute capability 9.0 gives ErrUnsupported.
 func (f *Function) SetNonPortableClusterSizeAllowed(allowed bool) error {
-	h, err := f.h.raw("Function.SetNonPortableClusterSizeAllowed")
-	if err != nil {
-		return err
-	}
-	e := C.sluice_function_set_non_portable_cluster_size_allowed(h, C.bool(allowed))
-	runtime.KeepAlive(f)
-	return check(e, &f.h)
+	return callOn(&f.h, "Function.SetNonPortableClusterSizeAllowed", func(h C.sluice_function_t) *C.sluice_error_t {
+		return C.sluice_function_set_non_portable_cluster_size_allowed(h, C.bool(allowed))
+	})
 }
 
 // SetMaxDynamicSharedMemory lets the function's later launches, from any
