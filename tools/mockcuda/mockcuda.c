@@ -165,6 +165,8 @@ CUresult cuMemsetD8Async(uint64_t d, unsigned char v, size_t n, void *st) { (voi
 CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, unsigned *o, void **v) { (void)img; (void)n; (void)o; (void)v; *m = fresh(); return 0; }
 CUresult cuModuleUnload(void *m) { free(m); return 0; }
 CUresult cuModuleGetFunction(void **f, void *m, const char *name) { (void)m; (void)name; *f = fresh(); return 0; }
+CUresult cuFuncSetAttribute(void *f, unsigned attr, int v) { (void)f; (void)attr; (void)v; return 0; }
+CUresult cuFuncGetAttribute(int *v, unsigned attr, void *f) { (void)attr; (void)f; *v = 0; return 0; }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned sh, void *s, void **args, void **extra) {
     (void)f; (void)gx; (void)gy; (void)gz; (void)bx; (void)by; (void)bz; (void)sh; (void)s; (void)args; (void)extra;
