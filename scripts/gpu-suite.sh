@@ -38,6 +38,10 @@
 # share of what is left); one summary line per tool. SLUICE_GPU_SANITIZE_ONLY="engine
 # sluice_c_tests" keeps only the binaries named. memcheck runs with
 # --report-api-errors no: the negative tests fail driver calls on purpose.
+# Opt-in part "sanitize-trainer" (build it with the go part): the Go trainer's kernels
+# under the same tools, two epochs of SLUICE_GPU_SANITIZE_TRAINER_IMAGES (default 8448: 33
+# batches, so that an epoch ends with a group shorter than the others) images, replayed
+# (two and four steps per graph) and eager.
 # $OUT ends with summary.txt, the benchmark tables and logs.tgz (every other log):
 # the device tool brings back only a few files.
 set -uo pipefail
@@ -326,6 +330,39 @@ sanitize_part() {
   note "sanitize: $(( $(date +%s) - t0 )) s, $jobs at once"
 }
 
+# The Go trainer's kernels (warpgroup MMA on bulk-copied tiles, mbarriers, programmatic
+# launch, the RNG's device functions) under each compute-sanitizer tool: two epochs of a
+# subset, replayed from graphs (two and four steps per graph) and eager, with the
+# start-up self-test. Needs the go part's
+# build (.gpu/go/trainer); "sanitize-trainer" runs it.
+sanitize_trainer_part() {
+  command -v compute-sanitizer >/dev/null || { note "sanitize-trainer: no compute-sanitizer, skipped"; return; }
+  [ -x .gpu/go/trainer ] || { note "sanitize-trainer: no .gpu/go/trainer (build with the go part)"; return; }
+  local tools=${SLUICE_GPU_SANITIZE_TOOLS:-"memcheck initcheck racecheck synccheck"} tool mode rc log
+  # Two slots, so that every graph key comes back: captured on its second run,
+  # replayed after (the log's "graph cache:" line counts them).
+  local args=(-limit "${SLUICE_GPU_SANITIZE_TRAINER_IMAGES:-8448}" -test-limit 1024 -epochs 2 -depth 2)
+  export SLUICE_KERNEL_CACHE=$PWD/.gpu/go/kernel-cache
+  mkdir -p "$SLUICE_KERNEL_CACHE"
+  for tool in $tools; do
+    for mode in graph graph4 eager; do
+      log="$out/sanitize-trainer-$tool-$mode.log"
+      local extra=() api=() t=$(date +%s)
+      [ "$mode" = eager ] && extra=(-eager)
+      [ "$mode" = graph4 ] && extra=(-graph-steps 4)
+      # sluice counts a kernel's parameters by probing cuFuncGetParamInfo up to the
+      # first index it refuses: one API error per function, not a memory error.
+      [ "$tool" = memcheck ] && api=(--report-api-errors no)
+      SLUICE_BACKEND=cuda timeout "${SLUICE_GPU_SANITIZE_TRAINER_SECS:-240}" compute-sanitizer --tool "$tool" \
+        "${api[@]}" --error-exitcode 99 .gpu/go/trainer "${args[@]}" "${extra[@]}" > "$log" 2>&1
+      rc=$?
+      note "compute-sanitizer $tool trainer ($mode): rc=$rc reports=$(sanitizer_reports "$log")" \
+        "$(grep -oE 'test acc [0-9.]+' "$log" | tail -1), $(grep -oE '[0-9]+ captured, [0-9]+ replayed' "$log" | tail -1)," \
+        "$(( $(date +%s) - t )) s"
+    done
+  done
+}
+
 soak_part() {
   # 16 threads of ops, captures, replays, allocation, prefetch and RNG draws, runs
   # back to back, each checked bit for bit against a serial replay.
@@ -491,6 +528,7 @@ run() {
     # Per call, Go against the same call from C (issue 17): overhead and allocations.
     note "  go per-call (overhead-ns/call, allocs/op): $(awk '/goroutine locked to its thread/ { printf "| locked to a thread: " } /^Benchmark.*overhead-ns\/call/ { n = $1; sub(/-[0-9]+$/, "", n); sub(/^Benchmark/, "", n); ov = "?"; al = "?"; for (i = 2; i < NF; i++) { if ($(i+1) == "overhead-ns/call") ov = $i; if ($(i+1) == "allocs/op") al = $i }; printf "%s=%s/%s ", n, ov, al }' "$out/go.log")"
   fi
+  if has sanitize-trainer; then sanitize_trainer_part; fi
   if has sanitize; then sanitize_part; fi
   if has stress && [ -x .gpu/stress/stress ]; then
     # Every feature across threads against a serial model (tests/stress/stress.c).
