@@ -132,15 +132,17 @@ func (r *RNG) Device() *Device { return r.dev }
 // Info asks the library for the number of states and the seed (of creation,
 // or of the checkpoint restored last).
 func (r *RNG) Info() (RNGInfo, error) {
-	h, err := r.h.raw("RNG.Info")
-	if err != nil {
-		return RNGInfo{}, err
-	}
+	return rngInfo(&r.h, "RNG.Info", func(h C.sluice_rng_t, n *C.size_t, seed *C.uint64_t) *C.sluice_error_t {
+		return C.sluice_rng_info(h, n, seed)
+	})
+}
+
+// rngInfo is the Info of a generator or a checkpoint: call, on the live handle h,
+// writes the number of states and the seed.
+func rngInfo[T cHandle, H liveHandle[T]](h H, op string, call func(T, *C.size_t, *C.uint64_t) *C.sluice_error_t) (RNGInfo, error) {
 	var n C.size_t
 	var seed C.uint64_t
-	e := C.sluice_rng_info(h, &n, &seed)
-	runtime.KeepAlive(r)
-	if err := check(e, &r.h); err != nil {
+	if err := callOn(h, op, func(c T) *C.sluice_error_t { return call(c, &n, &seed) }); err != nil {
 		return RNGInfo{}, err
 	}
 	return RNGInfo{NStates: int(n), Seed: uint64(seed)}, nil
@@ -347,18 +349,9 @@ func (c *RNGCheckpoint) Device() *Device { return c.dev }
 
 // Info asks the library for the checkpoint's number of states and seed.
 func (c *RNGCheckpoint) Info() (RNGInfo, error) {
-	h, err := c.h.raw("RNGCheckpoint.Info")
-	if err != nil {
-		return RNGInfo{}, err
-	}
-	var n C.size_t
-	var seed C.uint64_t
-	e := C.sluice_rng_checkpoint_info(h, &n, &seed)
-	runtime.KeepAlive(c)
-	if err := check(e, &c.h); err != nil {
-		return RNGInfo{}, err
-	}
-	return RNGInfo{NStates: int(n), Seed: uint64(seed)}, nil
+	return rngInfo(&c.h, "RNGCheckpoint.Info", func(h C.sluice_rng_checkpoint_t, n *C.size_t, seed *C.uint64_t) *C.sluice_error_t {
+		return C.sluice_rng_checkpoint_info(h, n, seed)
+	})
 }
 
 // SerializedLen returns the size in bytes of Serialize's output.
