@@ -74,6 +74,11 @@ struct Slot<P: Shared> {
     next_free: AtomicU32,
 }
 
+/// `repr(C)` and line-aligned, so that `tag` and the first segments share one cache
+/// line: a lookup reads both, and Rust's own field order and the static's placement
+/// put them on two. The words that inserts and removes write (`free_head`, `next`)
+/// lie lines after.
+#[repr(C, align(64))]
 pub struct HandleTable<P: Shared> {
     tag: u8,
     /// False for tables of single-use tokens, whose entries are only ever removed:
