@@ -14,21 +14,28 @@ pub struct Module {
 }
 
 /// A kernel of a module; keeps its module loaded.
+///
+/// What every launch reads comes first, on one cache line of its own (`repr(C)`,
+/// line-aligned: in its `Arc` the counts then lie on the line before).
+#[repr(C, align(64))]
 pub struct Function {
     pub(crate) raw: u64,
     /// The module's device, read by every launch (saves a hop through the module).
     pub(crate) device: Arc<Device>,
-    /// Keeps the module loaded while the function exists.
-    _module: Arc<Module>,
-    pub name: String,
     /// The kernel's number of parameters where the driver can tell (CUDA 12.4+).
     pub param_count: Option<usize>,
-    /// Its name in traces, interned at its first traced launch.
-    pub(crate) span_name: crate::trace::KernelName,
     /// Launched with programmatic stream serialization
     /// ([`Function::set_programmatic_launch`]).
     programmatic: AtomicBool,
+    pub name: String,
+    /// Its name in traces, interned at its first traced launch.
+    pub(crate) span_name: crate::trace::KernelName,
+    /// Keeps the module loaded while the function exists.
+    _module: Arc<Module>,
 }
+
+// The launch's fields within the first line.
+const _: () = assert!(std::mem::offset_of!(Function, programmatic) < 64);
 
 impl Module {
     /// Loads an image. A failed JIT compile returns `ModuleLoad` with the JIT log.
