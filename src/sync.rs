@@ -44,15 +44,16 @@ pub(crate) struct SyncState {
     /// A fresh stream-ordered allocation: valid only in this stream's order until
     /// the first write on it or the first use on another stream.
     pub(crate) alloc_on: Option<Arc<Stream>>,
-    /// `stream::completions()` when completed recordings were last pruned.
-    pub(crate) pruned_at: u64,
+    /// Bumped by every published write (a foreign read compares it instead of
+    /// reading the writer's recording).
+    pub(crate) writes: u64,
     /// Foreign ops open now (begun, not ended) that write / read the object (open
     /// reads of a real object are counted in its reader slots instead).
     pub(crate) open_writes: u32,
     pub(crate) open_reads: u32,
-    /// Bumped by every published write (a foreign read compares it instead of
-    /// reading the writer's recording).
-    pub(crate) writes: u64,
+    /// `stream::completions()` when completed recordings were last pruned (by an
+    /// exclusive holder only).
+    pub(crate) pruned_at: u64,
     /// Bumped by every publication made with the object held exclusively (foreign
     /// ops compare it, plus the slots' `publications`, between begin and end).
     pub(crate) version: u64,
@@ -878,7 +879,7 @@ mod layout {
             ("slots", &o.slots as *const _ as usize),
             ("writer", &st.writer as *const _ as usize),
             ("alloc_on", &st.alloc_on as *const _ as usize),
-            ("pruned_at", &st.pruned_at as *const _ as usize),
+            ("writes", &st.writes as *const _ as usize),
             ("open_writes", &st.open_writes as *const _ as usize),
         ] {
             assert!(at - base < 64, "{name} at offset {}", at - base);
