@@ -169,8 +169,8 @@ fn main() {
             writes.len(),
         ))
     };
-    // OPCOST_LOOP=pair|pair4|ping|record: only `n` 1-read pairs (4-read pairs, the
-    // ping-pong chain's launches, or raw records) and exit, for `perf stat` /
+    // OPCOST_LOOP=pair|pair4|copy|ping|record: only `n` 1-read pairs (4-read pairs,
+    // copies, the ping-pong chain's launches, or raw records) and exit, for `perf stat` /
     // `perf record` of one loop against another.
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
         let four = sync_objects(4);
@@ -179,6 +179,9 @@ fn main() {
                 op_pair(sa, &[x]);
             } else if which == "pair4" {
                 op_pair(sa, &four);
+            } else if which == "copy" {
+                // 256 bytes between the two buffers on one stream (Go's Copy row).
+                ok(sluice_stream_copy(sa, bufs[1], 0, bufs[0], 0, 256));
             } else if which == "ping" {
                 // The "ping-pong op" row's launches.
                 if i % 2 == 0 {

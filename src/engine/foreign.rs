@@ -375,6 +375,10 @@ fn op_end_captured(
 /// An open foreign op: work the caller enqueues on the stream itself, between
 /// [`ForeignOp::begin`] and [`ForeignOp::end`], ordered like a library op. Dropping
 /// it without `end` ends it.
+///
+/// Line-aligned, so that the lines an op touches do not depend on where its memory
+/// falls.
+#[repr(align(64))]
 pub struct ForeignOp {
     stream: Arc<Stream>,
     /// Its accesses, normalised once at begin. While the op is open its objects
