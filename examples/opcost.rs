@@ -169,8 +169,8 @@ fn main() {
             writes.len(),
         ))
     };
-    // OPCOST_LOOP=pair|pair4|copy|ping|record: only `n` 1-read pairs (4-read pairs,
-    // copies, the ping-pong chain's launches, or raw records) and exit, for `perf stat` /
+    // OPCOST_LOOP=pair|pair4|copy|memset|ping|record: only `n` 1-read pairs (4-read
+    // pairs, copies, memsets, the ping-pong chain's launches, or raw records) and exit, for `perf stat` /
     // `perf record` of one loop against another.
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
         let four = sync_objects(4);
@@ -182,6 +182,8 @@ fn main() {
             } else if which == "copy" {
                 // 256 bytes between the two buffers on one stream (Go's Copy row).
                 ok(sluice_stream_copy(sa, bufs[1], 0, bufs[0], 0, 256));
+            } else if which == "memset" {
+                ok(sluice_stream_memset(sa, bufs[0], 0, 7, 256));
             } else if which == "ping" {
                 // The "ping-pong op" row's launches.
                 if i % 2 == 0 {
