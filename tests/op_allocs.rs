@@ -162,3 +162,38 @@ fn op_handles_stay_single_use_when_their_slots_are_reused() {
     ok(sluice_sync_destroy(o));
     close(d, &[s]);
 }
+
+/// A thread's spare op slot goes back to the op table when the thread exits: threads
+/// that each run one pair and exit, one after another, reuse a few slots instead of
+/// taking a new one each (which would grow the table without bound).
+#[test]
+fn threads_that_exit_give_their_op_slots_back() {
+    let d = default_device();
+    let s = stream(d);
+    let o = sync_object();
+    let mut slots = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        let (sb, ob) = (s.bits, o.bits);
+        let index = std::thread::spawn(move || {
+            let op = cabi::begin(
+                sluice_stream_t { bits: sb },
+                &[sluice_sync_t { bits: ob }],
+                &[],
+            );
+            ok(sluice_op_end(op));
+            op.bits & 0xffff_ffff
+        })
+        .join()
+        .unwrap();
+        slots.insert(index);
+    }
+    // Other tests of this binary run ops beside it and may hold a few slots.
+    assert!(
+        slots.len() <= 16,
+        "200 exited threads used {} op slots",
+        slots.len()
+    );
+    ok(sluice_stream_synchronize(s));
+    ok(sluice_sync_destroy(o));
+    close(d, &[s]);
+}
