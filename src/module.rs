@@ -1,6 +1,7 @@
 //! Kernel modules and their functions (cuda backend; host returns Unsupported).
 //! Launches are tracked operations, in [`crate::ops`].
 
+use crate::backend::FuncAttribute;
 use crate::device::Device;
 use crate::error::{Error, ErrorCode, Result};
 use std::ffi::CStr;
@@ -98,7 +99,7 @@ impl Function {
                 limit.saturating_sub(static_bytes)
             )));
         }
-        backend.function_set_max_dynamic_shared(self.raw, bytes)
+        backend.function_set_attribute(self.raw, FuncAttribute::MaxDynamicShared(bytes))
     }
 
     /// Lets this kernel's launches use a thread block cluster larger than the 8 blocks
@@ -112,7 +113,7 @@ impl Function {
         }
         self.device
             .backend
-            .function_set_non_portable_cluster(self.raw, allowed)
+            .function_set_attribute(self.raw, FuncAttribute::NonPortableClusterSize(allowed))
     }
 
     /// `Unsupported` below compute capability 9.0: "`feature_needs` compute capability

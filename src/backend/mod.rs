@@ -70,6 +70,17 @@ pub struct BuiltinHeader {
     pub text: &'static std::ffi::CStr,
 }
 
+/// A kernel attribute that the core sets ([`ModuleApi::function_set_attribute`]).
+#[derive(Clone, Copy, Debug)]
+pub enum FuncAttribute {
+    /// The most dynamic shared memory a block may ask for, in bytes (cuda:
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
+    MaxDynamicShared(u32),
+    /// Whether clusters may exceed the portable 8 blocks (cuda:
+    /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`).
+    NonPortableClusterSize(bool),
+}
+
 /// Kernel launch geometry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LaunchDims {
@@ -266,12 +277,8 @@ backend_api! {
         /// The kernel's static shared memory and the most shared memory one block
         /// may use on this device once a kernel opts in, in bytes: `(static, limit)`.
         fn function_shared_limits(&self, func: u64) -> Result<(u32, u32)>;
-        /// Lets launches of `func` ask for up to `bytes` of dynamic shared memory
-        /// per block (cuda: `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`).
-        fn function_set_max_dynamic_shared(&self, func: u64, bytes: u32) -> Result<()>;
-        /// Lets launches of `func` use clusters larger than the portable 8 blocks
-        /// (cuda: `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`).
-        fn function_set_non_portable_cluster(&self, func: u64, allowed: bool) -> Result<()>;
+        /// Sets one of `func`'s launch attributes, for its later launches.
+        fn function_set_attribute(&self, func: u64, attr: FuncAttribute) -> Result<()>;
         /// Decides how [`compile`](ModuleApi::compile) would build a program with these
         /// options (the architecture defaults to the device's own). Fails where no
         /// compiler is available.

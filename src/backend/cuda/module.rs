@@ -4,7 +4,7 @@ use super::device::{h, raw, CudaDevice};
 use super::driver::*;
 use super::image::prepare_image;
 use super::nvrtc::nvrtc;
-use crate::backend::{BuiltinHeader, CompilePlan, LaunchDims, ModuleApi};
+use crate::backend::{BuiltinHeader, CompilePlan, FuncAttribute, LaunchDims, ModuleApi};
 use crate::error::{ErrorCode, Result};
 use cudarc::driver::sys::{self, CUfunction, CUmodule};
 use std::ffi::{c_int, c_uint, c_void, CStr};
@@ -128,32 +128,24 @@ impl ModuleApi for CudaDevice {
         Ok((bytes(static_bytes), bytes(limit)))
     }
 
-    fn function_set_max_dynamic_shared(&self, func: u64, bytes: u32) -> Result<()> {
+    fn function_set_attribute(&self, func: u64, attr: FuncAttribute) -> Result<()> {
         let d = self.bind()?;
-        // The caller checked bytes against the device's limit, so it fits an int.
-        let value = c_int::try_from(bytes).unwrap_or(c_int::MAX);
-        // SAFETY: a live function; a valid attribute id.
-        let res = unsafe {
-            (d.cuFuncSetAttribute)(
-                h(func),
+        let (id, value, what) = match attr {
+            // The caller checked bytes against the device's limit, so it fits an int.
+            FuncAttribute::MaxDynamicShared(bytes) => (
                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                value,
-            )
-        };
-        d.check(res, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
-    }
-
-    fn function_set_non_portable_cluster(&self, func: u64, allowed: bool) -> Result<()> {
-        let d = self.bind()?;
-        // SAFETY: a live function; a valid attribute id.
-        let res = unsafe {
-            (d.cuFuncSetAttribute)(
-                h(func),
+                c_int::try_from(bytes).unwrap_or(c_int::MAX),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            ),
+            FuncAttribute::NonPortableClusterSize(allowed) => (
                 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                 c_int::from(allowed),
-            )
+                "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)",
+            ),
         };
-        d.check(res, "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+        // SAFETY: a live function; a valid attribute id.
+        let res = unsafe { (d.cuFuncSetAttribute)(h(func), id, value) };
+        d.check(res, what)
     }
 
     fn compile_plan(&self, options: &[String]) -> Result<CompilePlan> {

@@ -1,7 +1,7 @@
 //! The host backend runs no kernels: modules, functions and compiles are unsupported.
 
 use super::HostDevice;
-use crate::backend::{BuiltinHeader, CompilePlan, LaunchDims, ModuleApi};
+use crate::backend::{BuiltinHeader, CompilePlan, FuncAttribute, LaunchDims, ModuleApi};
 use crate::error::{Error, ErrorCode, Result};
 use std::ffi::{c_void, CStr};
 
@@ -35,18 +35,8 @@ impl ModuleApi for HostDevice {
         Err(Error::unsupported("function_shared_limits", "host"))
     }
 
-    fn function_set_max_dynamic_shared(&self, _func: u64, _bytes: u32) -> Result<()> {
-        Err(Error::unsupported(
-            "function_set_max_dynamic_shared",
-            "host",
-        ))
-    }
-
-    fn function_set_non_portable_cluster(&self, _func: u64, _allowed: bool) -> Result<()> {
-        Err(Error::unsupported(
-            "function_set_non_portable_cluster",
-            "host",
-        ))
+    fn function_set_attribute(&self, _func: u64, _attr: FuncAttribute) -> Result<()> {
+        Err(Error::unsupported("function_set_attribute", "host"))
     }
 
     fn compile_plan(&self, _options: &[String]) -> Result<CompilePlan> {
