@@ -43,7 +43,7 @@ c_enum! {
 ///
 /// What every copy, memset and launch reads comes first, on one cache line of its
 /// own (`repr(C)`, line-aligned: Rust's order put it after the cold fields, over
-/// two). The handle table holds the `Arc<Buffer>` itself (no wrapper between).
+/// two).
 #[repr(C, align(64))]
 pub struct Buffer {
     pub(crate) device: Arc<Device>,
@@ -99,7 +99,7 @@ impl Buffer {
             Some(stream.id),
             Some(cached.is_some()),
         );
-        Ok(Buffer::from_memory(Buffer {
+        Ok(Buffer::shared(Buffer {
             device: dev,
             kind: BufferKind::Device,
             addr,
@@ -117,7 +117,7 @@ impl Buffer {
         check_size(size, "pinned allocation")?;
         let (addr, block_size, cached) = device.pinned.take(device, size)?;
         trace::memory("alloc", BufferKind::Pinned, size, None, Some(cached));
-        Ok(Buffer::from_memory(Buffer {
+        Ok(Buffer::shared(Buffer {
             device: device.clone(),
             kind: BufferKind::Pinned,
             addr,
@@ -144,7 +144,7 @@ impl Buffer {
             .checked_add(len as u64)
             .ok_or_else(|| Error::out_of_range("host range wraps around the address space"))?;
         device.backend.host_register(ptr, len)?;
-        Ok(Buffer::from_memory(Buffer {
+        Ok(Buffer::shared(Buffer {
             device: device.clone(),
             kind: BufferKind::Registered,
             addr: ptr as u64,
@@ -190,7 +190,7 @@ impl Buffer {
         }
         device.backend.check_foreign_range(ptr, len)?;
         trace::memory("wrap", BufferKind::Foreign, len, None, None);
-        Ok(Buffer::from_memory(Buffer {
+        Ok(Buffer::shared(Buffer {
             device: device.clone(),
             kind: BufferKind::Foreign,
             addr: ptr,
@@ -235,11 +235,13 @@ impl Buffer {
 }
 
 impl Buffer {
-    fn from_memory(mem: Buffer) -> Arc<Buffer> {
-        let mem = Arc::new(mem);
-        let owner: Arc<dyn std::any::Any + Send + Sync> = mem.clone();
-        let _ = mem.sync.owner.set(Arc::downgrade(&owner));
-        mem
+    /// The new buffer in its `Arc`, named as its sync object's owner (so that
+    /// captured graphs keep it alive).
+    fn shared(buf: Buffer) -> Arc<Buffer> {
+        let buf = Arc::new(buf);
+        let owner: Arc<dyn std::any::Any + Send + Sync> = buf.clone();
+        let _ = buf.sync.owner.set(Arc::downgrade(&owner));
+        buf
     }
 }
 

@@ -30,14 +30,7 @@ impl StreamApi for HostDevice {
             .name("sluice-host-stream".into())
             .spawn(move || w2.run())
             .map_err(|e| Error::new(ErrorCode::OutOfMemory, format!("spawn worker: {e}")))?;
-        let raw = Box::into_raw(Box::new(HostStream {
-            worker,
-            joined: Mutex::new(Vec::new()),
-            origin: Mutex::new(None),
-        })) as u64;
-        lock(live_streams()).insert(raw);
-        faults::made(Kind::Stream, raw, 0);
-        Ok(raw)
+        Ok(new_stream_handle(worker))
     }
 
     fn stream_destroy(&self, stream: u64) {
@@ -69,14 +62,7 @@ impl StreamApi for HostDevice {
             .users
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         drop(live);
-        let adopted = Box::into_raw(Box::new(HostStream {
-            worker,
-            joined: Mutex::new(Vec::new()),
-            origin: Mutex::new(None),
-        })) as u64;
-        lock(live_streams()).insert(adopted);
-        faults::made(Kind::Stream, adopted, 0);
-        Ok(adopted)
+        Ok(new_stream_handle(worker))
     }
 
     fn stream_release_external(&self, raw: u64) {
@@ -168,4 +154,17 @@ impl StreamApi for HostDevice {
 fn live_streams() -> &'static Mutex<HashSet<u64>> {
     static LIVE: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
     LIVE.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// A new stream handle on `worker` (a created stream's, or an adopted one's shared
+/// worker), registered as live.
+fn new_stream_handle(worker: Arc<Worker>) -> u64 {
+    let raw = Box::into_raw(Box::new(HostStream {
+        worker,
+        joined: Mutex::new(Vec::new()),
+        origin: Mutex::new(None),
+    })) as u64;
+    lock(live_streams()).insert(raw);
+    faults::made(Kind::Stream, raw, 0);
+    raw
 }
