@@ -234,19 +234,25 @@ sanitizer_reports() {
     | awk '{s += $NF} END {print NR ? s : "?"}'
 }
 
+# compute-sanitizer's options for TOOL. API errors are not memory errors: the negative
+# tests make them on purpose (invalid PTX, a missing symbol, out of memory, a refused
+# graph update), and sluice counts a kernel's parameters by probing
+# cuFuncGetParamInfo up to the first index it refuses (one per function).
+sanitizer_args() {
+  echo "--tool $1 --error-exitcode 99"
+  if [ "$1" = memcheck ]; then echo "--report-api-errors no"; fi
+}
+
 # One binary under one compute-sanitizer tool: sanitize_one TOOL BINARY TIMEOUT;
 # prints "TOOL NAME RC REPORTS".
 sanitize_one() {
-  local tool=$1 b=$2 secs=$3 n args api rc
+  local tool=$1 b=$2 secs=$3 n args rc
   n=$(basename "$b")
   args=(--test-threads=1)
   [ "$n" = sluice_c_tests ] && args=()
-  # API errors are not memory errors: the negative tests make them on purpose
-  # (invalid PTX, a missing symbol, out of memory, a refused graph update).
-  api=()
-  [ "$tool" = memcheck ] && api=(--report-api-errors no)
-  SLUICE_TEST_SANITIZER=1 SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout "$secs" compute-sanitizer --tool "$tool" \
-    "${api[@]}" --error-exitcode 99 "$b" "${args[@]}" > "$out/sanitize-$tool-$n.log" 2>&1
+  # shellcheck disable=SC2046 # the options split into words
+  SLUICE_TEST_SANITIZER=1 SLUICE_TEST_QUICK=1 SLUICE_BACKEND=cuda timeout "$secs" compute-sanitizer \
+    $(sanitizer_args "$tool") "$b" "${args[@]}" > "$out/sanitize-$tool-$n.log" 2>&1
   rc=$?
   # A binary whose tests all passed without one CUDA call (host-only tests, or
   # tests that skip): compute-sanitizer has nothing to check and exits non-zero.
@@ -299,7 +305,7 @@ sanitize_part() {
   local pairs=() again=()
   for tool in $tools; do for b in "${bins[@]}"; do pairs+=("$tool $b"); done; done
   if [ "$jobs" -gt 1 ]; then
-    export -f sanitize_one sanitizer_reports
+    export -f sanitize_one sanitizer_reports sanitizer_args
     export out
     printf '%s\n' "${pairs[@]}" \
       | xargs -P "$jobs" -L 1 bash -c 'sanitize_one "$0" "$1" '"$budget" >> "$results"
@@ -342,19 +348,17 @@ sanitize_trainer_part() {
   # Two slots, so that every graph key comes back: captured on its second run,
   # replayed after (the log's "graph cache:" line counts them).
   local args=(-limit "${SLUICE_GPU_SANITIZE_TRAINER_IMAGES:-8448}" -test-limit 1024 -epochs 2 -depth 2)
-  export SLUICE_KERNEL_CACHE=$PWD/.gpu/go/kernel-cache
-  mkdir -p "$SLUICE_KERNEL_CACHE"
+  local cache=$PWD/.gpu/go/kernel-cache
+  mkdir -p "$cache"
   for tool in $tools; do
     for mode in graph graph4 eager; do
       log="$out/sanitize-trainer-$tool-$mode.log"
-      local extra=() api=() t=$(date +%s)
+      local extra=() t=$(date +%s)
       [ "$mode" = eager ] && extra=(-eager)
       [ "$mode" = graph4 ] && extra=(-graph-steps 4)
-      # sluice counts a kernel's parameters by probing cuFuncGetParamInfo up to the
-      # first index it refuses: one API error per function, not a memory error.
-      [ "$tool" = memcheck ] && api=(--report-api-errors no)
-      SLUICE_BACKEND=cuda timeout "${SLUICE_GPU_SANITIZE_TRAINER_SECS:-240}" compute-sanitizer --tool "$tool" \
-        "${api[@]}" --error-exitcode 99 .gpu/go/trainer "${args[@]}" "${extra[@]}" > "$log" 2>&1
+      # shellcheck disable=SC2046 # the options split into words
+      SLUICE_KERNEL_CACHE=$cache SLUICE_BACKEND=cuda timeout "${SLUICE_GPU_SANITIZE_TRAINER_SECS:-240}" \
+        compute-sanitizer $(sanitizer_args "$tool") .gpu/go/trainer "${args[@]}" "${extra[@]}" > "$log" 2>&1
       rc=$?
       note "compute-sanitizer $tool trainer ($mode): rc=$rc reports=$(sanitizer_reports "$log")" \
         "$(grep -oE 'test acc [0-9.]+' "$log" | tail -1), $(grep -oE '[0-9]+ captured, [0-9]+ replayed' "$log" | tail -1)," \
