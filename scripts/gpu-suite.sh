@@ -567,6 +567,15 @@ run() {
     else
       note "probe: nvcc failed (probe-build.log)"
     fi
+    # Records issued by a combining thread against each thread's own (issue 17).
+    inc=$(dirname "$(dirname "$(command -v nvcc)")")/include
+    if cc -O2 -pthread -I"$inc" -o /tmp/record_combining tools/driver-probes/record_combining.c \
+         -lcuda -lm >> "$out/probe-build.log" 2>&1; then
+      timeout 120 /tmp/record_combining 100000 > "$out/record_combining.md" 2>&1
+      note "probe record_combining: rc=$? combined/raw at 8 and 16 threads: $(awk -F'|' '$2 ~ /^ (8|16) $/ {printf "%s:%s+%sns ", $6+0, $2+0, $3+0}' "$out/record_combining.md")"
+    else
+      note "probe record_combining: cc failed (probe-build.log)"
+    fi
   fi
   if has torch && [ -d .gpu/sluice ]; then
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1

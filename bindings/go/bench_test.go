@@ -313,3 +313,20 @@ func BenchmarkStreamQuery(b *testing.B) {
 		}
 	}, func(n int) (time.Duration, error) { return cBenchQuery(s, n) })
 }
+
+// A C function that writes kb KiB (a line every 64 bytes) and calls nothing:
+// the cgo round trip's cost against how much of the cache its callee takes,
+// as a driver call does. kb=0 is the bare cgo call (issue 17's Go rows,
+// docs/decisions.md).
+func BenchmarkCgoFootprint(b *testing.B) {
+	s := testStream(b, openDev(b))
+	for _, kb := range []int{0, 16, 64, 256, 1024} {
+		b.Run(fmt.Sprintf("kb=%d", kb), func(b *testing.B) {
+			compare(b, s, func(n int) {
+				for i := 0; i < n; i++ {
+					cTouch(kb)
+				}
+			}, func(n int) (time.Duration, error) { return cBenchTouch(kb, n), nil })
+		})
+	}
+}

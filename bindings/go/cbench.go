@@ -56,6 +56,13 @@ func cBenchQuery(s *Stream, n int) (time.Duration, error) {
 	return time.Duration(ns), takeError(e)
 }
 
+// cTouch is one call of a C function with kb KiB of memory footprint.
+func cTouch(kb int) { C.sluice_go_bench_touch(C.size_t(kb)) }
+
+func cBenchTouch(kb, n int) time.Duration {
+	return time.Duration(C.sluice_go_bench_touch_loop(C.size_t(kb), C.uint64_t(n)))
+}
+
 // cHandles resolves the sync handles of a set for a C loop.
 func cHandles(op string, set []Syncable) ([]C.sluice_sync_t, error) {
 	return appendSyncs(op, set, make([]C.sluice_sync_t, 0, len(set)))
