@@ -225,30 +225,28 @@ func rngAndCheckpoint(op string, s *Stream, r *RNG, c *RNGCheckpoint) (C.sluice_
 // and then each replay of the graph refreshes c. It fails with
 // ErrInvalidArgument when the state counts differ.
 func (r *RNG) Save(s *Stream, c *RNGCheckpoint) error {
-	sh, rh, ch, err := rngAndCheckpoint("RNG.Save", s, r, c)
-	if err != nil {
-		return err
-	}
-	e := C.sluice_rng_save(sh, rh, ch)
-	runtime.KeepAlive(s)
-	runtime.KeepAlive(r)
-	runtime.KeepAlive(c)
-	if err := check(e, s.hs(), &r.h, &c.h); err != nil {
-		return err
-	}
-	s.captureKeepObjects(r, c)
-	return nil
+	return r.withCheckpoint("RNG.Save", s, c, func(sh C.sluice_stream_t, rh C.sluice_rng_t, ch C.sluice_rng_checkpoint_t) *C.sluice_error_t {
+		return C.sluice_rng_save(sh, rh, ch)
+	})
 }
 
 // Restore copies c's states into the generator, in order on s (after the
 // draws on any stream that came before), and takes c's seed as the
 // generator's. It fails with ErrInvalidArgument when the state counts differ.
 func (r *RNG) Restore(s *Stream, c *RNGCheckpoint) error {
-	sh, rh, ch, err := rngAndCheckpoint("RNG.Restore", s, r, c)
+	return r.withCheckpoint("RNG.Restore", s, c, func(sh C.sluice_stream_t, rh C.sluice_rng_t, ch C.sluice_rng_checkpoint_t) *C.sluice_error_t {
+		return C.sluice_rng_restore(sh, rh, ch)
+	})
+}
+
+// withCheckpoint is Save and Restore: call, on the three handles, in order
+// on s.
+func (r *RNG) withCheckpoint(op string, s *Stream, c *RNGCheckpoint, call func(C.sluice_stream_t, C.sluice_rng_t, C.sluice_rng_checkpoint_t) *C.sluice_error_t) error {
+	sh, rh, ch, err := rngAndCheckpoint(op, s, r, c)
 	if err != nil {
 		return err
 	}
-	e := C.sluice_rng_restore(sh, rh, ch)
+	e := call(sh, rh, ch)
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(r)
 	runtime.KeepAlive(c)
