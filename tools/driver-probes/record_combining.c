@@ -2,9 +2,9 @@
  * each record an event on its own stream, with W ns of host work between
  * records: raw (each thread calls cuEventRecord) against combined (the thread
  * that takes a combiner lock issues every pending thread's record back to
- * back, its own included, as a flat-combining op_end would). Run 289 in
- * docs/gpu-runs.md: combined is 0.50 to 0.86 of raw with 2 to 16 threads, so
- * op_end records on its own thread (docs/decisions.md).
+ * back, its own included, as a flat-combining op_end would). Runs 289 and 291
+ * in docs/gpu-runs.md: 0.68 to 0.84 of raw at 2 to 16 threads on one host, 1.50
+ * on another, where the driver's rate collapses with threads (docs/decisions.md).
  * Build: cc -O2 -pthread -I$CUDA/include -o record_combining record_combining.c -lcuda -lm
  * Run: ./record_combining [records per thread, default 200000] */
 #define _GNU_SOURCE
