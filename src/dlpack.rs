@@ -179,6 +179,21 @@ struct SendPtr<T>(*mut T);
 // SAFETY: the DLPack contract lets the deleter be called from any thread.
 unsafe impl<T> Send for SendPtr<T> {}
 
+/// The release that calls a managed tensor's deleter (none without one).
+fn deleter_release<T: 'static>(
+    managed: *mut T,
+    deleter: Option<unsafe extern "C" fn(*mut T)>,
+) -> Option<Release> {
+    let p = SendPtr(managed);
+    deleter.map(|del| {
+        Release::new(move || {
+            let p = p;
+            // SAFETY: the producer's deleter, called once with its own tensor.
+            unsafe { del(p.0) }
+        })
+    })
+}
+
 /// Reads the tensor part of a managed tensor: where its bytes are and what they
 /// are. Checks the device against `device`, and that the layout is compact.
 ///
@@ -297,30 +312,14 @@ pub unsafe fn import(
         }
         // SAFETY: the caller's contract.
         let (addr, desc) = unsafe { read_tensor(device, &mt.dl_tensor, mt.flags)? };
-        let p = SendPtr(m);
-        let release = mt.deleter.map(|del| {
-            Release::new(move || {
-                let p = p;
-                // SAFETY: the producer's deleter, called once with its own tensor.
-                unsafe { del(p.0) }
-            })
-        });
-        (addr, desc, release)
+        (addr, desc, deleter_release(m, mt.deleter))
     } else {
         let m = managed.cast::<DLManagedTensor>();
         // SAFETY: the caller's contract.
         let mt = unsafe { &*m };
         // SAFETY: the caller's contract.
         let (addr, desc) = unsafe { read_tensor(device, &mt.dl_tensor, 0)? };
-        let p = SendPtr(m);
-        let release = mt.deleter.map(|del| {
-            Release::new(move || {
-                let p = p;
-                // SAFETY: as above.
-                unsafe { del(p.0) }
-            })
-        });
-        (addr, desc, release)
+        (addr, desc, deleter_release(m, mt.deleter))
     };
     let len = usize::try_from(desc.byte_len()?)
         .map_err(|_| Error::out_of_range("DLPack tensor is larger than the address space"))?;

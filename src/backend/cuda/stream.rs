@@ -65,28 +65,23 @@ impl StreamApi for CudaDevice {
             _ => {}
         }
         let d = self.bind()?;
+        let not_a_stream = |res: u32| -> Result<()> {
+            if res == CUDA_SUCCESS {
+                return Ok(());
+            }
+            let mut e = d.err(
+                res,
+                format_args!("{raw_stream:#x} is not a valid CUDA stream"),
+            );
+            e.code = ErrorCode::InvalidArgument;
+            Err(e)
+        };
         let mut flags: c_uint = 0;
         // SAFETY: the caller vouches that raw_stream is a CUstream; the driver validates it.
-        let res = unsafe { (d.cuStreamGetFlags)(h(raw_stream), &mut flags) };
-        if res != CUDA_SUCCESS {
-            let mut e = d.err(
-                res,
-                format_args!("{raw_stream:#x} is not a valid CUDA stream"),
-            );
-            e.code = ErrorCode::InvalidArgument;
-            return Err(e);
-        }
+        not_a_stream(unsafe { (d.cuStreamGetFlags)(h(raw_stream), &mut flags) })?;
         let mut ctx: CUcontext = null_mut();
         // SAFETY: the stream was just validated; writes one context handle.
-        let res = unsafe { (d.cuStreamGetCtx)(h(raw_stream), &mut ctx) };
-        if res != CUDA_SUCCESS {
-            let mut e = d.err(
-                res,
-                format_args!("{raw_stream:#x} is not a valid CUDA stream"),
-            );
-            e.code = ErrorCode::InvalidArgument;
-            return Err(e);
-        }
+        not_a_stream(unsafe { (d.cuStreamGetCtx)(h(raw_stream), &mut ctx) })?;
         if ctx != self.ctx {
             return Err(Error::invalid_argument(format!(
                 "CUDA stream {raw_stream:#x} belongs to another context, not the primary context \
