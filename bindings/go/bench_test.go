@@ -320,13 +320,18 @@ func BenchmarkStreamQuery(b *testing.B) {
 // docs/decisions.md).
 func BenchmarkCgoFootprint(b *testing.B) {
 	s := testStream(b, openDev(b))
+	buf := newTouchBuf(1024)
+	if buf.p == nil {
+		b.Fatal("calloc failed")
+	}
+	defer buf.free()
 	for _, kb := range []int{0, 16, 64, 256, 1024} {
 		b.Run(fmt.Sprintf("kb=%d", kb), func(b *testing.B) {
 			compare(b, s, func(n int) {
 				for i := 0; i < n; i++ {
-					cTouch(kb)
+					buf.touch(kb)
 				}
-			}, func(n int) (time.Duration, error) { return cBenchTouch(kb, n), nil })
+			}, func(n int) (time.Duration, error) { return buf.loop(kb, n), nil })
 		})
 	}
 }

@@ -5,6 +5,7 @@ package sluice
 // (Test files cannot use cgo, so the wrappers live here; they are unexported.)
 
 /*
+#include <stdlib.h>
 #include "shims.h"
 */
 import "C"
@@ -12,6 +13,7 @@ import "C"
 import (
 	"runtime"
 	"time"
+	"unsafe"
 )
 
 func cBenchEventRecord(s *Stream, n int) (time.Duration, error) {
@@ -56,11 +58,17 @@ func cBenchQuery(s *Stream, n int) (time.Duration, error) {
 	return time.Duration(ns), takeError(e)
 }
 
-// cTouch is one call of a C function with kb KiB of memory footprint.
-func cTouch(kb int) { C.sluice_go_bench_touch(C.size_t(kb)) }
+// touchBuf is C memory for the footprint benchmark; free it with free.
+type touchBuf struct{ p *C.uchar }
 
-func cBenchTouch(kb, n int) time.Duration {
-	return time.Duration(C.sluice_go_bench_touch_loop(C.size_t(kb), C.uint64_t(n)))
+func newTouchBuf(kb int) touchBuf { return touchBuf{(*C.uchar)(C.calloc(C.size_t(kb)+1, 1024))} }
+func (b touchBuf) free()          { C.free(unsafe.Pointer(b.p)) }
+
+// touch is one call of a C function with kb KiB of memory footprint.
+func (b touchBuf) touch(kb int) { C.sluice_go_bench_touch(b.p, C.size_t(kb)) }
+
+func (b touchBuf) loop(kb, n int) time.Duration {
+	return time.Duration(C.sluice_go_bench_touch_loop(b.p, C.size_t(kb), C.uint64_t(n)))
 }
 
 // cHandles resolves the sync handles of a set for a C loop.

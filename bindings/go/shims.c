@@ -204,16 +204,13 @@ static uint64_t now_ns(void) {
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static unsigned char touch_buf[1024 * 1024];
-
-void sluice_go_bench_touch(size_t kb) {
-	size_t n = (kb < 1024 ? kb : 1024) * 1024;
-	for (size_t i = 0; i < n; i += 64) touch_buf[i]++;
+void sluice_go_bench_touch(unsigned char *buf, size_t kb) {
+	for (size_t i = 0; i < kb * 1024; i += 64) buf[i]++;
 }
 
-uint64_t sluice_go_bench_touch_loop(size_t kb, uint64_t n) {
+uint64_t sluice_go_bench_touch_loop(unsigned char *buf, size_t kb, uint64_t n) {
 	uint64_t t0 = now_ns();
-	for (uint64_t i = 0; i < n; i++) sluice_go_bench_touch(kb);
+	for (uint64_t i = 0; i < n; i++) sluice_go_bench_touch(buf, kb);
 	return now_ns() - t0;
 }
 

@@ -94,10 +94,10 @@ uint64_t sluice_go_bench_copy(sluice_stream_t stream, sluice_buffer_t dst, sluic
 uint64_t sluice_go_bench_memset(sluice_stream_t stream, sluice_buffer_t dst, size_t len, uint64_t n,
                                 sluice_error_t **err_out);
 // A stand-in for a driver call's memory footprint: writes one byte in each
-// 64-byte line of `kb` KiB of a static buffer (at most 1024 KiB). The loop
-// form makes the same call `n` times from C and returns the elapsed ns.
-void sluice_go_bench_touch(size_t kb);
-uint64_t sluice_go_bench_touch_loop(size_t kb, uint64_t n);
+// 64-byte line of the first `kb` KiB of `buf` (C memory). The loop form makes
+// the same call `n` times from C and returns the elapsed ns.
+void sluice_go_bench_touch(unsigned char *buf, size_t kb);
+uint64_t sluice_go_bench_touch_loop(unsigned char *buf, size_t kb, uint64_t n);
 // The launch loop takes the argument values as Launch passes them (8 bytes
 // each) and builds the array of pointers to them once, before the loop.
 uint64_t sluice_go_bench_launch(sluice_stream_t stream, sluice_function_t function,
