@@ -456,7 +456,9 @@ func fillFailure(err error) C.int32_t {
 // ErrEndOfData. Producers waiting for a slot, and later pushes, fail with
 // ErrInvalidState.
 func (p *Prefetcher) CloseInput() error {
-	return callOn(&p.h, "Prefetcher.CloseInput", func(h C.sluice_prefetcher_t) *C.sluice_error_t { return C.sluice_prefetcher_close_input(h) })
+	return callOn(&p.h, "Prefetcher.CloseInput", func(h C.sluice_prefetcher_t) *C.sluice_error_t {
+		return C.sluice_prefetcher_close_input(h)
+	})
 }
 
 // BatchError is the error Next and NextInto return in the place of a batch

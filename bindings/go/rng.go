@@ -201,25 +201,6 @@ func (r *RNG) States() (*Buffer, error) {
 	return newMemory[Buffer](b, r.dev, r.stream, nil)
 }
 
-// rngAndCheckpoint resolves the three handles of Save and Restore.
-func rngAndCheckpoint(op string, s *Stream, r *RNG, c *RNGCheckpoint) (C.sluice_stream_t, C.sluice_rng_t, C.sluice_rng_checkpoint_t, error) {
-	var sh C.sluice_stream_t
-	var rh C.sluice_rng_t
-	var ch C.sluice_rng_checkpoint_t
-	if s == nil || c == nil {
-		return sh, rh, ch, argError(CodeNullArgument, op, "nil stream or checkpoint")
-	}
-	sh, err := s.raw(op)
-	if err != nil {
-		return sh, rh, ch, err
-	}
-	if rh, err = r.h.raw(op); err != nil {
-		return sh, rh, ch, err
-	}
-	ch, err = c.h.raw(op + "(checkpoint)")
-	return sh, rh, ch, err
-}
-
 // Save copies the states into c: a device-to-device copy in order on s, after
 // every earlier draw; the host does not wait. It is allowed during a capture,
 // and then each replay of the graph refreshes c. It fails with
@@ -242,7 +223,18 @@ func (r *RNG) Restore(s *Stream, c *RNGCheckpoint) error {
 // withCheckpoint is Save and Restore: call, on the three handles, in order
 // on s.
 func (r *RNG) withCheckpoint(op string, s *Stream, c *RNGCheckpoint, call func(C.sluice_stream_t, C.sluice_rng_t, C.sluice_rng_checkpoint_t) *C.sluice_error_t) error {
-	sh, rh, ch, err := rngAndCheckpoint(op, s, r, c)
+	if s == nil || c == nil {
+		return argError(CodeNullArgument, op, "nil stream or checkpoint")
+	}
+	sh, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	rh, err := r.h.raw(op)
+	if err != nil {
+		return err
+	}
+	ch, err := c.h.raw(op + "(checkpoint)")
 	if err != nil {
 		return err
 	}
