@@ -2,6 +2,7 @@
 # The GPU suite. Two halves:
 #   scripts/gpu-suite.sh build   # here (no GPU): release builds without debuginfo into .gpu/
 #   scripts/gpu-suite.sh run     # on the GPU machine (device tool, carry [".gpu"]): runs it all
+#   timeout 540 scripts/gpu-suite.sh run; scripts/gpu-suite.sh pack   # keeps the logs when a part overruns
 # Parts can be chosen with SLUICE_GPU_PARTS="rng rust c go cpp bench prefetch sanitize torch
 # python stress repro probe gemm" (the default; python runs bindings/python/tests/gpu_torch_test.py
 # with the GPU machine's PyTorch, and skips without it; gemm times the Go trainer's two
@@ -600,14 +601,22 @@ run() {
   fi
   [ -n "$soak_pid" ] && wait "$soak_pid"
   echo "==== summary"; cat "$summary"
-  # The device tool brings back only a few files: keep the main ones, pack the rest.
+  pack_out
+}
+
+# The device tool brings back only a few files: keep the main ones, pack the rest.
+# Also a mode of its own, for after a `timeout` cut `run` short.
+pack_out() {
   (
-    cd "$out" || exit
-    keep="summary.txt bench.md bench-base.md prefetch.md compare.txt rng.md rng.ptx"
-    others=$(ls -A | grep -vxF -f <(tr ' ' '\n' <<<"$keep") || true)
+    cd "${OUT:-/tmp/sluice-gpu-out}" || exit
+    keep="suite.log summary.txt bench.md bench-base.md prefetch.md compare.txt rng.md rng.ptx"
+    # A second pack (after a finished run) leaves the first archive as it is.
+    others=$(ls -A | grep -vxF -f <(tr ' ' '\n' <<<"$keep") | grep -vE '^logs[0-9]*\.tgz$' || true)
     if [ -n "$others" ]; then
+      archive=logs.tgz n=1
+      while [ -e "$archive" ]; do n=$((n + 1)) archive=logs$n.tgz; done
       # shellcheck disable=SC2086 # a list of plain file names
-      tar czf logs.tgz $others && rm -rf $others
+      tar czf "$archive" $others && rm -rf $others
     fi
   )
 }
@@ -617,5 +626,6 @@ case "$mode" in
   run) run ;;
   soak-wait) soak_wait ;;
   unpack) unpack ;;
-  *) echo "usage: $0 build|run|soak-wait|unpack" >&2; exit 2 ;;
+  pack) pack_out ;;
+  *) echo "usage: $0 build|run|soak-wait|unpack|pack" >&2; exit 2 ;;
 esac

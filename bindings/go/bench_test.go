@@ -53,10 +53,30 @@ func compare(b *testing.B, s *Stream, goLoop func(n int), cLoop func(n int) (tim
 // SLUICE_GO_BENCH_LOCK_THREAD=1 locks the benchmark's goroutine to its thread,
 // so that every Go call and the C loop run on one OS thread (with the
 // driver's per-thread state of that thread).
+//
+// SLUICE_GO_BENCH_C_AFTER_CALL=atomic (or mfence) makes the C loop do an
+// atomic read-modify-write (or an mfence) after each API call, as a cgo
+// return does with its compare-and-swap; code4k, code16k or code64k a call
+// into that much code (a jump per cache line), as Go runs its own between
+// calls: diagnostics of what Go's excess is.
 func compareChunks(b *testing.B, s *Stream, size int, goLoop func(n int), cLoop func(n int) (time.Duration, error)) {
 	if os.Getenv("SLUICE_GO_BENCH_LOCK_THREAD") == "1" {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+	}
+	switch os.Getenv("SLUICE_GO_BENCH_C_AFTER_CALL") {
+	case "atomic":
+		cBenchSetAfterCall(1)
+	case "mfence":
+		cBenchSetAfterCall(2)
+	case "code4k":
+		cBenchSetAfterCall(3)
+	case "code16k":
+		cBenchSetAfterCall(4)
+	case "code64k":
+		cBenchSetAfterCall(5)
+	default:
+		cBenchSetAfterCall(0)
 	}
 	b.ReportAllocs()
 	goLoop(size)

@@ -58,6 +58,11 @@ func cBenchQuery(s *Stream, n int) (time.Duration, error) {
 	return time.Duration(ns), takeError(e)
 }
 
+// cBenchSetAfterCall sets what the C loops do after each API call
+// (sluice_go_bench_set_after_call): 0 nothing, 1 an atomic read-modify-write,
+// 2 an mfence, 3 / 4 / 5 a call into 4 / 16 / 64 KiB of code.
+func cBenchSetAfterCall(mode int) { C.sluice_go_bench_set_after_call(C.int(mode)) }
+
 // touchBuf is C memory for the footprint benchmark; free it with free.
 type touchBuf struct{ p *C.uchar }
 

@@ -204,13 +204,47 @@ static uint64_t now_ns(void) {
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static int bench_after_call;
+static uint64_t bench_after_word;
+
+void sluice_go_bench_set_after_call(int mode) { bench_after_call = mode; }
+
+// Code of `lines` 64-byte cache lines, each a jump to the next: an
+// instruction footprint (cache lines and branch targets) with little work.
+#if defined(__x86_64__)
+#define CODE_LINES(name, lines)                                                            \
+	static void __attribute__((noinline)) name(void) {                                       \
+		__asm__ volatile(".p2align 6\n.rept " #lines "\njmp 1f\n.skip 62, 0xcc\n1:\n.endr\n" :: \
+		                     : "memory");                                                    \
+	}
+#else
+#define CODE_LINES(name, lines) \
+	static void name(void) {}
+#endif
+CODE_LINES(code_4k, 64)
+CODE_LINES(code_16k, 256)
+CODE_LINES(code_64k, 1024)
+
+static inline void after_call(void) {
+	switch (bench_after_call) {
+	case 1: __atomic_fetch_add(&bench_after_word, 1, __ATOMIC_SEQ_CST); break;
+	case 2: __atomic_thread_fence(__ATOMIC_SEQ_CST); break;
+	case 3: code_4k(); break;
+	case 4: code_16k(); break;
+	case 5: code_64k(); break;
+	}
+}
+
 void sluice_go_bench_touch(unsigned char *buf, size_t kb) {
 	for (size_t i = 0; i < kb * 1024; i += 64) buf[i]++;
 }
 
 uint64_t sluice_go_bench_touch_loop(unsigned char *buf, size_t kb, uint64_t n) {
 	uint64_t t0 = now_ns();
-	for (uint64_t i = 0; i < n; i++) sluice_go_bench_touch(buf, kb);
+	for (uint64_t i = 0; i < n; i++) {
+		sluice_go_bench_touch(buf, kb);
+		after_call();
+	}
 	return now_ns() - t0;
 }
 
@@ -219,7 +253,9 @@ uint64_t sluice_go_bench_event(sluice_stream_t stream, uint64_t n, sluice_error_
 	for (uint64_t i = 0; i < n; i++) {
 		sluice_event_t ev;
 		sluice_error_t *e = sluice_event_record(stream, 0, &ev);
+		after_call();
 		if (!e) e = sluice_event_destroy(ev);
+		after_call();
 		if (e) {
 			*err_out = e;
 			return 0;
@@ -234,7 +270,9 @@ uint64_t sluice_go_bench_op(sluice_stream_t stream, sluice_sync_t obj, uint64_t 
 	for (uint64_t i = 0; i < n; i++) {
 		sluice_op_t op;
 		sluice_error_t *e = sluice_op_begin(stream, NULL, 0, &obj, 1, &op);
+		after_call();
 		if (!e) e = sluice_op_end(op);
+		after_call();
 		if (e) {
 			*err_out = e;
 			return 0;
@@ -248,6 +286,7 @@ uint64_t sluice_go_bench_query(sluice_stream_t stream, uint64_t n, sluice_error_
 	for (uint64_t i = 0; i < n; i++) {
 		bool idle;
 		sluice_error_t *e = sluice_stream_query(stream, &idle);
+		after_call();
 		if (e) {
 			*err_out = e;
 			return 0;
@@ -263,7 +302,9 @@ uint64_t sluice_go_bench_op_sets(sluice_stream_t stream, const sluice_sync_t *re
 	for (uint64_t i = 0; i < n; i++) {
 		sluice_op_t op;
 		sluice_error_t *e = sluice_op_begin(stream, reads, num_reads, writes, num_writes, &op);
+		after_call();
 		if (!e) e = sluice_op_end(op);
+		after_call();
 		if (e) {
 			*err_out = e;
 			return 0;
@@ -277,6 +318,7 @@ uint64_t sluice_go_bench_copy(sluice_stream_t stream, sluice_buffer_t dst, sluic
 	uint64_t t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
 		sluice_error_t *e = sluice_stream_copy(stream, dst, 0, src, 0, len);
+		after_call();
 		if (e) {
 			*err_out = e;
 			return 0;
@@ -290,6 +332,7 @@ uint64_t sluice_go_bench_memset(sluice_stream_t stream, sluice_buffer_t dst, siz
 	uint64_t t0 = now_ns();
 	for (uint64_t i = 0; i < n; i++) {
 		sluice_error_t *e = sluice_stream_memset(stream, dst, 0, (uint8_t)i, len);
+		after_call();
 		if (e) {
 			*err_out = e;
 			return 0;
@@ -310,6 +353,7 @@ uint64_t sluice_go_bench_launch(sluice_stream_t stream, sluice_function_t functi
 	for (uint64_t i = 0; i < n; i++) {
 		sluice_error_t *e = sluice_stream_launch(stream, function, dims, args, num_args, reads,
 		                                         num_reads, writes, num_writes);
+		after_call();
 		if (e) {
 			*err_out = e;
 			return 0;

@@ -82,6 +82,14 @@ void *sluice_go_ptr(uint64_t addr);
 
 // Benchmark loops: run the C API `n` times from C and return the elapsed
 // nanoseconds, or write the first error to *err_out and return 0.
+//
+// sluice_go_bench_set_after_call(mode) makes every loop do, after each API
+// call, what a cgo return does first (a diagnostic: is Go's excess the cost of
+// fencing right after the driver's stores, or the code run between calls?): 0
+// nothing, 1 an atomic read-modify-write (as exitsyscall's compare-and-swap),
+// 2 an mfence, 3 / 4 / 5 a call into 4 / 16 / 64 KiB of code (x86-64; a
+// jump per cache line).
+void sluice_go_bench_set_after_call(int mode);
 uint64_t sluice_go_bench_event(sluice_stream_t stream, uint64_t n, sluice_error_t **err_out);
 uint64_t sluice_go_bench_op(sluice_stream_t stream, sluice_sync_t obj, uint64_t n,
                             sluice_error_t **err_out);
