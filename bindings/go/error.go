@@ -146,6 +146,15 @@ func takeError(e *C.sluice_error_t) error {
 	return err
 }
 
+// dropError frees a C error that the caller has no one to report to (a
+// cleanup, the replaced recording of a reused wrapper). NULL, the common
+// case, costs no cgo call.
+func dropError(e *C.sluice_error_t) {
+	if e != nil {
+		C.sluice_error_free(e)
+	}
+}
+
 // argError is an error found by the Go binding before calling C.
 func argError(code ErrorCode, op, format string, args ...any) error {
 	return &Error{Code: code, Message: "sluice: " + op + ": " + fmt.Sprintf(format, args...)}

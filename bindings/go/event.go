@@ -92,7 +92,7 @@ func (s *Stream) recordInto(op string, ev *Event, flags EventFlags) error {
 	ev.capture = s.root().capture.Load()
 	if old, ok := openReusable(ev, &ev.h, c); ok {
 		// The replaced recording: ours alone (the swap took it).
-		C.sluice_error_free(destroy(old))
+		dropError(destroy(old))
 	}
 	return nil
 }

@@ -83,7 +83,7 @@ type handle[T cHandle] struct {
 // releaseOnCleanup is the cleanup of every wrapper. It is a plain function
 // because runtime.AddCleanup allocates a closure for a generic one; the C
 // type of the handle travels in the argument as a zero-size handleType[T].
-func releaseOnCleanup(o ownedHandle) { C.sluice_error_free(o.typ.release(o.bits, o.mem)) }
+func releaseOnCleanup(o ownedHandle) { dropError(o.typ.release(o.bits, o.mem)) }
 
 // ownedHandle is what a cleanup releases: a handle and its C memory, as plain
 // values, never the wrapper, so that the wrapper can become unreachable.
@@ -256,7 +256,7 @@ func (r *reusable[T]) state() *handle[T] {
 // releaseCell is the cleanup of a reusable wrapper's cell.
 func releaseCell[T cHandle](h *handle[T]) {
 	if c, ok := h.take(); ok {
-		C.sluice_error_free(destroy(c))
+		dropError(destroy(c))
 	}
 }
 

@@ -187,7 +187,7 @@ type ownedPrefetcher struct {
 
 // releasePrefetcher is the cleanup of a Prefetcher that was not closed.
 func releasePrefetcher(o ownedPrefetcher) {
-	C.sluice_error_free(destroy(C.sluice_prefetcher_t{bits: C.uint64_t(o.bits)}))
+	dropError(destroy(C.sluice_prefetcher_t{bits: C.uint64_t(o.bits)}))
 	if o.fill != 0 {
 		o.fill.Delete()
 	}
@@ -292,7 +292,7 @@ type openSlot struct {
 func cancelAbandonedSlot(o openSlot) {
 	var f C.sluice_prefetch_fill_t
 	f.seq, f.token = C.uint64_t(o.seq), C.uint64_t(o.token)
-	C.sluice_error_free(C.sluice_prefetcher_cancel(C.sluice_prefetcher_t{bits: C.uint64_t(o.pf)}, &f))
+	dropError(C.sluice_prefetcher_cancel(C.sluice_prefetcher_t{bits: C.uint64_t(o.pf)}, &f))
 }
 
 // Acquire takes a free slot to fill in place (zero-copy push); see Slot. It

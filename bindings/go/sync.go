@@ -313,7 +313,7 @@ func (s *Stream) beginOpInto(name string, op *Op, reads, writes []Syncable) erro
 	if old, ok := openReusable(op, &op.h, o); ok {
 		// Only a concurrent BeginOpInto into the same op (a misuse) gets
 		// here; end the op it began rather than leak it.
-		C.sluice_error_free(destroy(old))
+		dropError(destroy(old))
 	}
 	return nil
 }
