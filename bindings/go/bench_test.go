@@ -264,7 +264,14 @@ func BenchmarkLaunch(b *testing.B) { benchLaunch(b, chunk) }
 // per launch on an H200).
 func BenchmarkLaunchHostBound(b *testing.B) { benchLaunch(b, shortChunk) }
 
-func benchLaunch(b *testing.B, size int) {
+// BenchmarkLaunchHostBound's launches made from Go straight through cgo, with
+// the handles, sets and argument values resolved once: the cgo floor.
+// LaunchHostBound's overhead minus this row's is the binding's own work.
+func BenchmarkLaunchBareCgo(b *testing.B) { benchLaunchWith(b, shortChunk, true) }
+
+func benchLaunch(b *testing.B, size int) { benchLaunchWith(b, size, false) }
+
+func benchLaunchWith(b *testing.B, size int, bare bool) {
 	d := openDev(b)
 	if backendOf(b, d) != BackendCUDA {
 		b.Skip("kernel launches need the cuda backend")
@@ -279,13 +286,17 @@ func benchLaunch(b *testing.B, size int) {
 	reads, writes := []Syncable{x}, []Syncable{y}
 	cfg := LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: count}}
 	a, bias, cnt := float32(2.5), float32(0.5), uint32(count)
-	compareChunks(b, s, size, func(n int) {
+	goLoop := func(n int) {
 		for i := 0; i < n; i++ {
 			if err := f.Launch(s, cfg, reads, writes, y, x, a, bias, cnt); err != nil {
 				b.Fatal(err)
 			}
 		}
-	}, func(n int) (time.Duration, error) {
+	}
+	if bare {
+		goLoop = func(n int) { must(b, cgoLaunch(s, f, cfg, reads, writes, []any{y, x, a, bias, cnt}, n)) }
+	}
+	compareChunks(b, s, size, goLoop, func(n int) (time.Duration, error) {
 		return cBenchLaunch(s, f, cfg, reads, writes, []any{y, x, a, bias, cnt}, n)
 	})
 }

@@ -211,3 +211,44 @@ func cgoOpSets(s *Stream, reads []Syncable, n int) error {
 	runtime.KeepAlive(reads)
 	return nil
 }
+
+// cgoLaunch makes n launches from Go straight through cgo (the binding's
+// own C call, launchC), with the handles, the sets and the argument
+// values resolved once: the floor under Launch.
+func cgoLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Syncable, args []any, n int) error {
+	const op = "cgoLaunch"
+	h, err := s.raw(op)
+	if err != nil {
+		return err
+	}
+	fh, err := f.h.raw(op)
+	if err != nil {
+		return err
+	}
+	r, w, err := cSets(op, reads, writes)
+	if err != nil {
+		return err
+	}
+	dims := C.sluice_launch_dims_t{
+		grid:             [3]C.uint32_t{one(cfg.Grid.X), one(cfg.Grid.Y), one(cfg.Grid.Z)},
+		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
+		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
+	}
+	var av argVals
+	defer av.release()
+	vals, err := av.fill(op, args)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < n; i++ {
+		if err := takeError(launchC(h, fh, &dims, vals, r, w)); err != nil {
+			return err
+		}
+	}
+	runtime.KeepAlive(s)
+	runtime.KeepAlive(f)
+	runtime.KeepAlive(reads)
+	runtime.KeepAlive(writes)
+	runtime.KeepAlive(args)
+	return nil
+}

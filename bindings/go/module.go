@@ -297,6 +297,16 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 	return nil
 }
 
+// launchC is Launch's C call (sluice_go_launch, visible only from this file),
+// on resolved handles, sets and argument values, for the cgo floor that
+// BenchmarkLaunchBareCgo measures. Launch makes the call itself: launchC is
+// not inlined, and Launch saves the frame.
+func launchC(sh C.sluice_stream_t, fh C.sluice_function_t, dims *C.sluice_launch_dims_t, vals []uint64,
+	r, w []C.sluice_sync_t) *C.sluice_error_t {
+	return C.sluice_go_launch(sh, fh, dims, valsPtr(vals), C.size_t(len(vals)),
+		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)))
+}
+
 // launchFailed is the error of a launch that the C call refused.
 func launchFailed(e *C.sluice_error_t, op string, s *Stream, f *Function, reads, writes []Syncable) error {
 	err := checkSetsFailed(e, op, s, [][]Syncable{reads, writes})
