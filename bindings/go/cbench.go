@@ -150,39 +150,48 @@ func cBenchMemset(s *Stream, dst Memory, size, n int) (time.Duration, error) {
 }
 
 func cBenchLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Syncable, args []any, n int) (time.Duration, error) {
-	const op = "cBenchLaunch"
-	h, err := s.raw(op)
-	if err != nil {
-		return 0, err
-	}
-	fh, err := f.h.raw(op)
-	if err != nil {
-		return 0, err
-	}
-	r, w, err := cSets(op, reads, writes)
-	if err != nil {
-		return 0, err
-	}
-	dims := C.sluice_launch_dims_t{
-		grid:             [3]C.uint32_t{one(cfg.Grid.X), one(cfg.Grid.Y), one(cfg.Grid.Z)},
-		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
-		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
-	}
-	var av argVals
-	defer av.release()
-	vals, err := av.fill(op, args)
+	l, err := resolveLaunch("cBenchLaunch", s, f, cfg, reads, writes, args)
+	defer l.av.release()
 	if err != nil {
 		return 0, err
 	}
 	var e *C.sluice_error_t
-	ns := C.sluice_go_bench_launch(h, fh, &dims, valsPtr(vals), C.size_t(len(vals)),
-		syncPtr(r), C.size_t(len(r)), syncPtr(w), C.size_t(len(w)), C.uint64_t(n), &e)
+	ns := C.sluice_go_bench_launch(l.h, l.fh, &l.dims, valsPtr(l.vals), C.size_t(len(l.vals)),
+		syncPtr(l.r), C.size_t(len(l.r)), syncPtr(l.w), C.size_t(len(l.w)), C.uint64_t(n), &e)
 	runtime.KeepAlive(s)
 	runtime.KeepAlive(f)
 	runtime.KeepAlive(reads)
 	runtime.KeepAlive(writes)
 	runtime.KeepAlive(args)
 	return time.Duration(ns), takeError(e)
+}
+
+// resolvedLaunch is a launch's C arguments, resolved once for a loop.
+type resolvedLaunch struct {
+	h    C.sluice_stream_t
+	fh   C.sluice_function_t
+	dims C.sluice_launch_dims_t
+	r, w []C.sluice_sync_t
+	av   argVals
+	vals []uint64
+}
+
+// resolveLaunch resolves what Launch resolves on every call; the caller
+// releases l.av, also after an error.
+func resolveLaunch(op string, s *Stream, f *Function, cfg LaunchConfig, reads, writes []Syncable, args []any) (l *resolvedLaunch, err error) {
+	l = new(resolvedLaunch)
+	if l.h, err = s.raw(op); err != nil {
+		return l, err
+	}
+	if l.fh, err = f.h.raw(op); err != nil {
+		return l, err
+	}
+	if l.r, l.w, err = cSets(op, reads, writes); err != nil {
+		return l, err
+	}
+	l.dims = cfg.cDims()
+	l.vals, err = l.av.fill(op, args)
+	return l, err
 }
 
 // cgoOpSets makes n op begin + end pairs from Go straight through cgo, with
@@ -216,32 +225,13 @@ func cgoOpSets(s *Stream, reads []Syncable, n int) error {
 // own C call, launchC), with the handles, the sets and the argument
 // values resolved once: the floor under Launch.
 func cgoLaunch(s *Stream, f *Function, cfg LaunchConfig, reads, writes []Syncable, args []any, n int) error {
-	const op = "cgoLaunch"
-	h, err := s.raw(op)
-	if err != nil {
-		return err
-	}
-	fh, err := f.h.raw(op)
-	if err != nil {
-		return err
-	}
-	r, w, err := cSets(op, reads, writes)
-	if err != nil {
-		return err
-	}
-	dims := C.sluice_launch_dims_t{
-		grid:             [3]C.uint32_t{one(cfg.Grid.X), one(cfg.Grid.Y), one(cfg.Grid.Z)},
-		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
-		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
-	}
-	var av argVals
-	defer av.release()
-	vals, err := av.fill(op, args)
+	l, err := resolveLaunch("cgoLaunch", s, f, cfg, reads, writes, args)
+	defer l.av.release()
 	if err != nil {
 		return err
 	}
 	for i := 0; i < n; i++ {
-		if err := takeError(launchC(h, fh, &dims, vals, r, w)); err != nil {
+		if err := takeError(launchC(l.h, l.fh, &l.dims, l.vals, l.r, l.w)); err != nil {
 			return err
 		}
 	}

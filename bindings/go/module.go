@@ -228,12 +228,17 @@ type LaunchConfig struct {
 	SharedMemBytes uint32
 }
 
-func one(v uint32) C.uint32_t {
-	if v == 0 {
-		return 1
+// cDims is the C form of the geometry.
+func (cfg LaunchConfig) cDims() C.sluice_launch_dims_t {
+	return C.sluice_launch_dims_t{
+		grid:             [3]C.uint32_t{one(cfg.Grid.X), one(cfg.Grid.Y), one(cfg.Grid.Z)},
+		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
+		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
 	}
-	return C.uint32_t(v)
 }
+
+// one is v, or 1 for a zero component.
+func one(v uint32) C.uint32_t { return C.uint32_t(max(v, 1)) }
 
 // Launch launches the function on the stream as one tracked op over reads and
 // writes. args are the kernel's parameters, in order, each one of: a
@@ -257,11 +262,7 @@ func (f *Function) Launch(s *Stream, cfg LaunchConfig, reads, writes []Syncable,
 	if err != nil {
 		return err
 	}
-	dims := C.sluice_launch_dims_t{
-		grid:             [3]C.uint32_t{one(cfg.Grid.X), one(cfg.Grid.Y), one(cfg.Grid.Z)},
-		block:            [3]C.uint32_t{one(cfg.Block.X), one(cfg.Block.Y), one(cfg.Block.Z)},
-		shared_mem_bytes: C.uint32_t(cfg.SharedMemBytes),
-	}
+	dims := cfg.cDims()
 	// No defers: the scratch buffers are released by hand on every path (a
 	// pooled buffer that a panic left borrowed is only garbage).
 	var sc syncScratch
