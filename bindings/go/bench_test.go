@@ -59,25 +59,16 @@ func compare(b *testing.B, s *Stream, goLoop func(n int), cLoop func(n int) (tim
 // return does with its compare-and-swap; code4k, code16k or code64k a call
 // into that much code (a jump per cache line), as Go runs its own between
 // calls: diagnostics of what Go's excess is.
+// cAfterCallModes are SLUICE_GO_BENCH_C_AFTER_CALL's values, as
+// sluice_go_bench_set_after_call numbers them.
+var cAfterCallModes = map[string]int{"atomic": 1, "mfence": 2, "code4k": 3, "code16k": 4, "code64k": 5}
+
 func compareChunks(b *testing.B, s *Stream, size int, goLoop func(n int), cLoop func(n int) (time.Duration, error)) {
 	if os.Getenv("SLUICE_GO_BENCH_LOCK_THREAD") == "1" {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	switch os.Getenv("SLUICE_GO_BENCH_C_AFTER_CALL") {
-	case "atomic":
-		cBenchSetAfterCall(1)
-	case "mfence":
-		cBenchSetAfterCall(2)
-	case "code4k":
-		cBenchSetAfterCall(3)
-	case "code16k":
-		cBenchSetAfterCall(4)
-	case "code64k":
-		cBenchSetAfterCall(5)
-	default:
-		cBenchSetAfterCall(0)
-	}
+	cBenchSetAfterCall(cAfterCallModes[os.Getenv("SLUICE_GO_BENCH_C_AFTER_CALL")]) // unset: 0, nothing
 	b.ReportAllocs()
 	goLoop(size)
 	must(b, s.Synchronize())

@@ -178,8 +178,7 @@ type resolvedLaunch struct {
 
 // resolveLaunch resolves what Launch resolves on every call; the caller
 // releases l.av, also after an error.
-func resolveLaunch(op string, s *Stream, f *Function, cfg LaunchConfig, reads, writes []Syncable, args []any) (l *resolvedLaunch, err error) {
-	l = new(resolvedLaunch)
+func resolveLaunch(op string, s *Stream, f *Function, cfg LaunchConfig, reads, writes []Syncable, args []any) (l resolvedLaunch, err error) {
 	if l.h, err = s.raw(op); err != nil {
 		return l, err
 	}
