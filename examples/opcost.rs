@@ -169,8 +169,8 @@ fn main() {
             writes.len(),
         ))
     };
-    // OPCOST_LOOP=pair|pair4|copy|memset|ping|record: only `n` 1-read pairs (4-read
-    // pairs, copies, memsets, the ping-pong chain's launches, or raw records) and exit, for `perf stat` /
+    // OPCOST_LOOP=pair|pair4|copy|memset|event|ping|record: only `n` 1-read pairs (4-read
+    // pairs, copies, memsets, event records with their destroys, the ping-pong chain's launches, or raw records) and exit, for `perf stat` /
     // `perf record` of one loop against another.
     if let Ok(which) = std::env::var("OPCOST_LOOP") {
         let four = sync_objects(4);
@@ -184,6 +184,11 @@ fn main() {
                 ok(sluice_stream_copy(sa, bufs[1], 0, bufs[0], 0, 256));
             } else if which == "memset" {
                 ok(sluice_stream_memset(sa, bufs[0], 0, 7, 256));
+            } else if which == "event" {
+                // The "event record only" row's call, with its destroy.
+                let mut e = sluice_event_t { bits: 0 };
+                ok(sluice_event_record(sa, 0, &mut e));
+                ok(sluice_event_destroy(e));
             } else if which == "ping" {
                 // The "ping-pong op" row's launches.
                 if i % 2 == 0 {

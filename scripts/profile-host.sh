@@ -4,8 +4,8 @@
 # (a row filter), or with EXAMPLE=prefetch_cost to that example (producers).
 # PROFILE=1 records the run with perf. CALLGRIND=1 counts the instructions of one
 # opcost loop (OPCOST_LOOP, default pair: the 1-read foreign op pair; pair4: 4 reads;
-# copy, memset: 256 bytes on one stream; ping: the ping-pong chain's launches, 1 read,
-# 1 write, 1 wait) per call of
+# copy, memset: 256 bytes on one stream; event: an event record and its destroy; ping:
+# the ping-pong chain's launches, 1 read, 1 write, 1 wait) per call of
 # sluice_op_begin and sluice_op_end, or of each exported sluice function it calls.
 # CACHESIM=1 counts the same loop's L1 data misses per iteration in callgrind's cache
 # model, each driver call of the stand-in touching MOCKCUDA_TOUCH_KB (default 64) KiB
