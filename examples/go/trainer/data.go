@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -78,17 +77,27 @@ func findMNIST(dir string) (string, error) {
 		strings.Join(tried, ", "), mnistModule)
 }
 
-func loadMNIST(dir string, limit, testLimit int) (*dataset, error) {
+// loadMNIST reads the four MNIST files in dir (the first limit training and
+// testLimit test images; 0: all). With hugePages the training images, which
+// the producers gather a row at a time from all over, lie in memory backed by
+// huge pages where the system gives them (hugePageBytes).
+func loadMNIST(dir string, limit, testLimit int, hugePages bool) (*dataset, error) {
 	train, test, err := GoMNIST.Load(dir)
 	if err != nil {
 		return nil, fmt.Errorf("loading MNIST from %s: %w", dir, err)
 	}
-	flat := func(s *GoMNIST.Set, limit int) (x, y []byte) {
+	flat := func(s *GoMNIST.Set, limit int, huge bool) (x, y []byte) {
 		n := s.Count()
 		if limit > 0 {
 			n = min(n, limit)
 		}
-		x, y = make([]byte, 0, n*inputs), make([]byte, n)
+		if huge {
+			x = hugePageBytes(n * inputs)[:0]
+		}
+		if x == nil {
+			x = make([]byte, 0, n*inputs)
+		}
+		y = make([]byte, n)
 		for i := 0; i < n; i++ {
 			img, l := s.Get(i)
 			x = append(x, img...)
@@ -97,8 +106,8 @@ func loadMNIST(dir string, limit, testLimit int) (*dataset, error) {
 		return x, y
 	}
 	d := &dataset{}
-	d.trainX, d.trainY = flat(train, limit)
-	d.testX, d.testY = flat(test, testLimit)
+	d.trainX, d.trainY = flat(train, limit, hugePages)
+	d.testX, d.testY = flat(test, testLimit, false)
 	if len(d.trainX) != len(d.trainY)*inputs || len(d.testX) != len(d.testY)*inputs {
 		return nil, errors.New("MNIST images are not 28x28")
 	}
@@ -165,25 +174,19 @@ func (s *sampler) make(e *epochPerm, epoch int) {
 }
 
 // fillBatch writes global batch g into b as one batch of the input stage
-// reads it (batchSource): its B images, then their B labels.
-// The images are random reads from 47 MB: each first touches memory some
-// images ahead (gatherAhead), so that several misses are in flight at once
-// instead of one per copy.
+// reads it (batchSource): its B images, then their B labels. The images are
+// random reads from 47 MB (gatherRows).
 func (s *sampler) fillBatch(b []byte, g int) {
 	x, y := b[:s.B*inputs], b[s.B*inputs:]
 	idx := s.perm(g / s.nb)[(g%s.nb)*s.B:][:s.B]
-	var touched byte
+	gatherRows(x, s.d.trainX, idx, inputs)
 	for i, j := range idx {
-		if k := i + gatherAhead; k < len(idx) {
-			touched += s.d.trainX[idx[k]*inputs]
-		}
-		copy(x[i*inputs:(i+1)*inputs], s.d.trainX[j*inputs:(j+1)*inputs])
 		y[i] = s.d.trainY[j]
 	}
-	runtime.KeepAlive(touched) // the touches are for their misses only
 }
 
-// gatherAhead is how many images ahead fillBatch touches.
+// gatherAhead is how many images ahead gatherRows prefetches, so that
+// several misses are in flight at once instead of one per copy.
 const gatherAhead = 8
 
 // slotPlan maps a prefetcher slot's sequence number to the global batches it

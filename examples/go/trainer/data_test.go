@@ -44,17 +44,26 @@ func TestFillBatch(t *testing.T) {
 		d.trainY[i] = byte(i % 10)
 	}
 	s := newSampler(d, batch, 3)
-	b := make([]byte, batch*(inputs+1))
-	for g := 0; g < 2*s.nb; g++ {
-		s.fillBatch(b, g)
-		idx := s.perm(g / s.nb)[(g%s.nb)*batch:][:batch]
-		for i, j := range idx {
-			want := d.trainX[j*inputs : (j+1)*inputs]
-			if got := b[i*inputs : (i+1)*inputs]; string(got) != string(want) {
-				t.Fatalf("batch %d, image %d: not image %d", g, i, j)
-			}
-			if b[batch*inputs+i] != d.trainY[j] {
-				t.Fatalf("batch %d, label %d: %d, want %d", g, i, b[batch*inputs+i], d.trainY[j])
+	defer func(v bool) { streamStores = v }(streamStores)
+	// Streamed stores into an aligned batch, plain copies into a misaligned one
+	// and with -stream-stores=false.
+	for _, c := range []struct {
+		stream bool
+		offset int
+	}{{true, 0}, {true, 1}, {false, 0}} {
+		streamStores = c.stream
+		b := make([]byte, 16+batch*(inputs+1))[c.offset:][:batch*(inputs+1)]
+		for g := 0; g < 2*s.nb; g++ {
+			s.fillBatch(b, g)
+			idx := s.perm(g / s.nb)[(g%s.nb)*batch:][:batch]
+			for i, j := range idx {
+				want := d.trainX[j*inputs : (j+1)*inputs]
+				if got := b[i*inputs : (i+1)*inputs]; string(got) != string(want) {
+					t.Fatalf("%+v: batch %d, image %d: not image %d", c, g, i, j)
+				}
+				if b[batch*inputs+i] != d.trainY[j] {
+					t.Fatalf("%+v: batch %d, label %d: %d, want %d", c, g, i, b[batch*inputs+i], d.trainY[j])
+				}
 			}
 		}
 	}
@@ -97,5 +106,32 @@ func TestPermAhead(t *testing.T) {
 	}
 	if len(s.perms) != 4 || s.perms[3] != nil {
 		t.Fatalf("%d permutations kept (epoch 3's: %v), want the latest 4", len(s.perms), s.perms[3] != nil)
+	}
+}
+
+// TestHugePageBytes: the training images' memory has the length asked for,
+// starts zeroed and holds what is written to it, to its last byte; the
+// system may refuse huge pages (nil), and then the images use the heap.
+func TestHugePageBytes(t *testing.T) {
+	const n = 3<<20 + 5 // more than one 2 MiB page, not a multiple of it
+	b := hugePageBytes(n)
+	if b == nil {
+		t.Skip("no huge pages here")
+	}
+	if len(b) != n || cap(b) != n {
+		t.Fatalf("len %d cap %d, want %d", len(b), cap(b), n)
+	}
+	for i, v := range b {
+		if v != 0 {
+			t.Fatalf("byte %d is %d, want 0", i, v)
+		}
+	}
+	for i := range b {
+		b[i] = byte(i * 7)
+	}
+	for i, v := range b {
+		if v != byte(i*7) {
+			t.Fatalf("byte %d reads %d, want %d", i, v, byte(i*7))
+		}
 	}
 }

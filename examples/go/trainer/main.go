@@ -5,7 +5,7 @@
 // It uses the library as a Go trainer would, with no LockOSThread:
 //   - the prefetcher: producer goroutines fill shuffled batches in place in
 //     its pinned slots (Acquire/Submit; two batches a slot when a graph runs
-//     two steps), and the training stream takes each slot with Next: one
+//     two steps; the images gathered with non-temporal stores, gather.go), and the training stream takes each slot with Next: one
 //     kernel reads its batches in place into the fixed input buffers of the
 //     next pair of steps (x / 255 and the labels), then Release. That kernel
 //     ends the graph of the pair before (-input-in-graph, a graph per slot);
@@ -72,6 +72,7 @@ type options struct {
 	graphSteps             int
 	eagerPairs             bool
 	depth, producers       int
+	hugePages              bool
 	data                   string
 	gemm                   string
 	cpuProfile             string
@@ -105,6 +106,8 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.benchSteps, "bench-steps", 0, "after training (and -save), time this many more steps on the last batch without the input pipeline")
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 16, "prefetcher slots")
+	flag.BoolVar(&o.hugePages, "huge-pages", true, "keep the training images in memory backed by huge pages (Linux, madvise), so that the producers' row gathers miss the TLB less")
+	flag.BoolVar(&streamStores, "stream-stores", true, "the producers write the images into the prefetcher's slots with non-temporal stores (SSE2), which do not read the lines first")
 	flag.IntVar(&o.producers, "producers", 4, "producer goroutines (each gathers its batches from the shuffled images)")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
 	flag.StringVar(&o.pdlKernels, "pdl-kernels", strings.Join(pdlKernels, ","), "with -pdl: the comma-separated name prefixes of the kernels launched with programmatic dependent launch")
@@ -185,7 +188,7 @@ func run() error {
 		return err
 	}
 	t0 := time.Now()
-	d, err := loadMNIST(dir, o.limit, o.testLimit)
+	d, err := loadMNIST(dir, o.limit, o.testLimit, o.hugePages)
 	if err != nil {
 		return err
 	}
