@@ -135,3 +135,20 @@ func TestHugePageBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestGatherRowsPanicsOutsideTheImages: an index past the images, or below
+// them, panics in Go before the C copy could read outside them.
+func TestGatherRowsPanicsOutsideTheImages(t *testing.T) {
+	src, dst := make([]byte, 4*inputs), make([]byte, 2*inputs)
+	for _, idx := range [][]int{{0, 4}, {-1, 0}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("rows %v of 4: no panic", idx)
+				}
+			}()
+			gatherRows(dst, src, idx, inputs)
+		}()
+	}
+	gatherRows(dst, src, []int{3, 0}, inputs) // the last and the first: fine
+}

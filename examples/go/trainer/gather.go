@@ -34,7 +34,10 @@ static void gather_rows(uint8_t* dst, const uint8_t* src, const int64_t* idx, in
 */
 import "C"
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // streamStores makes gatherRows write with non-temporal stores where it can
 // (-stream-stores).
@@ -46,13 +49,19 @@ var streamStores = true
 // in the CPU's caches (16 slots of 400 KB, read by the GPU since their last
 // fill); plain stores read every line from memory before writing it, about
 // half of a slot's fill on the H200's hosts (run 306), which non-temporal
-// stores skip. dst holds len(idx)*row bytes; every index is a row of src.
+// stores skip. dst holds len(idx)*row bytes; an index that is not a row of src
+// panics, as the Go copy did.
 func gatherRows(dst, src []byte, idx []int, row int) {
 	n := len(idx)
 	if n == 0 {
 		return
 	}
 	_ = dst[n*row-1]
+	for _, j := range idx {
+		if j < 0 || (j+1)*row > len(src) {
+			panic(fmt.Sprintf("gatherRows: row %d of %d", j, len(src)/row))
+		}
+	}
 	stream := C.int(0)
 	if streamStores {
 		stream = 1
