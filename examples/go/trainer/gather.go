@@ -39,6 +39,9 @@ import (
 	"unsafe"
 )
 
+// idx goes to C as int64_t: Go's int must be 64 bits (a compile error otherwise).
+var _ [1]struct{} = [unsafe.Sizeof(int(0)) / 8]struct{}{}
+
 // streamStores makes gatherRows write with non-temporal stores where it can
 // (-stream-stores).
 var streamStores = true
