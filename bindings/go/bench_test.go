@@ -39,6 +39,10 @@ func compare(b *testing.B, s *Stream, goLoop func(n int), cLoop func(n int) (tim
 	compareChunks(b, s, chunk, goLoop, cLoop)
 }
 
+// cAfterCallModes are SLUICE_GO_BENCH_C_AFTER_CALL's values, as
+// sluice_go_bench_set_after_call numbers them.
+var cAfterCallModes = map[string]int{"atomic": 1, "mfence": 2, "code4k": 3, "code16k": 4, "code64k": 5}
+
 // compareChunks runs the Go and the C loop on the same stream, in chunks of
 // size calls. Each loop starts on an idle stream (a Synchronize before it)
 // and the loop that goes first alternates from chunk to chunk, so that
@@ -58,11 +62,7 @@ func compare(b *testing.B, s *Stream, goLoop func(n int), cLoop func(n int) (tim
 // atomic read-modify-write (or an mfence) after each API call, as a cgo
 // return does with its compare-and-swap; code4k, code16k or code64k a call
 // into that much code (a jump per cache line), as Go runs its own between
-// calls: diagnostics of what Go's excess is.
-// cAfterCallModes are SLUICE_GO_BENCH_C_AFTER_CALL's values, as
-// sluice_go_bench_set_after_call numbers them.
-var cAfterCallModes = map[string]int{"atomic": 1, "mfence": 2, "code4k": 3, "code16k": 4, "code64k": 5}
-
+// calls: diagnostics of what Go's excess is (cAfterCallModes).
 func compareChunks(b *testing.B, s *Stream, size int, goLoop func(n int), cLoop func(n int) (time.Duration, error)) {
 	if os.Getenv("SLUICE_GO_BENCH_LOCK_THREAD") == "1" {
 		runtime.LockOSThread()

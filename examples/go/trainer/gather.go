@@ -15,21 +15,26 @@ package main
 static void gather_rows(uint8_t* dst, const uint8_t* src, const int64_t* idx, int64_t n, int64_t row,
                         int stream, int64_t ahead) {
 #if defined(__SSE2__)
-  if (stream && ((uintptr_t)dst & 15) == 0 && (row & 15) == 0) {
-    for (int64_t i = 0; i < n; i++) {
-      if (i + ahead < n) __builtin_prefetch(src + idx[i + ahead] * row);
-      const __m128i* s = (const __m128i*)(src + idx[i] * row);
-      __m128i* d = (__m128i*)(dst + i * row);
-      for (int64_t k = 0; k < row / 16; k++) _mm_stream_si128(d + k, _mm_loadu_si128(s + k));
-    }
-    _mm_sfence();
-    return;
-  }
+  const int nt = stream && ((uintptr_t)dst & 15) == 0 && (row & 15) == 0;
+#else
+  (void)stream;
 #endif
   for (int64_t i = 0; i < n; i++) {
     if (i + ahead < n) __builtin_prefetch(src + idx[i + ahead] * row);
-    memcpy(dst + i * row, src + idx[i] * row, (size_t)row);
+    const uint8_t* s = src + idx[i] * row;
+    uint8_t* d = dst + i * row;
+#if defined(__SSE2__)
+    if (nt) {
+      for (int64_t k = 0; k < row; k += 16)
+        _mm_stream_si128((__m128i*)(d + k), _mm_loadu_si128((const __m128i*)(s + k)));
+      continue;
+    }
+#endif
+    memcpy(d, s, (size_t)row);
   }
+#if defined(__SSE2__)
+  if (nt) _mm_sfence();
+#endif
 }
 */
 import "C"

@@ -5,9 +5,10 @@
 // It uses the library as a Go trainer would, with no LockOSThread:
 //   - the prefetcher: producer goroutines fill shuffled batches in place in
 //     its pinned slots (Acquire/Submit; two batches a slot when a graph runs
-//     two steps; the images gathered with non-temporal stores, gather.go), and the training stream takes each slot with Next: one
-//     kernel reads its batches in place into the fixed input buffers of the
-//     next pair of steps (x / 255 and the labels), then Release. That kernel
+//     two steps; the images gathered with non-temporal stores, gather.go),
+//     and the training stream takes each slot with Next: one kernel reads
+//     its batches in place into the fixed input buffers of the next pair of
+//     steps (x / 255 and the labels), then Release. That kernel
 //     ends the graph of the pair before (-input-in-graph, a graph per slot);
 //     with -input-in-graph=false it runs on an input stream of its own;
 //   - the RNG: the weights are drawn from it (normal, scaled), and dropout
