@@ -1663,6 +1663,29 @@ struct sluice_error_t *sluice_buffer_tensor(struct sluice_buffer_t buffer,
                                             struct sluice_tensor_desc_t *desc_out);
 
 /**
+ * Copies rows `rows[0..num_rows)` of `src` (`src_len` bytes, rows of `row_bytes`
+ * each) into `dst` one after another: a batch gathered from a dataset by index,
+ * into a slot from `sluice_prefetcher_acquire` or a fill callback. On x86-64 the
+ * stores are non-temporal and fenced before return: the slot's lines, read by the
+ * last H2D copy, are not read again before they are written, which a plain copy
+ * does. Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
+ * overlap. Every index is checked first: on an error nothing is written. Thread
+ * safety: any thread, on distinct destinations.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`dst`, `src` or `rows` NULL with a length
+ * over 0); `SLUICE_ERROR_INVALID_ARGUMENT` (`row_bytes` 0, or `dst` overlapping
+ * `src`); `SLUICE_ERROR_OUT_OF_RANGE` (the rows do not fit in `dst_capacity`, or an
+ * index is negative or not below `src_len / row_bytes`).
+ */
+struct sluice_error_t *sluice_gather_rows(void *dst,
+                                          size_t dst_capacity,
+                                          const void *src,
+                                          size_t src_len,
+                                          size_t row_bytes,
+                                          const int64_t *rows,
+                                          size_t num_rows);
+
+/**
  * Sets the log level, one of `SLUICE_LOG_*` (overrides `SLUICE_LOG`; logging is
  * off by default).
  *

@@ -19,7 +19,8 @@
 # SLUICE_GPU_BASE=<rev> also builds the benchmark of that commit and runs it right
 # after the current one (A/B in the same run), and with the go part that commit's
 # trainer (against this library), which run-trainer.sh compares with the current one.
-# The prefetch part also runs benches/prefetch at SLUICE_GPU_PREFETCH_KB (default 200) KiB.
+# The prefetch part also runs benches/prefetch at SLUICE_GPU_PREFETCH_KB (default 200) KiB,
+# and benches/prefetch/fill_bench.c (the producers' plain against streaming stores, fill.md).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 # Opt-in part "soak" (not in the default list): tests/stress in soak mode, 16 threads
 # of random traffic for SLUICE_GPU_SOAK_SECONDS (default 540, so that one device call
@@ -492,6 +493,15 @@ run() {
     OUT=$out/prefetch-small SLUICE_BENCH_KB=${SLUICE_GPU_PREFETCH_KB:-200} SLUICE_BENCH_N=2000 \
       SLUICE_BENCH_WARMUP=50 timeout 120 bash benches/prefetch/run.sh > "$out/prefetch-small.md" 2>&1
     note "prefetch bench at ${SLUICE_GPU_PREFETCH_KB:-200} KiB: rc=$? ms/step (a) sluice / (b) raw at 0.5x 1x 2x: $(grep -E '^\| [0-9.]+x \|' "$out/prefetch-small/prefetch_bench.txt" | awk -F'|' '{ printf "%s/%s ", $5, $6 }')"
+    # The producers' side: plain stores against the library's streaming stores
+    # (push, sluice_gather_rows) into slots the GPU's copies read.
+    if cc -O2 -std=c11 benches/prefetch/fill_bench.c -I include -L .gpu -lsluice -lpthread \
+        -Wl,-rpath,"$PWD/.gpu" -o "$out/fill_bench" > "$out/fill.md" 2>&1; then
+      SLUICE_BACKEND=cuda timeout 150 "$out/fill_bench" >> "$out/fill.md" 2>&1
+      note "fill bench: rc=$? $(grep '^RESULT' "$out/fill.md" | tr '\n' ' ')"
+    else
+      note "fill bench: the build failed (fill.md)"
+    fi
   fi
   if has rng && [ -f benches/rng/run.sh ]; then
     # Generation against cuRAND, save against D2D, serialize against pinned D2H.
@@ -609,7 +619,7 @@ run() {
 pack_out() {
   (
     cd "${OUT:-/tmp/sluice-gpu-out}" || exit
-    keep="suite.log summary.txt bench.md bench-base.md prefetch.md compare.txt rng.md rng.ptx"
+    keep="suite.log summary.txt bench.md bench-base.md prefetch.md fill.md compare.txt rng.md rng.ptx"
     # A second pack (after a finished run) leaves the first archive as it is.
     others=$(ls -A | grep -vxF -f <(tr ' ' '\n' <<<"$keep") | grep -vE '^logs[0-9]*\.tgz$' || true)
     if [ -n "$others" ]; then

@@ -49,6 +49,11 @@ cargo run --release --quiet --example pipeline 16 4
 step "c: tests under AddressSanitizer + UBSan"
 bash tests/c/run.sh
 
+echo "benches/prefetch/fill_bench.c: builds, and its runs check their last batch"
+cc -O2 -std=c11 -Wall -Wextra -Werror benches/prefetch/fill_bench.c -I include -L target/release \
+  -lsluice -lpthread -Wl,-rpath,"$PWD/target/release" -o target/fill_bench
+SLUICE_FILL_N=100 SLUICE_FILL_REPS=1 SLUICE_FILL_PRODUCERS="1 2" target/fill_bench | tail -3
+
 step "c: tests under valgrind memcheck (0 errors; about 20 s here)"
 timeout 300 bash scripts/valgrind-c.sh > target/valgrind-c.log 2>&1 \
   || { tail -60 target/valgrind-c.log; exit 1; }

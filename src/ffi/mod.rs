@@ -24,6 +24,8 @@ pub use counters::*;
 mod deprecated;
 mod dlpack;
 pub use dlpack::*;
+mod gather;
+pub use gather::*;
 mod handles;
 mod log;
 pub(crate) use handles::{

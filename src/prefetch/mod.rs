@@ -1,7 +1,8 @@
 //! The prefetcher: the next batch is copied host-to-device on the prefetcher's own
 //! copy streams while the consumer computes on the current one. This file holds its
-//! types, creation, counters and close; `produce.rs` the producers' side, and
-//! `consume.rs` the consumers'.
+//! types, creation, counters and close; `produce.rs` the producers' side,
+//! `consume.rs` the consumers', and `stream_store.rs` the streaming stores that
+//! fill a slot.
 //!
 //! Each of `depth` slots holds pinned staging memory and device memory for every
 //! segment, all allocated at create. A slot cycles free → filling (a producer
@@ -21,6 +22,9 @@
 
 mod consume;
 mod produce;
+mod stream_store;
+
+pub(crate) use stream_store::gather_rows;
 
 use crate::device::Device;
 use crate::engine::ForeignOp;

@@ -299,7 +299,8 @@ impl Prefetcher {
         for (seg, &(ptr, _)) in segments.iter().zip(view.host()) {
             // SAFETY: the slot's pinned memory is ours until submit, and its capacity
             // was checked above.
-            unsafe { std::ptr::copy_nonoverlapping(seg.as_ptr(), ptr, seg.len()) };
+            let slot = unsafe { std::slice::from_raw_parts_mut(ptr, seg.len()) };
+            super::stream_store::copy_streamed(slot, seg);
         }
         self.submit(ticket, &lens)?;
         Ok(ticket.seq)

@@ -1,5 +1,6 @@
 // sluice::Prefetcher: push, zero-copy acquire, pull-mode fill, next (leases) and
 // next_into, end of data, timeouts, producer errors, destroy at any moment.
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -623,6 +624,47 @@ TEST_F(SluiceTest, AcquireSubmitCancel) {
     ASSERT_NO_FATAL_FAILURE(expect_pattern(s, *info, {d0, d1}));
   }
   EXPECT_EQ(seqs, (std::vector<std::uint64_t>{0, 3, 5})) << "cancelled seqs are skipped";
+}
+
+TEST_F(SluiceTest, GatherRowsIntoAFill) {
+  constexpr std::size_t kRow = 784, kSrcRows = 40;
+  std::vector<std::byte> src(kRow * kSrcRows);
+  for (std::size_t k = 0; k < src.size(); ++k) src[k] = pattern_byte(k / kRow, 0, k % kRow);
+  const std::vector<std::int64_t> rows = {39, 0, 7, 7, 12, 1};
+  sluice::Stream s = sluice::Stream::create(dev_);
+  Prefetcher pf = Prefetcher::create(dev_, {2, {kRow * rows.size(), 8}});
+
+  Fill f = pf.acquire();
+  f.set_len(0, 3);
+  const std::vector<std::int64_t> bad = {0, kSrcRows};
+  EXPECT_SLUICE_THROW(f.gather_rows(0, src, kRow, bad), ErrorCode::out_of_range);
+  EXPECT_SLUICE_THROW(f.gather_rows(1, src, kRow, rows), ErrorCode::out_of_range);  // 8 bytes
+  EXPECT_SLUICE_THROW(f.gather_rows(2, src, kRow, rows), ErrorCode::out_of_range);  // no segment 2
+  EXPECT_SLUICE_THROW(f.gather_rows(0, src, 0, rows), ErrorCode::invalid_argument);
+  EXPECT_EQ(f.len(0), 3u) << "a refused gather keeps the length";
+  f.gather_rows(0, src, kRow, rows);
+  EXPECT_EQ(f.len(0), kRow * rows.size());
+  f.submit();
+  pf.close_input();
+
+  sluice::Buffer d0 = sluice::Buffer::alloc(s, kRow * rows.size());
+  sluice::Buffer d1 = sluice::Buffer::alloc(s, 8);
+  std::optional<BatchInfo> info = pf.next_into(s, {d0, d1});
+  ASSERT_TRUE(info);
+  std::vector<std::byte> got(kRow * rows.size());
+  sluice::copy_to_host(s, got, d0, 0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_TRUE(std::equal(got.begin() + static_cast<std::ptrdiff_t>(i * kRow),
+                           got.begin() + static_cast<std::ptrdiff_t>((i + 1) * kRow),
+                           src.begin() + static_cast<std::ptrdiff_t>(rows[i]) * static_cast<std::ptrdiff_t>(kRow)))
+        << "row " << i;
+  }
+
+  // The free function: overlapping ranges are refused.
+  EXPECT_EQ(sluice::gather_rows(std::nothrow, sluice::MutableByteView(src.data() + kRow, kRow),
+                                src, kRow, rows)
+                .code(),
+            ErrorCode::invalid_argument);
 }
 
 TEST_F(SluiceTest, PullModeFillRefusesSubmitAndCancel) {

@@ -185,10 +185,6 @@ func (s *sampler) fillBatch(b []byte, g int) {
 	}
 }
 
-// gatherAhead is how many images ahead gatherRows prefetches, so that
-// several misses are in flight at once instead of one per copy.
-const gatherAhead = 8
-
 // slotPlan maps a prefetcher slot's sequence number to the global batches it
 // holds: per consecutive batches of one epoch (fewer at an epoch's end when
 // per does not divide it), from epoch first on.

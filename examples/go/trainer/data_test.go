@@ -45,8 +45,8 @@ func TestFillBatch(t *testing.T) {
 	}
 	s := newSampler(d, batch, 3)
 	defer func(v bool) { streamStores = v }(streamStores)
-	// Streamed stores into an aligned batch, plain copies into a misaligned one
-	// and with -stream-stores=false.
+	// The library's streamed stores into an aligned and a misaligned batch, and
+	// Go's copy with -stream-stores=false.
 	for _, c := range []struct {
 		stream bool
 		offset int
@@ -137,7 +137,7 @@ func TestHugePageBytes(t *testing.T) {
 }
 
 // TestGatherRowsPanicsOutsideTheImages: an index past the images, or below
-// them, panics in Go before the C copy could read outside them.
+// them, panics (the library checks every index before it copies).
 func TestGatherRowsPanicsOutsideTheImages(t *testing.T) {
 	src, dst := make([]byte, 4*inputs), make([]byte, 2*inputs)
 	for _, idx := range [][]int{{0, 4}, {-1, 0}} {

@@ -5,7 +5,7 @@
 // It uses the library as a Go trainer would, with no LockOSThread:
 //   - the prefetcher: producer goroutines fill shuffled batches in place in
 //     its pinned slots (Acquire/Submit; two batches a slot when a graph runs
-//     two steps; the images gathered with non-temporal stores, gather.go),
+//     two steps; the images gathered by sluice.GatherRows' non-temporal stores),
 //     and the training stream takes each slot with Next: one kernel reads
 //     its batches in place into the fixed input buffers of the next pair of
 //     steps (x / 255 and the labels), then Release. That kernel
@@ -108,7 +108,7 @@ func parseFlags() (*options, error) {
 	flag.IntVar(&o.benchInput, "bench-input", 0, "instead of training, time this many batches through the prefetcher into the input sets, with no step")
 	flag.IntVar(&o.depth, "depth", 16, "prefetcher slots")
 	flag.BoolVar(&o.hugePages, "huge-pages", true, "keep the training images in memory backed by huge pages (Linux, madvise), so that the producers' row gathers miss the TLB less")
-	flag.BoolVar(&streamStores, "stream-stores", true, "the producers write the images into the prefetcher's slots with non-temporal stores (SSE2), which do not read the lines first")
+	flag.BoolVar(&streamStores, "stream-stores", true, "the producers gather the images into the prefetcher's slots with sluice.GatherRows (non-temporal stores, which do not read the lines first); false: Go's copy")
 	flag.IntVar(&o.producers, "producers", 4, "producer goroutines (each gathers its batches from the shuffled images)")
 	flag.StringVar(&o.data, "data", "", "directory of the MNIST .gz files (default: ./mnist next to the binary, or the GoMNIST module)")
 	flag.StringVar(&o.pdlKernels, "pdl-kernels", strings.Join(pdlKernels, ","), "with -pdl: the comma-separated name prefixes of the kernels launched with programmatic dependent launch")

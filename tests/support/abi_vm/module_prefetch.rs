@@ -291,7 +291,8 @@ impl Vm {
     }
 
     pub(super) fn op_prefetcher_misc(&mut self, s: &mut Src) {
-        match s.u8() % 3 {
+        match s.u8() % 4 {
+            3 => self.op_gather_rows(s),
             0 => {
                 let b = self.pick(s, K::Batch);
                 self.chk("batch_release", sluice_batch_release(ba(b)));
@@ -310,6 +311,65 @@ impl Vm {
                 let o = Self::out(s, &mut x);
                 self.chk("prefetcher_stats", sluice_prefetcher_stats(pf(p), o));
             }
+        }
+    }
+
+    /// `sluice_gather_rows` against a model: the rows named, or an error and `dst`
+    /// untouched.
+    fn op_gather_rows(&mut self, s: &mut Src) {
+        let row = (s.u8() % 40) as usize;
+        let src_rows = (s.u8() % 8) as usize;
+        let src = s.bytes(row * src_rows);
+        let n = s.u8() % 6;
+        let rows: Vec<i64> = (0..n)
+            .map(|_| match s.likely() {
+                true => (s.u8() as usize % src_rows.max(1)) as i64,
+                false => (s.u8() as i8 % 9) as i64,
+            })
+            .collect();
+        let cap = (rows.len() * row + (s.u8() % 4) as usize).saturating_sub(1);
+        let mut dst = vec![0xA5u8; cap];
+        let null = s.u8() % 16;
+        let dp = if null == 0 {
+            std::ptr::null_mut()
+        } else {
+            dst.as_mut_ptr()
+        };
+        let sp = if null == 1 {
+            std::ptr::null()
+        } else {
+            src.as_ptr()
+        };
+        let rp = if null == 2 {
+            std::ptr::null()
+        } else {
+            rows.as_ptr()
+        };
+        let e = sluice_gather_rows(dp.cast(), cap, sp.cast(), src.len(), row, rp, rows.len());
+        let src_rows = src.len().checked_div(row).unwrap_or(0) as i64;
+        let want = if (null == 0 && cap > 0)
+            || (null == 1 && !src.is_empty())
+            || (null == 2 && !rows.is_empty())
+        {
+            SLUICE_ERROR_NULL_ARGUMENT
+        } else if row == 0 {
+            SLUICE_ERROR_INVALID_ARGUMENT
+        } else if rows.len() * row > cap || rows.iter().any(|&r| r < 0 || r >= src_rows) {
+            SLUICE_ERROR_OUT_OF_RANGE
+        } else {
+            0
+        };
+        assert_eq!(
+            self.chk("gather_rows", e),
+            want,
+            "row {row} rows {rows:?} cap {cap} null {null}"
+        );
+        for (i, chunk) in dst.chunks(row.max(1)).enumerate() {
+            let expect = match rows.get(i) {
+                Some(&r) if want == 0 => &src[r as usize * row..][..chunk.len()],
+                _ => &[0xA5u8; 40][..chunk.len()],
+            };
+            assert_eq!(chunk, expect, "gather_rows row {i}");
         }
     }
 }

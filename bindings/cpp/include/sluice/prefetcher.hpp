@@ -9,6 +9,7 @@
 //   - push(): copies host ranges into a slot (one range per segment);
 //   - acquire(): hands out a slot's pinned memory to fill in place (zero copy), as
 //     a Fill that is submit()ted, cancel()led, or cancelled by its destructor;
+//     Fill::gather_rows() gathers a batch's rows from a dataset into it;
 //   - pull mode: a fill callable given at create runs on the prefetcher's own
 //     producer threads.
 //
@@ -144,6 +145,28 @@ struct FillFnBox;
 
 }  // namespace detail
 
+/// Copies rows `rows` (of `row_bytes` bytes each) of `src` into `dst`, one after
+/// another: a batch gathered from a dataset by index (sluice_gather_rows). It writes
+/// rows.size() * row_bytes bytes. On x86-64 the stores are non-temporal, so a
+/// prefetcher slot's lines, read by its last H2D copy, are not read again before
+/// they are written, as a plain copy reads them. Every index is checked first: an
+/// index outside `src`, or rows that do not fit in `dst`, give
+/// ErrorCode::out_of_range, `row_bytes` 0 or `dst` overlapping `src`
+/// ErrorCode::invalid_argument, and nothing is written.
+inline Result<void> gather_rows(std::nothrow_t, MutableByteView dst, ByteView src,
+                                std::size_t row_bytes, span<const std::int64_t> rows) {
+  return detail::check(sluice_gather_rows(dst.data(), dst.size(), src.data(), src.size(),
+                                          row_bytes, rows.data(), rows.size()));
+}
+
+#if SLUICE_CPP_EXCEPTIONS
+/// gather_rows(std::nothrow, ...); throws on error.
+inline void gather_rows(MutableByteView dst, ByteView src, std::size_t row_bytes,
+                        span<const std::int64_t> rows) {
+  gather_rows(std::nothrow, dst, src, row_bytes, rows).value();
+}
+#endif
+
 /// A slot being filled in place: from PrefetcherApi::acquire() (zero-copy push),
 /// or handed to a pull-mode fill callable. Write up to capacity(i) bytes into
 /// segment(i), set_len(i, n), then submit() (acquire only) to enqueue the batch's
@@ -218,6 +241,21 @@ class Fill {
     return {};
   }
 
+  /// Gathers rows `rows` of `src` into segment `i` with sluice::gather_rows and sets
+  /// len(i) to rows.size() * row_bytes. An index past segments() gives
+  /// ErrorCode::out_of_range; on any error nothing is written and len(i) is kept.
+  Result<void> gather_rows(std::nothrow_t, std::size_t i, ByteView src, std::size_t row_bytes,
+                           span<const std::int64_t> rows) {
+    if (i >= segments()) {
+      return Error(ErrorCode::out_of_range, 0,
+                   "Fill::gather_rows: segment " + std::to_string(i) + " of a batch of " +
+                       std::to_string(segments()) + " segments");
+    }
+    Result<void> r = sluice::gather_rows(std::nothrow, segment(i), src, row_bytes, rows);
+    if (r) f_.len[i] = rows.size() * row_bytes;
+    return r;
+  }
+
   /// Submits an acquired fill: enqueues the H2D copy of each segment's first len(i)
   /// bytes. The fill is over (inactive) afterwards, also on error; a second submit
   /// is reported by the C API (ErrorCode::invalid_argument: not an open fill). A
@@ -240,6 +278,11 @@ class Fill {
 #if SLUICE_CPP_EXCEPTIONS
   /// set_len(std::nothrow, i, n); throws on error.
   void set_len(std::size_t i, std::size_t n) { set_len(std::nothrow, i, n).value(); }
+  /// gather_rows(std::nothrow, i, src, row_bytes, rows); throws on error.
+  void gather_rows(std::size_t i, ByteView src, std::size_t row_bytes,
+                   span<const std::int64_t> rows) {
+    gather_rows(std::nothrow, i, src, row_bytes, rows).value();
+  }
   /// submit(std::nothrow); throws on error.
   void submit() { submit(std::nothrow).value(); }
   /// cancel(std::nothrow); throws on error.

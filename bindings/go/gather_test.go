@@ -1,0 +1,64 @@
+package sluice
+
+import (
+	"bytes"
+	"testing"
+	"time"
+)
+
+// GatherRows writes the rows named into a slot, and the batch carries them;
+// bad rows, sizes and overlaps give an error and write nothing.
+func TestGatherRows(t *testing.T) {
+	const row, srcRows = 784, 50
+	src := pattern(row*srcRows, 3)
+	rows := []int{49, 0, 7, 7, 31, 1, 48, 20, 2}
+	want := make([]byte, 0, len(rows)*row)
+	for _, r := range rows {
+		want = append(want, src[r*row:(r+1)*row]...)
+	}
+
+	d := openDev(t)
+	s := testStream(t, d)
+	p := newPrefetcher(t, d, PrefetcherConfig{Depth: 2, Capacities: []int{len(want) + 1}})
+	dst := []*Buffer{alloc(t, s, len(want)+1)}
+	for off := range 2 { // an aligned and a misaligned destination
+		sl, err := p.Acquire(time.Second)
+		must(t, err)
+		must(t, GatherRows(sl.Segment(0)[off:], src, row, rows))
+		sl.SetLen(0, off+len(want))
+		must(t, sl.Submit())
+		_, err = p.NextInto(s, dst, time.Second)
+		must(t, err)
+		wantBytes(t, "gathered rows", readBack(t, s, dst[0], off+len(want))[off:], want)
+	}
+
+	buf := bytes.Repeat([]byte{0xEE}, len(want))
+	for _, c := range []struct {
+		dst, src []byte
+		row      int
+		rows     []int
+		code     *Error
+	}{
+		{buf, src, row, []int{0, srcRows}, ErrOutOfRange},
+		{buf, src, row, []int{-1}, ErrOutOfRange},
+		{buf[:len(want)-1], src, row, rows, ErrOutOfRange},
+		{buf, src, 0, rows, ErrInvalidArgument},
+		{buf, src, -row, rows, ErrInvalidArgument},
+		{src[row:], src, row, rows, ErrInvalidArgument},
+	} {
+		wantCode(t, GatherRows(c.dst, c.src, c.row, c.rows), c.code)
+	}
+	if !bytes.Equal(buf, bytes.Repeat([]byte{0xEE}, len(want))) {
+		t.Fatal("a failed GatherRows wrote into dst")
+	}
+	must(t, GatherRows(nil, nil, row, nil))
+}
+
+// GatherRows makes no Go allocation.
+func TestGatherRowsAllocs(t *testing.T) {
+	src, dst := pattern(784*10, 1), make([]byte, 784*4)
+	rows := []int{9, 0, 3, 3}
+	if n := testing.AllocsPerRun(100, func() { _ = GatherRows(dst, src, 784, rows) }); n != 0 {
+		t.Fatalf("%v allocations per call", n)
+	}
+}
