@@ -54,7 +54,7 @@ impl Prefetcher {
                 None => {}
             }
             crate::trace::prefetch_blocked(&self.device, true);
-            let (g, in_time) = Self::wait(&self.batch_ready, st, deadline);
+            let (g, in_time) = self.batch_ready.wait(st, deadline);
             st = g;
             if !in_time {
                 break Err(timed_out("waiting for the next prefetched batch").into());

@@ -1,8 +1,8 @@
 //! The prefetcher: the next batch is copied host-to-device on the prefetcher's own
 //! copy streams while the consumer computes on the current one. This file holds its
 //! types, creation, counters and close; `produce.rs` the producers' side,
-//! `consume.rs` the consumers', and `stream_store.rs` the streaming stores that
-//! fill a slot.
+//! `consume.rs` the consumers', `stream_store.rs` the streaming stores that fill
+//! a slot, and `signal.rs` the wake-ups between them.
 //!
 //! Each of `depth` slots holds pinned staging memory and device memory for every
 //! segment, all allocated at create. A slot cycles free → filling (a producer
@@ -22,6 +22,7 @@
 
 mod consume;
 mod produce;
+mod signal;
 mod stream_store;
 
 pub(crate) use stream_store::gather_rows;
@@ -33,10 +34,10 @@ use crate::event::RecRef;
 use crate::memory::Buffer;
 use crate::stream::Stream;
 use crate::sync::SyncObject;
+use signal::Signal;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::Instant;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// The most segments a batch may have.
 pub(crate) const MAX_SEGMENTS: usize = 8;
@@ -184,8 +185,8 @@ pub struct Prefetcher {
     /// Set by `close` while it holds `state` (so paths under that lock see it as
     /// of the lock), and read by the lease paths, which do not take it.
     destroyed: AtomicBool,
-    slot_freed: Condvar,
-    batch_ready: Condvar,
+    slot_freed: Signal,
+    batch_ready: Signal,
     producers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
@@ -273,8 +274,8 @@ impl Prefetcher {
                 copy_timed_bytes: 0,
                 untimed_bytes: produce::TIMED_AFTER_BYTES,
             }),
-            slot_freed: Condvar::new(),
-            batch_ready: Condvar::new(),
+            slot_freed: Signal::default(),
+            batch_ready: Signal::default(),
             producers: Mutex::new(Vec::new()),
         }))
     }
@@ -314,25 +315,6 @@ impl Prefetcher {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Waits on `cv` until `deadline`; false when it passed.
-    fn wait<'a>(
-        cv: &Condvar,
-        st: MutexGuard<'a, State>,
-        deadline: Option<Instant>,
-    ) -> (MutexGuard<'a, State>, bool) {
-        match deadline {
-            None => (cv.wait(st).unwrap_or_else(|p| p.into_inner()), true),
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return (st, false);
-                }
-                let (st, _) = cv.wait_timeout(st, left).unwrap_or_else(|p| p.into_inner());
-                (st, true)
-            }
-        }
-    }
-
     /// Counters so far.
     pub fn stats(&self) -> PrefetchStats {
         let st = self.lock();
@@ -357,7 +339,7 @@ impl Prefetcher {
             self.batch_ready.notify_all();
             // A producer may still be writing an open fill's pinned memory.
             while !st.pending.is_empty() {
-                st = self.slot_freed.wait(st).unwrap_or_else(|p| p.into_inner());
+                st = self.slot_freed.wait(st, None).0;
             }
             std::mem::take(&mut st.slots)
         };

@@ -68,7 +68,7 @@ impl Prefetcher {
                 break s;
             }
             crate::trace::prefetch_blocked(&self.device, false);
-            let (g, in_time) = Self::wait(&self.slot_freed, st, deadline);
+            let (g, in_time) = self.slot_freed.wait(st, deadline);
             st = g;
             if !in_time {
                 st.stats.producer_wait_ns += t0.elapsed().as_nanos() as u64;
