@@ -81,7 +81,7 @@ for l in sys.stdin:
   fi
   # The base commit's checkout (SLUICE_GPU_BASE), for its benchmark and its trainer.
   local base_wt=""
-  if [ -n "${SLUICE_GPU_BASE:-}" ] && { has bench || has go; }; then
+  if [ -n "${SLUICE_GPU_BASE:-}" ] && { has bench || has go || has prefetch; }; then
     base_wt=$(mktemp -d)
     git worktree add -q --detach "$base_wt" "$SLUICE_GPU_BASE"
   fi
@@ -102,6 +102,16 @@ for l in sys.stdin:
   if has opcost; then
     cargo build --release --example opcost
     cp target/release/examples/opcost .gpu/opcost
+  fi
+  if has prefetch; then
+    # The prefetcher's host cost per batch on the real driver (and the base commit's).
+    cargo build --release --example prefetch_cost
+    cp target/release/examples/prefetch_cost .gpu/prefetch_cost
+    if [ -n "$base_wt" ]; then
+      (cd "$base_wt" && CARGO_TARGET_DIR="$base_wt/target" cargo build --release --example prefetch_cost 2>/dev/null)
+      mkdir -p .gpu/base
+      cp "$base_wt/target/release/examples/prefetch_cost" .gpu/base/prefetch_cost
+    fi
   fi
   cp -r kernels .gpu/kernels
   if has torch; then
@@ -493,6 +503,15 @@ run() {
     OUT=$out/prefetch-small SLUICE_BENCH_KB=${SLUICE_GPU_PREFETCH_KB:-200} SLUICE_BENCH_N=2000 \
       SLUICE_BENCH_WARMUP=50 timeout 120 bash benches/prefetch/run.sh > "$out/prefetch-small.md" 2>&1
     note "prefetch bench at ${SLUICE_GPU_PREFETCH_KB:-200} KiB: rc=$? ms/step (a) sluice / (b) raw at 0.5x 1x 2x: $(grep -E '^\| [0-9.]+x \|' "$out/prefetch-small/prefetch_bench.txt" | awk -F'|' '{ printf "%s/%s ", $5, $6 }')"
+    # The prefetcher alone (no fill), 1 and 4 producers, alternated with the base's.
+    for i in 1 2 3; do
+      for which in "" base/; do
+        [ -x ".gpu/${which}prefetch_cost" ] || continue
+        name=${which%/}
+        SLUICE_BACKEND=cuda timeout 60 ".gpu/${which}prefetch_cost" > "$out/prefetch-cost-$name$i.md" 2>&1
+        note "prefetch_cost ${name:-current} $i (producers: batches/s, submit us): $(awk -F'|' '/^\| [0-9]+ \|/ {printf "%s: %s, %s ", $2+0, $3+0, $5+0}' "$out/prefetch-cost-$name$i.md")"
+      done
+    done
     # The producers' side: plain stores against the library's streaming stores
     # (push, sluice_gather_rows) into slots the GPU's copies read.
     if cc -O2 -std=c11 benches/prefetch/fill_bench.c -I include -L .gpu -lsluice -lpthread \
