@@ -23,9 +23,9 @@
  * (sluice_op_begin, the same work enqueued untracked on that stream, sluice_op_end);
  * graph launches; exec updates (a graph <-> its alternative); buffer reallocation
  * (free, allocate, initialise with a logged memset or copy); stream replacement;
- * prefetched batches (a zero-copy fill, by hand or by sluice_gather_rows, and submit,
- * then sluice_prefetcher_next on a random stream, a tracked copy of part of the batch
- * into a buffer, and a release);
+ * prefetched batches (a zero-copy fill, by hand or by sluice_gather_rows, and submit, or
+ * sluice_prefetcher_push; then sluice_prefetcher_next on a random stream, a tracked copy
+ * of part of the batch into a buffer, and a release);
  * RNG draws (sluice_rng_generate into a device buffer; the model draws the same
  * values in log order from a second generator of the same seed).
  *
