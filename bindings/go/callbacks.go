@@ -28,6 +28,7 @@ type CallbackPanicError struct {
 	Stack []byte
 }
 
+// Error returns "Go callback panicked: " and the panic value.
 func (e *CallbackPanicError) Error() string {
 	return fmt.Sprintf("Go callback panicked: %v", e.Value)
 }

@@ -39,3 +39,29 @@ func GatherRows(dst, src []byte, rowBytes int, rows []int) error {
 		(*C.int64_t)(idx), C.size_t(len(rows)))
 	return check(e)
 }
+
+// GatherRows gathers rows rows of src into segment i (GatherRows) and sets
+// the segment's length to len(rows)*rowBytes. On an error nothing is written
+// and the length is kept. It panics if i is out of range.
+func (s *Slot) GatherRows(i int, src []byte, rowBytes int, rows []int) error {
+	return fillGather(&s.c, i, src, rowBytes, rows)
+}
+
+// GatherRows gathers rows rows of src into segment i (GatherRows) and sets
+// the segment's length to len(rows)*rowBytes. On an error nothing is written
+// and the length is kept; after the call of the Fill function it fails with
+// ErrInvalidState. It panics if i is out of range.
+func (f *Fill) GatherRows(i int, src []byte, rowBytes int, rows []int) error {
+	if f.c == nil {
+		return argError(CodeInvalidState, "Fill.GatherRows", "the Fill function has returned")
+	}
+	return fillGather(f.c, i, src, rowBytes, rows)
+}
+
+func fillGather(c *C.sluice_prefetch_fill_t, i int, src []byte, rowBytes int, rows []int) error {
+	if err := GatherRows(fillSegment(c, i), src, rowBytes, rows); err != nil {
+		return err
+	}
+	c.len[i] = C.size_t(len(rows) * rowBytes)
+	return nil
+}

@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"bytes"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -31,6 +32,39 @@ func TestGatherRows(t *testing.T) {
 		must(t, err)
 		wantBytes(t, "gathered rows", readBack(t, s, dst[0], off+len(want))[off:], want)
 	}
+	// Slot.GatherRows sets the length too; a refused gather keeps it.
+	sl, err := p.Acquire(time.Second)
+	must(t, err)
+	sl.SetLen(0, 3)
+	wantCode(t, sl.GatherRows(0, src, row, []int{srcRows}), ErrOutOfRange)
+	if sl.c.len[0] != 3 {
+		t.Fatalf("a refused Slot.GatherRows set the length to %d", sl.c.len[0])
+	}
+	must(t, sl.GatherRows(0, src, row, rows))
+	must(t, sl.Submit())
+	info, err := p.NextInto(s, dst, time.Second)
+	must(t, err)
+	if info.Lens[0] != len(want) {
+		t.Fatalf("Slot.GatherRows: length %d, want %d", info.Lens[0], len(want))
+	}
+	wantBytes(t, "Slot.GatherRows", readBack(t, s, dst[0], len(want)), want)
+
+	// Fill.GatherRows in a pull-mode Fill function, and after it returned.
+	var kept atomic.Pointer[Fill] // read after the Fill function returned
+	pull := newPrefetcher(t, d, PrefetcherConfig{Depth: 2, Capacities: []int{len(want)}, Fill: func(f *Fill) error {
+		if f.Seq > 0 {
+			return ErrEndOfInput
+		}
+		kept.Store(f)
+		return f.GatherRows(0, src, row, rows)
+	}})
+	info, err = pull.NextInto(s, dst[:1], 5*time.Second)
+	must(t, err)
+	if info.Lens[0] != len(want) {
+		t.Fatalf("Fill.GatherRows: length %d, want %d", info.Lens[0], len(want))
+	}
+	wantBytes(t, "Fill.GatherRows", readBack(t, s, dst[0], len(want)), want)
+	wantCode(t, kept.Load().GatherRows(0, src, row, rows), ErrInvalidState)
 
 	buf := bytes.Repeat([]byte{0xEE}, len(want))
 	for _, c := range []struct {
