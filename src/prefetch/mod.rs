@@ -25,7 +25,7 @@ mod produce;
 mod signal;
 mod stream_store;
 
-pub(crate) use stream_store::gather_rows;
+pub use stream_store::gather_rows;
 
 use crate::device::Device;
 use crate::engine::ForeignOp;

@@ -24,9 +24,10 @@ pub(crate) fn copy_streamed(dst: &mut [u8], src: &[u8]) {
     fence();
 }
 
-/// Copies rows `rows` (of `row_bytes` each) of `src` into `dst` one after another.
-/// Every index is checked before anything is written; on an error `dst` is unchanged.
-pub(crate) fn gather_rows(
+/// Copies rows `rows` (of `row_bytes` each) of `src` into `dst` one after another,
+/// with streaming stores on x86-64 (`sluice_gather_rows`). Every index is checked
+/// before anything is written; on an error `dst` is unchanged.
+pub fn gather_rows(
     dst: &mut [u8],
     src: &[u8],
     row_bytes: usize,
