@@ -105,8 +105,8 @@ for l in sys.stdin:
   fi
   if has prefetch; then
     # The prefetcher's host cost per batch on the real driver (and the base commit's).
-    cargo build --release --example prefetch_cost
-    cp target/release/examples/prefetch_cost .gpu/prefetch_cost
+    cargo build --release --example prefetch_cost --example slot_fill
+    cp target/release/examples/prefetch_cost target/release/examples/slot_fill .gpu/
     if [ -n "$base_wt" ]; then
       (cd "$base_wt" && CARGO_TARGET_DIR="$base_wt/target" cargo build --release --example prefetch_cost 2>/dev/null)
       mkdir -p .gpu/base
@@ -512,6 +512,11 @@ run() {
         note "prefetch_cost ${name:-current} $i (producers: batches/s, submit us): $(awk -F'|' '/^\| [0-9]+ \|/ {printf "%s: %s, %s ", $2+0, $3+0, $5+0}' "$out/prefetch-cost-$name$i.md")"
       done
     done
+    # A slot's fill on the CPU alone: plain against streaming stores into a cold ring.
+    if [ -x .gpu/slot_fill ]; then
+      timeout 60 .gpu/slot_fill > "$out/slot-fill.md" 2>&1
+      note "slot_fill (streamed / plain: copy, gather at 392 KiB; copy, gather at 64 MiB): rc=$? $(awk -F'|' '/KiB \|/ {printf "%s ", $6+0}' "$out/slot-fill.md")"
+    fi
     # The producers' side: plain stores against the library's streaming stores
     # (push, sluice_gather_rows) into slots the GPU's copies read.
     if cc -O2 -std=c11 benches/prefetch/fill_bench.c -I include -L .gpu -lsluice -lpthread \

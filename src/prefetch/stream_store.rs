@@ -27,12 +27,7 @@ pub(crate) fn copy_streamed(dst: &mut [u8], src: &[u8]) {
 /// Copies rows `rows` (of `row_bytes` each) of `src` into `dst` one after another,
 /// with streaming stores on x86-64 (`sluice_gather_rows`). Every index is checked
 /// before anything is written; on an error `dst` is unchanged.
-pub fn gather_rows(
-    dst: &mut [u8],
-    src: &[u8],
-    row_bytes: usize,
-    rows: &[i64],
-) -> Result<()> {
+pub fn gather_rows(dst: &mut [u8], src: &[u8], row_bytes: usize, rows: &[i64]) -> Result<()> {
     if row_bytes == 0 {
         return Err(Error::invalid_argument("row_bytes is 0"));
     }
