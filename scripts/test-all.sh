@@ -53,6 +53,8 @@ echo "benches/prefetch/fill_bench.c: builds, and its runs check their last batch
 cc -O2 -std=c11 -Wall -Wextra -Werror benches/prefetch/fill_bench.c -I include -L target/release \
   -lsluice -lpthread -Wl,-rpath,"$PWD/target/release" -o target/fill_bench
 SLUICE_FILL_N=100 SLUICE_FILL_REPS=1 SLUICE_FILL_PRODUCERS="1 2" target/fill_bench | tail -3
+echo "examples/slot_fill.rs: its streamed copies and gathers check their bytes"
+SLOT_FILL_RING_MB=128 SLOT_FILL_REPS=1 cargo run --release --quiet --example slot_fill | tail -4
 
 step "c: tests under valgrind memcheck (0 errors; about 20 s here)"
 timeout 300 bash scripts/valgrind-c.sh > target/valgrind-c.log 2>&1 \
