@@ -96,3 +96,39 @@ func TestGatherRowsAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per call", n)
 	}
 }
+
+// FuzzGatherRows checks GatherRows against a Go model: the rows named, in
+// order, or an error with dst untouched.
+func FuzzGatherRows(f *testing.F) {
+	f.Add([]byte("0123456789abcdef0123456789abcdef"), uint8(16), []byte{1, 0, 1}, uint8(0), uint16(64))
+	f.Add([]byte("0123456789"), uint8(3), []byte{2, 9}, uint8(1), uint16(5))
+	f.Fuzz(func(t *testing.T, src []byte, rowBytes uint8, idx []byte, off uint8, capacity uint16) {
+		row := int(rowBytes)
+		rows := make([]int, len(idx))
+		for i, b := range idx {
+			rows[i] = int(int8(b)) // some negative
+		}
+		buf := bytes.Repeat([]byte{0xEE}, int(off%17)+int(capacity))
+		dst := buf[off%17:]
+		err := GatherRows(dst, src, row, rows)
+		ok := row > 0 && len(rows)*row <= len(dst)
+		for _, r := range rows {
+			ok = ok && r >= 0 && (r+1)*row <= len(src)
+		}
+		if len(rows) == 0 {
+			ok, err = true, nil // nothing to check: no call is made
+		}
+		if ok != (err == nil) {
+			t.Fatalf("row %d rows %v dst %d src %d: err %v, want ok=%v", row, rows, len(dst), len(src), err, ok)
+		}
+		want := bytes.Repeat([]byte{0xEE}, len(buf))
+		if ok {
+			for i, r := range rows {
+				copy(want[int(off%17)+i*row:], src[r*row:(r+1)*row])
+			}
+		}
+		if !bytes.Equal(buf, want) {
+			t.Fatalf("row %d rows %v: dst holds %x, want %x", row, rows, buf, want)
+		}
+	})
+}
