@@ -17,17 +17,15 @@ import (
 // lines, which the last host-to-device copy read, are not read again before
 // they are written, as a Go copy reads them. Every index is checked first; an
 // index outside src, or rows that do not fit in dst, give ErrOutOfRange and
-// write nothing, as do dst and src overlapping (ErrInvalidArgument).
+// write nothing, as do a rowBytes of 0 or less and dst and src overlapping
+// (ErrInvalidArgument).
 func GatherRows(dst, src []byte, rowBytes int, rows []int) error {
 	const op = "GatherRows"
 	if rowBytes < 0 {
 		return argError(CodeInvalidArgument, op, "rowBytes %d is negative", rowBytes)
 	}
-	if len(rows) == 0 {
-		return nil
-	}
 	idx := unsafe.Pointer(unsafe.SliceData(rows))
-	if strconv.IntSize != 64 {
+	if strconv.IntSize != 64 && len(rows) > 0 {
 		wide := make([]int64, len(rows))
 		for i, r := range rows {
 			wide[i] = int64(r)
