@@ -84,7 +84,9 @@ static void *produce(void *arg) {
     size_t bytes = rows_per_batch * ROW;
     for (uint64_t k = 0; k < p->batches; k++) {
         uint64_t key = p->first_key + k;
-        for (size_t i = 0; i < rows_per_batch; i++) idx[i] = row_of(p->mode, key, i);
+        /* A copy needs its first row only. */
+        size_t n = p->mode == COPY_MEMCPY || p->mode == COPY_PUSH ? 1 : rows_per_batch;
+        for (size_t i = 0; i < n; i++) idx[i] = row_of(p->mode, key, i);
         if (p->mode == COPY_PUSH) {
             sluice_prefetch_segment_t seg = {src + idx[0] * ROW, bytes};
             ck(sluice_prefetcher_push(p->pf, &seg, 1, SLUICE_WAIT_FOREVER, NULL), "push");

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 
 	sluice "github.com/sluice-rt/sluice/bindings/go"
 )
@@ -9,6 +10,10 @@ import (
 // streamStores makes gatherRows write with the library's non-temporal stores
 // (-stream-stores); false takes Go's copy.
 var streamStores = true
+
+// gatherAhead is how many images ahead Go's copy touches (sluice_gather_rows
+// prefetches as far).
+const gatherAhead = 8
 
 // gatherRows copies rows idx of row bytes each from src into dst, one after
 // another: a batch's images, gathered from all over the training set. A
@@ -20,9 +25,16 @@ var streamStores = true
 // not a row of src panics.
 func gatherRows(dst, src []byte, idx []int, row int) {
 	if !streamStores {
+		// Each image touches the one gatherAhead later first, as the library
+		// prefetches, so that the two paths differ in their stores only.
+		var touched byte
 		for i, j := range idx {
+			if k := i + gatherAhead; k < len(idx) {
+				touched += src[idx[k]*row]
+			}
 			copy(dst[i*row:(i+1)*row], src[j*row:(j+1)*row])
 		}
+		runtime.KeepAlive(touched) // the touches are for their misses only
 		return
 	}
 	if err := sluice.GatherRows(dst, src, row, idx); err != nil {

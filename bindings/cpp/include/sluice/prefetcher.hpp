@@ -226,11 +226,7 @@ class Fill {
   /// past segments() or a length over capacity(i) gives ErrorCode::out_of_range
   /// and changes nothing.
   Result<void> set_len(std::nothrow_t, std::size_t i, std::size_t n) {
-    if (i >= segments()) {
-      return Error(ErrorCode::out_of_range, 0,
-                   "Fill::set_len: segment " + std::to_string(i) + " of a batch of " +
-                       std::to_string(segments()) + " segments");
-    }
+    if (i >= segments()) return segment_error("set_len", i);
     if (n > f_.capacity[i]) {
       return Error(ErrorCode::out_of_range, 0,
                    "Fill::set_len: batch " + std::to_string(f_.seq) + ", segment " +
@@ -246,11 +242,7 @@ class Fill {
   /// ErrorCode::out_of_range; on any error nothing is written and len(i) is kept.
   Result<void> gather_rows(std::nothrow_t, std::size_t i, ByteView src, std::size_t row_bytes,
                            span<const std::int64_t> rows) {
-    if (i >= segments()) {
-      return Error(ErrorCode::out_of_range, 0,
-                   "Fill::gather_rows: segment " + std::to_string(i) + " of a batch of " +
-                       std::to_string(segments()) + " segments");
-    }
+    if (i >= segments()) return segment_error("gather_rows", i);
     Result<void> r = sluice::gather_rows(std::nothrow, segment(i), src, row_bytes, rows);
     if (r) f_.len[i] = rows.size() * row_bytes;
     return r;
@@ -319,6 +311,12 @@ class Fill {
   void abandon() noexcept {
     if (state_ == State::acquired) sluice_error_free(sluice_prefetcher_cancel(pf_, &f_));
     state_ = State::done;
+  }
+
+  Result<void> segment_error(const char* what, std::size_t i) const {
+    return Error(ErrorCode::out_of_range, 0,
+                 std::string("Fill::") + what + ": segment " + std::to_string(i) +
+                     " of a batch of " + std::to_string(segments()) + " segments");
   }
 
   static Result<void> pulled_error(const char* what) {
