@@ -1202,10 +1202,16 @@ struct sluice_error_t *sluice_event_record(struct sluice_stream_t stream,
                                            struct sluice_event_t *event_out);
 
 /**
- * Makes `stream` wait on `event` on the device; the host does not block.
+ * Makes `stream` wait on `event` on the device; the host does not block. An event
+ * recorded in a capture forks `stream` into that capture (or joins it back) while
+ * the capture runs; after it has ended the event stands for no work, and a wait on
+ * it is refused, as is a wait that would join two captures (the refusal poisons
+ * `stream`'s capture).
  *
  * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `stream`, `event`);
- * `SLUICE_ERROR_WRONG_DEVICE` (an event of another device).
+ * `SLUICE_ERROR_WRONG_DEVICE` (an event of another device);
+ * `SLUICE_ERROR_INVALID_STATE` (an event recorded in a capture that has ended, or in
+ * another capture than the one `stream` takes part in).
  */
 struct sluice_error_t *sluice_stream_wait_event(struct sluice_stream_t stream,
                                                 struct sluice_event_t event);

@@ -414,6 +414,40 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a wait that no capture can order, before it reaches the driver (which
+/// refuses it too, with `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`): on a recording made
+/// in a capture that has ended (it stands for no work that will run), or from a
+/// stream in one capture on a recording of another. A refused wait poisons the
+/// waiting stream's capture, as any refused op does.
+#[inline(always)]
+pub(crate) fn check_wait(stream: &Stream, rec: &Recording) -> Result<()> {
+    match rec.capture_id() {
+        None => Ok(()),
+        Some(cid) => check_capture_wait(stream, cid),
+    }
+}
+
+#[cold]
+fn check_capture_wait(stream: &Stream, cid: u64) -> Result<()> {
+    let refusal = match (live_capture(cid), stream.current_capture()) {
+        (None, _) => format!(
+            "the event was recorded in capture #{cid}, which has ended: it stands for no \
+             work that will run, so {stream:?} cannot wait on it (record it again outside \
+             a capture)"
+        ),
+        (Some(_), Some(mine)) if mine.id != cid => format!(
+            "{stream:?} takes part in capture #{}, and the event was recorded in capture \
+             #{cid}: a wait cannot join two captures",
+            mine.id
+        ),
+        _ => return Ok(()),
+    };
+    if let Some(mine) = stream.current_capture() {
+        mine.poison("a stream wait on an event of another capture");
+    }
+    Err(Error::new(ErrorCode::InvalidState, refusal))
+}
+
 /// Called when `stream` waits on `rec`: joining a capture (fork) or a join back.
 #[inline(always)]
 pub(crate) fn note_wait(stream: &Arc<Stream>, rec: &Recording) {

@@ -56,7 +56,7 @@ impl Local {
                     .is_ok()
             })
             .map(|i| {
-                HIGH.fetch_max(i + 1, SeqCst);
+                crate::atomic_max::fetch_max_usize(&HIGH, i + 1, SeqCst);
                 Word::Slot(i)
             })
             .unwrap_or_else(|| Word::Overflow(overflow_word()));

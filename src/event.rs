@@ -171,7 +171,7 @@ impl EventPool {
 
     /// Records that the stream's work up to `seq` completed.
     pub(crate) fn complete_through(&self, seq: u64) {
-        if self.completed.fetch_max(seq, Ordering::AcqRel) < seq {
+        if crate::atomic_max::fetch_max_u64(&self.completed, seq, Ordering::AcqRel) < seq {
             COMPLETIONS.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -337,10 +337,13 @@ impl RecRef {
         let p = self.0;
         std::mem::forget(self);
         // SAFETY: this reference kept the node alive until now.
-        if unsafe { p.as_ref() }.refs.fetch_sub(1, Ordering::Release) != 1 {
+        let refs = &unsafe { p.as_ref() }.refs;
+        if refs.fetch_sub(1, Ordering::Release) != 1 {
             return None;
         }
-        std::sync::atomic::fence(Ordering::Acquire);
+        // Acquires the other references' drops: a load, not a fence, which
+        // ThreadSanitizer does not model (std's `Arc` does the same under it).
+        refs.load(Ordering::Acquire);
         // SAFETY: the last reference; the node came from Box::into_raw in `record`.
         Some(unsafe { Box::from_raw(p.as_ptr()) })
     }

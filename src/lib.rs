@@ -4,6 +4,7 @@
 //! (devices, streams, event pools, sync objects, buffers, graphs), and `ffi`
 //! (the C ABI only). Nothing here keeps a current stream or a thread-local error.
 
+mod atomic_max;
 pub mod backend;
 #[doc(hidden)]
 pub mod c_enum;

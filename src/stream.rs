@@ -239,6 +239,7 @@ impl Stream {
     /// recorded inside a capture forks this stream into that capture, or joins it back.
     #[inline(always)]
     pub fn wait_event(self: &Arc<Self>, rec: &Recording) -> Result<()> {
+        crate::capture::check_wait(self, rec)?;
         self.wait(rec)?;
         crate::capture::note_wait(self, rec);
         Ok(())

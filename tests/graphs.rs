@@ -648,3 +648,85 @@ fn wait_all_beside_captures_on_another_thread_fails_neither() {
     });
     assert!(waits.load(Ordering::Relaxed) > 0);
 }
+
+/// Found by ThreadSanitizer over the ABI fuzzer (a use-after-free on the host
+/// backend): a recording made in a capture that has ended, waited on by a stream
+/// outside any capture while its recording stream captured again. The backend took
+/// the wait for a fork into the new capture, which sluice did not track, so the
+/// waiting stream could be destroyed while that capture still named it. Such a wait,
+/// and one that would join two captures, is refused (the driver refuses both), and
+/// the refusal poisons the waiting stream's capture.
+#[test]
+fn a_wait_on_a_recording_of_another_capture_is_refused() {
+    let k = kit();
+    let (a, b, c) = (k.stream(), k.stream(), k.stream());
+    let x = k.buffer(&a, W);
+    let y = k.buffer(&c, W);
+    capture::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    k.fill(&a, &x, 1, 0);
+    let old = a.record(false).unwrap();
+    drop(capture::capture_end(&a).unwrap());
+
+    // Ended, and its stream captures again: no fork into the new capture.
+    capture::capture_begin(&a, CaptureMode::Relaxed).unwrap();
+    k.fill(&a, &x, 2, 0);
+    let e = b.wait_event(&old).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidState);
+    assert!(e.message.contains("has ended"), "{e}");
+    assert!(
+        !b.is_capturing(),
+        "b joined a capture through an old recording"
+    );
+    drop(b);
+    let now = a.record(false).unwrap();
+
+    // A stream in another capture cannot wait on this one's recording.
+    capture::capture_begin(&c, CaptureMode::Relaxed).unwrap();
+    k.fill(&c, &y, 3, 0);
+    let e = c.wait_event(&now).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidState);
+    assert!(e.message.contains("two captures"), "{e}");
+    let e = capture::capture_end(&c)
+        .err()
+        .expect("the refused wait poisons c's capture");
+    assert_eq!(e.code, ErrorCode::CaptureFailed);
+    assert!(e.message.contains("another capture"), "{e}");
+
+    let exec = capture::capture_end(&a).unwrap().instantiate().unwrap();
+    exec.launch(&a).unwrap();
+    assert!(k.read(&a, &x).iter().all(|&v| v == 2));
+    // Ended too: refused from a stream outside any capture.
+    let e = c.wait_event(&now).unwrap_err();
+    assert!(e.message.contains("has ended"), "{e}");
+    c.synchronize().unwrap();
+}
+
+/// The host backend's own guard (the core refuses first): a recording made in an
+/// earlier capture of its stream does not fork a waiting stream into the stream's
+/// current capture.
+#[test]
+fn the_host_backend_refuses_a_wait_across_a_capture_boundary() {
+    use sluice::backend::{BackendKind, DeviceBackend, EventApi, GraphApi, StreamApi};
+    let DeviceBackend::Host(h) = DeviceBackend::open(BackendKind::Host, 0).unwrap() else {
+        unreachable!("the host kind opens a host device")
+    };
+    let (a, b) = (
+        h.stream_create(false, 0).unwrap(),
+        h.stream_create(false, 0).unwrap(),
+    );
+    let ev = h.event_create(false).unwrap();
+    h.capture_begin(a, CaptureMode::Relaxed).unwrap();
+    h.event_record(ev, a).unwrap();
+    let g = h.capture_end(a).unwrap();
+    h.capture_begin(a, CaptureMode::Relaxed).unwrap();
+    let e = h.stream_wait_event(b, ev).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidState);
+    assert!(e.message.contains("capture sequence boundary"), "{e}");
+    h.stream_destroy(b);
+    let g2 = h.capture_end(a).unwrap();
+    for g in [g, g2] {
+        h.graph_destroy(g);
+    }
+    h.event_destroy(ev);
+    h.stream_destroy(a);
+}

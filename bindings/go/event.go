@@ -98,7 +98,8 @@ func (s *Stream) recordInto(op string, ev *Event, flags EventFlags) error {
 }
 
 // WaitEvent makes the stream wait, on the device, for the work before ev; the
-// host does not block.
+// host does not block. An event recorded in a capture that has ended, or in
+// another capture than the stream's, is refused (ErrInvalidState).
 func (s *Stream) WaitEvent(ev *Event) error {
 	h, err := s.raw("Stream.WaitEvent")
 	if err != nil {

@@ -45,6 +45,8 @@ TEST(errors_graph_capture) {
     CHECK_ERR(sluice_stream_copy_from_host(s, b, 0, host, 16), SLUICE_ERROR_CAPTURE_UNSUPPORTED);
     CHECK_ERR(sluice_stream_copy_to_host(s, host, b, 0, 16), SLUICE_ERROR_CAPTURE_UNSUPPORTED);
     CHECK_ERR_MSG(sluice_graph_capture_end(s, &g), SLUICE_ERROR_CAPTURE_FAILED, "rejected");
+    /* an event of a capture that has ended stands for no work: no wait on it */
+    CHECK_ERR_MSG(sluice_stream_wait_event(s2, e), SLUICE_ERROR_INVALID_STATE, "has ended");
     CHECK_OK(sluice_stream_synchronize(s)); /* usable again */
     CHECK_OK(sluice_stream_synchronize(s2));
     CHECK_OK(sluice_event_destroy(e));

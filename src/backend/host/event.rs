@@ -1,6 +1,8 @@
 //! The host backend's events: recordings of (worker, sequence).
 
-use super::{event_ref, lock, stream_ref, CapturedStep, HostDevice, HostEvent, Job, Recording};
+use super::{
+    event_ref, lock, stream_ref, Captured, CapturedStep, HostDevice, HostEvent, Job, Recording,
+};
 use crate::backend::faults::{self, hit, Kind};
 use crate::backend::EventApi;
 use crate::error::{Error, ErrorCode, Result};
@@ -36,19 +38,27 @@ impl EventApi for HostDevice {
         };
         let w = stream_ref(stream).worker.clone();
         // Inside a capture the record is a point others may join on, not a job.
-        let captured_at = lock(&w.state).capture.as_mut().map(|steps| {
-            steps.push(CapturedStep::Mark);
-            steps.len() - 1
-        });
-        let seq = match captured_at {
-            Some(pos) => pos as u64,
+        let captured = {
+            let mut st = lock(&w.state);
+            let gen = st.capture_gen;
+            st.capture.as_mut().map(|steps| {
+                steps.push(CapturedStep::Mark);
+                Captured {
+                    stream,
+                    step: steps.len() - 1,
+                    gen,
+                }
+            })
+        };
+        let seq = match captured {
+            Some(c) => c.step as u64,
             None => w.submit(job),
         };
         let rec = Recording {
             worker: w,
             seq,
             stamp,
-            captured: captured_at.map(|pos| (stream, pos)),
+            captured,
         };
         *lock(&ev.rec) = Some(rec);
         Ok(())

@@ -19,6 +19,7 @@ impl GraphApi for HostDevice {
             ));
         }
         st.capture = Some(Vec::new());
+        st.capture_gen += 1;
         st.capture_invalidated = false;
         lock(&s.joined).clear();
         *lock(&s.origin) = Some(stream);

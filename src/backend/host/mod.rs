@@ -59,6 +59,9 @@ struct WorkerState {
     completed: u64,
     shutdown: bool,
     capture: Option<Vec<CapturedStep>>,
+    /// Bumped whenever `capture` begins (a capture begun here, or a fork into one), so
+    /// that a recording names the capture it was made in.
+    capture_gen: u64,
     /// Set when the stream was synchronized while capturing: as with CUDA, the
     /// capture is invalidated and its end fails.
     capture_invalidated: bool,
@@ -143,12 +146,21 @@ struct Recording {
     seq: u64,
     stamp: Arc<Mutex<Option<Instant>>>,
     /// Set when recorded during a capture: (stream, index of the step).
-    captured: Option<(u64, usize)>,
+    captured: Option<Captured>,
 }
 
 struct HostEvent {
     timing: bool,
     rec: Mutex<Option<Recording>>,
+}
+
+/// Where a recording made in a capture stands: its stream, its step there, and the
+/// stream's `capture_gen` then.
+#[derive(Clone, Copy)]
+struct Captured {
+    stream: u64,
+    step: usize,
+    gen: u64,
 }
 
 /// A captured host graph: per stream, its steps. Replay runs each stream's steps in

@@ -1,7 +1,8 @@
 //! The host backend's streams: worker threads, waits, host functions and capture.
 
 use super::{
-    event_ref, lock, stream_ref, CapturedStep, HostDevice, HostStream, Worker, WorkerState,
+    event_ref, lock, stream_ref, Captured, CapturedStep, HostDevice, HostStream, Worker,
+    WorkerState,
 };
 use crate::backend::faults::{self, hit, Kind};
 use crate::backend::{HostFn, StreamApi};
@@ -20,6 +21,7 @@ impl StreamApi for HostDevice {
                 completed: 0,
                 shutdown: false,
                 capture: None,
+                capture_gen: 0,
                 capture_invalidated: false,
             }),
             work_cv: Condvar::new(),
@@ -105,9 +107,7 @@ impl StreamApi for HostDevice {
         if let Some(steps) = st.capture.as_mut() {
             match captured {
                 // Joining a capture: the other stream's steps are ordered after.
-                Some((origin, idx)) if origin != stream => {
-                    steps.push(CapturedStep::Join(origin, idx))
-                }
+                Some(c) if c.stream != stream => steps.push(CapturedStep::Join(c.stream, c.step)),
                 Some(_) => {}
                 // An event recorded outside the capture orders nothing inside it.
                 None => {}
@@ -115,7 +115,10 @@ impl StreamApi for HostDevice {
             return Ok(());
         }
         drop(st);
-        if let Some((from, _)) = captured {
+        if let Some(Captured {
+            stream: from, gen, ..
+        }) = captured
+        {
             // A non-capturing stream waits on an event recorded in a capture: it
             // joins that capture (fork), as with CUDA. The recording stream may be
             // gone (its handle destroyed): then there is nothing to join. The lock
@@ -127,9 +130,23 @@ impl StreamApi for HostDevice {
             let from_st = stream_ref(from);
             let origin = *lock(&from_st.origin);
             let origin = origin.filter(|o| live.contains(o));
-            if let Some(origin) = origin.filter(|_| lock(&from_st.worker.state).capture.is_some()) {
+            let capturing_gen = {
+                let st = lock(&from_st.worker.state);
+                st.capture.as_ref().map(|_| st.capture_gen)
+            };
+            if capturing_gen.is_some_and(|g| g != gen) {
+                // Recorded in a capture that has ended; the stream captures again.
+                // The driver refuses such a wait (a capture sequence boundary).
+                return Err(Error::new(
+                    ErrorCode::InvalidState,
+                    "the event was recorded in an earlier capture of its stream: \
+                     a wait cannot cross a capture sequence boundary",
+                ));
+            }
+            if let Some(origin) = origin.filter(|_| capturing_gen.is_some()) {
                 let mut me_st = lock(&me.worker.state);
                 me_st.capture = Some(vec![CapturedStep::Join(from, seq as usize)]);
+                me_st.capture_gen += 1;
                 drop(me_st);
                 *lock(&me.origin) = Some(origin);
                 lock(&stream_ref(origin).joined).push(stream);

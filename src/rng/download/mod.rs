@@ -210,7 +210,7 @@ impl<'a> Landed<'a> {
             }
             spin.pause();
         }
-        self.through.fetch_max(k + 1, Ordering::Release);
+        crate::atomic_max::fetch_max_usize(&self.through, k + 1, Ordering::Release);
         Ok(true)
     }
 }

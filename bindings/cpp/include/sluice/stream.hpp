@@ -126,7 +126,9 @@ class StreamApi {
     return Event::adopt(ev);
   }
 
-  /// Makes this stream wait on `event` on the device; the host does not block.
+  /// Makes this stream wait on `event` on the device; the host does not block. An
+  /// event of an ended capture, or of another capture than this stream's, is refused
+  /// (`SLUICE_ERROR_INVALID_STATE`).
   Result<void> wait(std::nothrow_t, EventRef event) const {
     return check(sluice_stream_wait_event(h(), event.raw()));
   }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Miri over the unit tests of the core's unsafe and lock-free pieces: the epoch and
+# the handle tables, the inline vectors, the op lock, the prefetcher's signal and
+# streaming stores, the trace buffers, the download pool and the sync object layout.
+# Miri checks every access against Rust's aliasing and memory
+# model and explores thread interleavings (its scheduler preempts at random: several
+# seeds). The rest of the crate calls the driver or the host backend's threads at a
+# scale Miri cannot run. Needs nightly with the miri component:
+#   rustup toolchain install nightly --component miri,rust-src
+#   bash scripts/miri.sh                 # MIRI_SEEDS (default 2) seeds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+toolchain=${MIRI_TOOLCHAIN:-nightly}
+modules=(epoch:: handle:: inline:: objlock:: prefetch::signal prefetch::stream_store
+  trace::buf rng::download::pool sync::layout)
+for seed in $(seq 1 "${MIRI_SEEDS:-2}"); do
+  echo "== seed $seed"
+  MIRIFLAGS="-Zmiri-seed=$seed ${MIRIFLAGS:-}" cargo "+$toolchain" miri test -q --lib -- "${modules[@]}"
+done
+echo "miri: no undefined behaviour found"

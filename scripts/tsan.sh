@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# ThreadSanitizer over the host backend: every Rust test binary but the soak (whose
+# RSS check cannot hold under TSan's shadow memory), then the C stress test linked
+# against a TSan build of libsluice.a, each run failing on any report. Needs the
+# nightly toolchain with rust-src (std is rebuilt instrumented, -Zbuild-std):
+#   rustup toolchain install nightly --component rust-src
+#   bash scripts/tsan.sh                 # STRESS_RUNS (default 30) stress runs
+# Output under target/tsan/ (the logs in target/tsan/logs/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+triple=x86_64-unknown-linux-gnu
+toolchain=${TSAN_TOOLCHAIN:-nightly}
+export CARGO_TARGET_DIR=$root/target/tsan RUSTFLAGS="-Zsanitizer=thread"
+export SLUICE_BACKEND=host
+logs=$CARGO_TARGET_DIR/logs
+mkdir -p "$logs"
+fail=0
+
+echo "== Rust tests (debug, std instrumented)"
+cargo "+$toolchain" test -q -Zbuild-std --target "$triple" --no-run 2>&1 | grep -v '^ *Executable' || true
+# allocator_may_return_null: the ABI fuzzer asks for absurd sizes and wants the error.
+export TSAN_OPTIONS="allocator_may_return_null=1 second_deadlock_stack=1"
+mapfile -t bins < <(cargo "+$toolchain" test -q -Zbuild-std --target "$triple" --no-run \
+  --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["executable"])')
+for entry in "${bins[@]}"; do
+  name=${entry%% *} bin=${entry#* }
+  [ "$name" = soak ] && continue
+  start=$(date +%s)
+  rc=0
+  timeout 1200 "$bin" > "$logs/$name.log" 2>&1 || rc=$?
+  reports=$(grep -c 'WARNING: ThreadSanitizer' "$logs/$name.log" || true)
+  printf '%-20s rc=%-3s reports=%-3s %4ss %s\n' "$name" "$rc" "$reports" "$(($(date +%s) - start))" \
+    "$(grep 'test result' "$logs/$name.log" | tail -1)"
+  if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
+done
+
+echo "== the stress test against a TSan build of libsluice.a"
+CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
+  cargo "+$toolchain" build -q -Zbuild-std --target "$triple" -p sluice-cdylib --release
+rt=$(rustc "+$toolchain" --print sysroot)/lib/rustlib/$triple/lib/librustc-nightly_rt.tsan.a
+out=$CARGO_TARGET_DIR/stress
+mkdir -p "$out"
+# The C side is instrumented by gcc; the runtime is Rust's (LLVM's), which also has the
+# entry points Rust's instrumentation calls (gcc's libtsan lacks __tsan_memcpy).
+cc -g -O1 -fsanitize=thread -std=gnu11 -Wall -Wextra -Werror -pthread -I include \
+  -c tests/stress/stress.c -o "$out/stress.o"
+cc -o "$out/stress" "$out/stress.o" "$CARGO_TARGET_DIR/$triple/release/libsluice.a" \
+  -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -lpthread -ldl -lm -lrt -lstdc++
+cp kernels/test_kernels.ptx "$out/"
+rc=0
+TSAN_OPTIONS="suppressions=$root/tests/stress/tsan.supp second_deadlock_stack=1" \
+  timeout 1800 "$out/stress" ops="${STRESS_OPS:-4000}" runs="${STRESS_RUNS:-30}" > "$logs/stress.log" 2>&1 || rc=$?
+reports=$(grep -c 'WARNING: ThreadSanitizer' "$logs/stress.log" || true)
+echo "stress rc=$rc reports=$reports: $(tail -1 "$logs/stress.log")"
+if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
+
+if [ "$fail" != 0 ]; then
+  echo "tsan: FAILED (reports or failures above; logs in $logs)" >&2
+  exit 1
+fi
+echo "tsan: no reports"
