@@ -50,7 +50,13 @@ fn abi_fuzz_corpus_replays() {
     if skip_with_cuda() {
         return;
     }
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/abi");
+    // `SLUICE_ABI_VM_CORPUS=dir` replays another folder (one input kept by
+    // `SLUICE_ABI_VM_DUMP`, say).
+    let dir = std::env::var_os("SLUICE_ABI_VM_CORPUS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/abi")
+        });
     let mut n = 0;
     for e in std::fs::read_dir(&dir).expect("fuzz/corpus/abi") {
         let p = e.expect("entry").path();

@@ -44,7 +44,10 @@ fn format(v: u32) -> Result<bool> {
 /// Streams (the DLPack exchange): pass as `ready_on` the stream you named to the
 /// producer (`__dlpack__(stream=...)`); the producer made it wait for its work, and
 /// the buffer's first use on any other stream waits for `ready_on` on the device.
-/// `{0}` when the data is ready already.
+/// `{0}` when the data is ready already. The buffer has a sync object of its own:
+/// uses of the same memory through another buffer (the one a round trip of
+/// `sluice_buffer_to_dlpack` started from, say) are not ordered against it; order
+/// them yourself (a foreign op on both objects, or an event).
 ///
 /// Ownership: on success the buffer owns the tensor and calls its deleter once,
 /// after the buffer is freed and its last use completed on the device (as for

@@ -408,6 +408,11 @@ impl Vm {
         // The counters are process-wide: one VM at a time.
         static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _one = ONE.lock().unwrap_or_else(|p| p.into_inner());
+        // `SLUICE_ABI_VM_DUMP=path` keeps the input being run there, for a crash or a
+        // sanitizer's abort to leave behind (replay it with the fuzz target).
+        if let Some(path) = std::env::var_os("SLUICE_ABI_VM_DUMP") {
+            std::fs::write(path, data).expect("SLUICE_ABI_VM_DUMP: write the input");
+        }
         let mut vm = Vm::new();
         let mut s = Src::new(data);
         // Always start with a device and a stream so that short inputs do something.
