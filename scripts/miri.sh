@@ -2,10 +2,11 @@
 # Miri over the unit tests of the core's unsafe and lock-free pieces: the epoch and
 # the handle tables, the inline vectors, the op lock, the prefetcher's signal and
 # streaming stores, the trace buffers, the download pool and the sync object layout.
-# Miri checks every access against Rust's aliasing and memory
-# model and explores thread interleavings (its scheduler preempts at random: several
-# seeds). The rest of the crate calls the driver or the host backend's threads at a
-# scale Miri cannot run. Needs nightly with the miri component:
+# Miri checks every access against Rust's aliasing and memory model and explores
+# thread interleavings (its scheduler preempts at random: several seeds). Then the op
+# path through the C ABI (two small integration tests); the rest of the crate calls
+# the driver, or runs the host backend at a scale Miri cannot. Needs nightly with the
+# miri component:
 #   rustup toolchain install nightly --component miri,rust-src
 #   bash scripts/miri.sh                 # MIRI_SEEDS (default 2) seeds
 set -euo pipefail
@@ -14,7 +15,13 @@ toolchain=${MIRI_TOOLCHAIN:-nightly}
 modules=(epoch:: handle:: inline:: objlock:: prefetch::signal prefetch::stream_store
   trace::buf rng::download::pool sync::layout)
 for seed in $(seq 1 "${MIRI_SEEDS:-2}"); do
-  echo "== seed $seed"
+  echo "== seed $seed: the units"
   MIRIFLAGS="-Zmiri-seed=$seed ${MIRIFLAGS:-}" cargo "+$toolchain" miri test -q --lib -- "${modules[@]}"
 done
+# The op path through the C ABI on the host backend (its stream workers are threads
+# Miri runs): foreign op pairs, op handle reuse across threads, the reader slots.
+# Handles carry pointers as integers, hence permissive provenance.
+echo "== the op path: tests/op_allocs.rs, tests/slot_path.rs"
+SLUICE_BACKEND=host MIRIFLAGS="-Zmiri-env-forward=SLUICE_BACKEND -Zmiri-permissive-provenance ${MIRIFLAGS:-}" \
+  cargo "+$toolchain" miri test -q --test op_allocs --test slot_path
 echo "miri: no undefined behaviour found"
