@@ -4,7 +4,7 @@
 # streaming stores, the trace buffers, the download pool and the sync object layout.
 # Miri checks every access against Rust's aliasing and memory model and explores
 # thread interleavings (its scheduler preempts at random: several seeds). Then the op
-# path through the C ABI (two small integration tests); the rest of the crate calls
+# path through the C ABI (four small integration tests); the rest of the crate calls
 # the driver, or runs the host backend at a scale Miri cannot. Needs nightly with the
 # miri component:
 #   rustup toolchain install nightly --component miri,rust-src
@@ -19,9 +19,10 @@ for seed in $(seq 1 "${MIRI_SEEDS:-2}"); do
   MIRIFLAGS="-Zmiri-seed=$seed ${MIRIFLAGS:-}" cargo "+$toolchain" miri test -q --lib -- "${modules[@]}"
 done
 # The op path through the C ABI on the host backend (its stream workers are threads
-# Miri runs): foreign op pairs, op handle reuse across threads, the reader slots.
+# Miri runs): foreign op pairs, op handle reuse across threads, the reader slots,
+# objects and streams destroyed under open ops, the review's gaps (captures, frees).
 # Handles carry pointers as integers, hence permissive provenance.
-echo "== the op path: tests/op_allocs.rs, tests/slot_path.rs"
+echo "== the op path: tests/op_allocs.rs, slot_path.rs, op_lifetime.rs, gaps.rs"
 SLUICE_BACKEND=host MIRIFLAGS="-Zmiri-env-forward=SLUICE_BACKEND -Zmiri-permissive-provenance ${MIRIFLAGS:-}" \
-  cargo "+$toolchain" miri test -q --test op_allocs --test slot_path
+  cargo "+$toolchain" miri test -q --test op_allocs --test slot_path --test op_lifetime --test gaps
 echo "miri: no undefined behaviour found"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ThreadSanitizer over the host backend: every Rust test binary but the soak (whose
-# RSS check cannot hold under TSan's shadow memory), then the C stress test linked
-# against a TSan build of libsluice.a, each run failing on any report. Needs the
+# RSS check cannot hold under TSan's shadow memory), then the C suite and the C stress
+# test linked against a TSan build of libsluice.a, each run failing on any report. Needs the
 # nightly toolchain with rust-src (std is rebuilt instrumented, -Zbuild-std):
 #   rustup toolchain install nightly --component rust-src
 #   bash scripts/tsan.sh                 # STRESS_RUNS (default 30) stress runs
@@ -43,7 +43,7 @@ for entry in "${bins[@]}"; do
   if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
 done
 
-echo "== the stress test against a TSan build of libsluice.a"
+echo "== a TSan build of libsluice.a"
 CARGO_PROFILE_RELEASE_DEBUG=line-tables-only \
   cargo "+$toolchain" build -q -Zbuild-std --target "$triple" -p sluice-cdylib --release
 rt=$(rustc "+$toolchain" --print sysroot)/lib/rustlib/$triple/lib/librustc-nightly_rt.tsan.a
@@ -56,6 +56,30 @@ cc -g -O1 -fsanitize=thread -std=gnu11 -Wall -Wextra -Werror -pthread -I include
 cc -o "$out/stress" "$out/stress.o" "$CARGO_TARGET_DIR/$triple/release/libsluice.a" \
   -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -lpthread -ldl -lm -lrt -lstdc++
 cp kernels/test_kernels.ptx "$out/"
+
+echo "== the C suite against the same library"
+c_objs=()
+for src in tests/c/main.c tests/c/test_*.c; do
+  obj=$out/c-$(basename "${src%.c}").o
+  cc -g -O1 -fsanitize=thread -std=c11 -Wall -Wextra -Werror -pthread -I include -I tests/c \
+    -c "$src" -o "$obj"
+  c_objs+=("$obj")
+done
+cc -o "$out/sluice_c_tests" "${c_objs[@]}" "$CARGO_TARGET_DIR/$triple/release/libsluice.a" \
+  -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -lpthread -ldl -lm -lrt -lstdc++
+rc=0
+# A test that runs a child re-executes the binary; allocator_may_return_null: the
+# tests ask for absurd sizes and want the error; report_thread_leaks=0: a child that
+# exits with a trace open leaves the flush thread unjoined (the exit hook closes the
+# file and does not wait for the thread).
+SLUICE_TEST_SELF=$out/sluice_c_tests \
+  TSAN_OPTIONS="allocator_may_return_null=1 second_deadlock_stack=1 report_thread_leaks=0" \
+  timeout 1200 "$out/sluice_c_tests" > "$logs/c-tests.log" 2>&1 || rc=$?
+reports=$(grep -c 'WARNING: ThreadSanitizer' "$logs/c-tests.log" || true)
+echo "c-tests rc=$rc reports=$reports: $(tail -1 "$logs/c-tests.log")"
+if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
+
+echo "== the stress test"
 rc=0
 TSAN_OPTIONS="suppressions=$root/tests/stress/tsan.supp second_deadlock_stack=1" \
   timeout 1800 "$out/stress" ops="${STRESS_OPS:-4000}" runs="${STRESS_RUNS:-30}" > "$logs/stress.log" 2>&1 || rc=$?
