@@ -414,10 +414,11 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a wait that no capture can order, before it reaches the driver (which
-/// refuses it too, with `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`): on a recording made
-/// in a capture that has ended (it stands for no work that will run), or from a
-/// stream in one capture on a recording of another. A refused wait poisons the
+/// Refuses a wait that no capture can order, before it reaches a backend (the
+/// driver's rule: no dependency crosses a capture sequence boundary,
+/// `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`): on a recording made in a capture that has
+/// ended (it stands for no work that will run), or from a stream in one capture on a
+/// recording of another. A refused wait poisons the
 /// waiting stream's capture, as any refused op does.
 #[inline(always)]
 pub(crate) fn check_wait(stream: &Stream, rec: &Recording) -> Result<()> {

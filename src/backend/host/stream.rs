@@ -136,7 +136,7 @@ impl StreamApi for HostDevice {
             };
             if capturing_gen.is_some_and(|g| g != gen) {
                 // Recorded in a capture that has ended; the stream captures again.
-                // The driver refuses such a wait (a capture sequence boundary).
+                // The driver's rule: no dependency crosses a capture sequence boundary.
                 return Err(Error::new(
                     ErrorCode::InvalidState,
                     "the event was recorded in an earlier capture of its stream: \
