@@ -610,6 +610,13 @@ run() {
     else
       note "probe record_combining: cc failed (probe-build.log)"
     fi
+    # The driver's answer to a wait on an event of an ended or another capture.
+    if cc -O2 -I"$inc" -o /tmp/captured_event_wait tools/driver-probes/captured_event_wait.c \
+         -lcuda >> "$out/probe-build.log" 2>&1; then
+      note "probe $(timeout 60 /tmp/captured_event_wait 2>&1 | tr '\n' ';')"
+    else
+      note "probe captured_event_wait: cc failed (probe-build.log)"
+    fi
   fi
   if has torch && [ -d .gpu/sluice ]; then
     bash scripts/gpu-torch.sh > "$out/torch.log" 2>&1
