@@ -260,3 +260,40 @@ fn objects_replaced_under_concurrent_reads_are_all_freed() {
     assert_cores(before, 0, "every replaced object freed");
     ok(sluice_device_close(d));
 }
+
+/// Found by the ABI fuzzer under LeakSanitizer: a foreign op begun outside a capture
+/// and ended inside it after every one of its objects was destroyed published to no
+/// object, yet its end recorded an event counted for none, which was never
+/// recycled: the recording node, its event and (once the stream was gone) its
+/// stream's pool leaked. The host backend's ledger counts the events left.
+#[test]
+fn a_captured_end_whose_objects_are_all_gone_leaks_no_event() {
+    use sluice::backend::faults;
+    let _g = serial();
+    let d = device();
+    faults::track(true);
+    let s = stream(d);
+    let (a, b) = (sync(), sync());
+    pair(s, &[a, b], &[]);
+    let op = begin(s, &[a], &[b]);
+    if failed(sluice_graph_capture_begin(s, SLUICE_CAPTURE_THREAD_LOCAL)) {
+        ok(sluice_op_end(op));
+        ok(sluice_sync_destroy(a));
+        ok(sluice_sync_destroy(b));
+        close(d, &[s]);
+        faults::track(false);
+        return;
+    }
+    ok(sluice_sync_destroy(a));
+    ok(sluice_sync_destroy(b));
+    ok(sluice_op_end(op));
+    let mut g = sluice_graph_t { bits: 0 };
+    ok(sluice_graph_capture_end(s, &mut g));
+    ok(sluice_graph_destroy(g));
+    ok(sluice_stream_synchronize(s));
+    close(d, &[s]);
+    let left = faults::ledger();
+    faults::track(false);
+    assert_eq!(left.events, 0, "events left: {left:?}");
+    assert_eq!(left.streams, 0, "streams left: {left:?}");
+}

@@ -102,6 +102,9 @@ fn push_op_with(
         0
     };
     let refs = objects + keep as usize;
+    // A recording counted for nothing would never go back to its pool: count it
+    // once and drop it below (with no object, `publish_all` keeps none).
+    let counted = refs.max(1);
     let enqueued = enqueue();
     if dev != 0 {
         // Before the op's recording, so nothing waiting on it runs before the end.
@@ -109,7 +112,7 @@ fn push_op_with(
     }
     // A match, not `and_then`: a closure here is not always inlined.
     let recorded = match enqueued {
-        Ok(()) => match stream.record_in(&mut push, false, refs, waits) {
+        Ok(()) => match stream.record_in(&mut push, false, counted, waits) {
             Ok(r) => Ok(r),
             Err(e) => Err(unrecorded(stream, e)),
         },
@@ -128,12 +131,18 @@ fn push_op_with(
     let mut publish = Publish::new(stream, push);
     publish_all(&rec, &mut publish);
     if keep {
-        Ok(Some(rec))
+        return Ok(Some(rec));
+    }
+    if refs == 0 {
+        // Its one count is this reference; the push lock goes first, as the drop
+        // takes the pool's lock to recycle the node.
+        drop(publish);
+        drop(rec);
     } else {
         // `objects` references went to the objects; this one was never counted.
         std::mem::forget(rec);
-        Ok(None)
     }
+    Ok(None)
 }
 
 /// The op was enqueued but its recording failed, so nothing can wait for it: it
