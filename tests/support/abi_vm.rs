@@ -14,6 +14,8 @@ use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::{Duration, Instant};
 
+#[path = "abi_vm/callbacks.rs"]
+mod callbacks;
 #[path = "abi_vm/device_stream.rs"]
 mod device_stream;
 #[path = "abi_vm/memory.rs"]
@@ -24,6 +26,10 @@ mod misc;
 mod module_prefetch;
 #[path = "abi_vm/rng_dlpack.rs"]
 mod rng_dlpack;
+#[path = "abi_vm/teardown.rs"]
+mod teardown;
+
+use callbacks::*;
 
 /// Reads the input; zeros once it runs out.
 pub struct Src<'a> {
@@ -252,122 +258,6 @@ pub fn check_err(what: &str, e: *mut sluice_error_t) -> u32 {
     assert!(!msg.is_empty(), "{what}: empty message for {name}");
     assert_ne!(name, "SLUICE_ERROR_UNKNOWN", "{what}: code {code}");
     code
-}
-
-/// The same check, for callbacks, which must not panic.
-fn check_quiet(e: *mut sluice_error_t) {
-    if e.is_null() {
-        return;
-    }
-    let code = sluice_error_code(e);
-    // SAFETY: as in check_err.
-    let empty = unsafe { *sluice_error_message(e) } == 0;
-    if !(2..=22).contains(&code) || empty {
-        BAD.fetch_add(1, SeqCst);
-    }
-    sluice_error_free(e);
-}
-
-unsafe extern "C" fn host_cb(ud: *mut c_void) -> i32 {
-    // SAFETY: ud is the i32 box made in op_host_func.
-    unsafe { *(ud as *const i32) }
-}
-
-unsafe extern "C" fn host_free(ud: *mut c_void) {
-    // SAFETY: made by Box::into_raw in op_host_func, freed once by contract.
-    drop(unsafe { Box::from_raw(ud as *mut i32) });
-    CB_FREED.fetch_add(1, SeqCst);
-}
-
-unsafe extern "C" fn host_cb_static(_ud: *mut c_void) -> i32 {
-    0
-}
-
-unsafe extern "C" fn body_fn(ud: *mut c_void, stream: sluice_stream_t) -> i32 {
-    // SAFETY: ud is the Body on run's stack, live during the call.
-    let b = unsafe { &*(ud as *const Body) };
-    if b.ops & 1 != 0 {
-        check_quiet(sluice_stream_memset(
-            stream,
-            bu(b.buffer),
-            b.offset,
-            7,
-            b.len,
-        ));
-    }
-    if b.ops & 2 != 0 {
-        let rd = [sy(b.buffer)];
-        check_quiet(sluice_stream_launch_host_func(
-            stream,
-            Some(host_cb_static),
-            std::ptr::null_mut(),
-            None,
-            rd.as_ptr(),
-            1,
-            std::ptr::null(),
-            0,
-        ));
-    }
-    if b.ops & 4 != 0 {
-        let mut e = sluice_event_t { bits: 0 };
-        if sluice_event_record(stream, 0, &mut e).is_null() {
-            check_quiet(sluice_event_destroy(e));
-        }
-    }
-    b.rc
-}
-
-unsafe extern "C" fn log_cb(_level: u32, msg: *const c_char, _ud: *mut c_void) {
-    if msg.is_null() {
-        BAD.fetch_add(1, SeqCst);
-    }
-    LOGS.fetch_add(1, SeqCst);
-}
-
-unsafe extern "C" fn release_fn(ud: *mut c_void) {
-    // SAFETY: a Vec<u8> box made in op_wrap_device, released once by contract.
-    drop(unsafe { Box::from_raw(ud as *mut Vec<u8>) });
-    REL_DONE.fetch_add(1, SeqCst);
-}
-
-unsafe extern "C" fn fill_fn(ud: *mut c_void, fill: *mut sluice_prefetch_fill_t) -> i32 {
-    // SAFETY: ud is the FillCfg the VM keeps until the prefetcher is destroyed.
-    let c = unsafe { &*(ud as *const FillCfg) };
-    // SAFETY: the prefetcher passes a valid fill for this call.
-    let f = unsafe { &mut *fill };
-    let n = c.n.fetch_add(1, SeqCst);
-    if n >= c.end_after {
-        return SLUICE_PREFETCH_END;
-    }
-    if n == c.fail_at {
-        return 5;
-    }
-    for i in 0..(f.segments as usize).min(8) {
-        let len = (f.capacity[i]).min(64);
-        // SAFETY: host[i] holds capacity[i] bytes.
-        unsafe { std::ptr::write_bytes(f.host[i] as *mut u8, n as u8, len) };
-        f.len[i] = if c.over { f.capacity[i] + 1 } else { len };
-    }
-    0
-}
-
-unsafe extern "C" fn own_deleter_v(t: *mut DLManagedTensorVersioned) {
-    // SAFETY: manager_ctx is the OwnTensor box; the deleter runs once.
-    drop(unsafe { Box::from_raw((*t).manager_ctx as *mut OwnTensor) });
-    DL_DONE.fetch_add(1, SeqCst);
-}
-
-unsafe extern "C" fn own_deleter_u(t: *mut DLManagedTensor) {
-    // SAFETY: as above.
-    drop(unsafe { Box::from_raw((*t).manager_ctx as *mut OwnTensor) });
-    DL_DONE.fetch_add(1, SeqCst);
-}
-
-/// Frees a tensor of ours that sluice did not take.
-unsafe fn free_own(t: *mut OwnTensor) {
-    // SAFETY: the caller passes a box of ours, freed once.
-    drop(unsafe { Box::from_raw(t) });
-    DL_DONE.fetch_add(1, SeqCst);
 }
 
 impl Default for Vm {
@@ -781,124 +671,6 @@ impl Vm {
             70 => self.op_buffer_sync(s),
             _ => self.op_counters(s),
         }
-        assert_eq!(BAD.load(SeqCst), 0, "a callback saw a bad error object");
-    }
-
-    /// Destroys everything, restores the process-wide settings, checks the balances.
-    pub fn teardown(&mut self) {
-        for o in std::mem::take(&mut self.live[K::Op as usize]) {
-            check_err("op_end", sluice_op_end(op(o)));
-        }
-        for b in std::mem::take(&mut self.capturing) {
-            let mut g = gr(0);
-            if check_err("graph_capture_end", sluice_graph_capture_end(st(b), &mut g)) == 0 {
-                self.add(K::Graph, g.bits);
-            }
-        }
-        for (p, f) in std::mem::take(&mut self.fills) {
-            check_err("prefetcher_cancel", sluice_prefetcher_cancel(pf(p), &f));
-        }
-        for b in std::mem::take(&mut self.live[K::Batch as usize]) {
-            check_err("batch_release", sluice_batch_release(ba(b)));
-        }
-        for e in std::mem::take(&mut self.exported) {
-            Self::delete_exported(e);
-        }
-        for t in std::mem::take(&mut self.own_tensors) {
-            // SAFETY: still ours.
-            unsafe { free_own(t) };
-        }
-        // Streams stay until the end so that the frees have their home streams.
-        let order = [
-            K::Exec,
-            K::Graph,
-            K::Cache,
-            K::Event,
-            K::Function,
-            K::Module,
-            K::Ckpt,
-            K::Rng,
-            K::Prefetcher,
-            K::Sync,
-            K::Buffer,
-            K::Stream,
-        ];
-        for k in order {
-            for b in std::mem::take(&mut self.live[k as usize]) {
-                let e = match k {
-                    K::Exec => sluice_graph_exec_destroy(ex(b)),
-                    K::Graph => sluice_graph_destroy(gr(b)),
-                    K::Cache => sluice_graph_cache_destroy(gc(b)),
-                    K::Event => sluice_event_destroy(ev(b)),
-                    K::Function => sluice_function_destroy(fu(b)),
-                    K::Module => sluice_module_unload(mo(b)),
-                    K::Ckpt => sluice_rng_checkpoint_destroy(ck(b)),
-                    K::Rng => sluice_rng_destroy(rn(b)),
-                    K::Prefetcher => {
-                        self.live[k as usize].push(b);
-                        let c = self.destroy_prefetcher(b);
-                        assert_eq!(c, 0, "prefetcher_destroy at teardown");
-                        continue;
-                    }
-                    K::Sync => sluice_sync_destroy(sy(b)),
-                    K::Buffer => sluice_buffer_free(bu(b)),
-                    _ => sluice_stream_destroy(st(b)),
-                };
-                assert_eq!(
-                    check_err("teardown destroy", e),
-                    0,
-                    "{k:?} destroy at teardown"
-                );
-            }
-        }
-        // Wait for the devices, then close them.
-        for d in std::mem::take(&mut self.live[K::Device as usize]) {
-            let c = check_err("device_wait_all", sluice_device_wait_all(dev(d)));
-            assert!(
-                c == 0 || c == SLUICE_ERROR_CALLBACK_FAILED || c == SLUICE_ERROR_DEVICE_FAULT,
-                "wait_all {c}"
-            );
-            assert_eq!(check_err("device_close", sluice_device_close(dev(d))), 0);
-        }
-        check_err("trace_stop", sluice_trace_stop());
-        check_err("log_set_level", sluice_log_set_level(SLUICE_LOG_OFF));
-        check_err(
-            "engine_set_mode",
-            sluice_engine_set_mode(SLUICE_ENGINE_ASYNC),
-        );
-        check_err(
-            "graph_cache_set_enabled",
-            sluice_graph_cache_set_enabled(true),
-        );
-        check_err("counters_set_enabled", sluice_counters_set_enabled(false));
-        self.fill_cfgs.clear();
-        assert_eq!(
-            sluice_live_handles(),
-            self.baseline,
-            "live handles after destroying everything"
-        );
-        // Frees and releases may trail on library threads: wait a little for them.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let ok = CB_MADE.load(SeqCst) == CB_FREED.load(SeqCst)
-                && REL_MADE.load(SeqCst) == REL_DONE.load(SeqCst)
-                && DL_MADE.load(SeqCst) == DL_DONE.load(SeqCst);
-            if ok {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "unbalanced: callbacks {}/{} freed, releases {}/{}, dlpack {}/{}",
-                CB_FREED.load(SeqCst),
-                CB_MADE.load(SeqCst),
-                REL_DONE.load(SeqCst),
-                REL_MADE.load(SeqCst),
-                DL_DONE.load(SeqCst),
-                DL_MADE.load(SeqCst)
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        self.host_mem.clear();
         assert_eq!(BAD.load(SeqCst), 0, "a callback saw a bad error object");
     }
 }
