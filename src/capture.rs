@@ -430,7 +430,8 @@ pub(crate) fn check_wait(stream: &Stream, rec: &Recording) -> Result<()> {
 
 #[cold]
 fn check_capture_wait(stream: &Stream, cid: u64) -> Result<()> {
-    let refusal = match (live_capture(cid), stream.current_capture()) {
+    let mine = stream.current_capture();
+    let refusal = match (live_capture(cid), &mine) {
         (None, _) => format!(
             "the event was recorded in capture #{cid}, which has ended: it stands for no \
              work that will run, so {stream:?} cannot wait on it (record it again outside \
@@ -443,7 +444,7 @@ fn check_capture_wait(stream: &Stream, cid: u64) -> Result<()> {
         ),
         _ => return Ok(()),
     };
-    if let Some(mine) = stream.current_capture() {
+    if let Some(mine) = mine {
         mine.poison("a stream wait on an event of another capture");
     }
     Err(Error::new(ErrorCode::InvalidState, refusal))

@@ -363,10 +363,6 @@ fn op_end_captured(
         .filter_map(|a| a.obj().to_arc().map(|o| (o, a.write())))
         .collect();
     close_open_locked(stream, set, seen);
-    if kept.is_empty() {
-        // Every object is gone: nothing to publish, as for an op with none.
-        return after_op(stream);
-    }
     let mut live: AccessSet<'_> = AccessSet::with_capacity(kept.len());
     for (o, write) in &kept {
         live.push(ObjRef::new(o), *write);

@@ -4,7 +4,8 @@
 
 use super::*;
 
-/// The same check, for callbacks, which must not panic.
+/// `check_err`'s check, for callbacks, which must not panic: a bad error object is
+/// counted in `BAD` for `step` and the teardown to report.
 pub(super) fn check_quiet(e: *mut sluice_error_t) {
     if e.is_null() {
         return;
