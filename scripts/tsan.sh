@@ -18,16 +18,18 @@ mkdir -p "$logs"
 fail=0
 
 echo "== Rust tests (debug, std instrumented)"
-cargo "+$toolchain" test -q -Zbuild-std --target "$triple" --no-run 2>&1 | grep -v '^ *Executable' || true
 # allocator_may_return_null: the ABI fuzzer asks for absurd sizes and wants the error.
 export TSAN_OPTIONS="allocator_may_return_null=1 second_deadlock_stack=1"
-mapfile -t bins < <(cargo "+$toolchain" test -q -Zbuild-std --target "$triple" --no-run \
-  --message-format=json 2>/dev/null | python3 -c '
+# One build: diagnostics to stderr, the test executables' paths from its JSON.
+cargo "+$toolchain" test -q -Zbuild-std --target "$triple" --no-run \
+  --message-format=json-render-diagnostics > "$logs/build.json"
+mapfile -t bins < <(python3 -c '
 import json, sys
-for line in sys.stdin:
+for line in open(sys.argv[1]):
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
-        print(m["target"]["name"], m["executable"])')
+        print(m["target"]["name"], m["executable"])' "$logs/build.json")
+[ "${#bins[@]}" -gt 0 ] || { echo "tsan: no test executables were built" >&2; exit 1; }
 for entry in "${bins[@]}"; do
   name=${entry%% *} bin=${entry#* }
   [ "$name" = soak ] && continue
