@@ -1677,7 +1677,8 @@ struct sluice_error_t *sluice_buffer_tensor(struct sluice_buffer_t buffer,
  * into a slot from `sluice_prefetcher_acquire` or a fill callback. On x86-64 the
  * stores are non-temporal and fenced before return: the slot's lines, read by the
  * last H2D copy, are not read again before they are written, which a plain copy
- * does. Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
+ * does (a lone producer whose slots stay cached may gather faster with plain
+ * copies). Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
  * overlap. Every index is checked first: on an error nothing is written. Thread
  * safety: any thread, on distinct destinations.
  *
@@ -2066,7 +2067,10 @@ struct sluice_error_t *sluice_prefetcher_destroy(struct sluice_prefetcher_t pref
  * Blocks while every slot is busy, up to `timeout_ms` (`SLUICE_WAIT_FOREVER`:
  * no limit; then `SLUICE_ERROR_TIMEOUT`). A length over a segment's capacity gives
  * `SLUICE_ERROR_OUT_OF_RANGE` and queues nothing. Writes the batch's sequence
- * number to `seq_out` when it is not NULL.
+ * number to `seq_out` when it is not NULL. On x86-64 the copy uses non-temporal
+ * stores, which win when the slot's lines are out of the CPU's caches (several
+ * producers); a lone producer whose slots stay cached copies faster itself, into
+ * `sluice_prefetcher_acquire`'s slot (`docs/decisions.md`).
  *
  * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`segments` NULL with `num_segments` > 0);
  * `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`);

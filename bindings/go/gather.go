@@ -15,7 +15,8 @@ import (
 // prefetcher slot (Slot.Segment, Fill.Segment). It writes len(rows)*rowBytes
 // bytes (sluice_gather_rows). On x86-64 the stores are non-temporal: a slot's
 // lines, which the last host-to-device copy read, are not read again before
-// they are written, as a Go copy reads them. Every index is checked first; an
+// they are written, as a Go copy reads them (a lone producer whose slots stay
+// cached may gather faster with copy). Every index is checked first; an
 // index outside src, or rows that do not fit in dst, give ErrOutOfRange and
 // write nothing, as do a rowBytes of 0 or less and dst and src overlapping
 // (ErrInvalidArgument).

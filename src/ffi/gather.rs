@@ -9,7 +9,8 @@ use std::ffi::c_void;
 /// into a slot from `sluice_prefetcher_acquire` or a fill callback. On x86-64 the
 /// stores are non-temporal and fenced before return: the slot's lines, read by the
 /// last H2D copy, are not read again before they are written, which a plain copy
-/// does. Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
+/// does (a lone producer whose slots stay cached may gather faster with plain
+/// copies). Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
 /// overlap. Every index is checked first: on an error nothing is written. Thread
 /// safety: any thread, on distinct destinations.
 ///

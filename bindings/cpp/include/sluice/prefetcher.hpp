@@ -149,7 +149,8 @@ struct FillFnBox;
 /// another: a batch gathered from a dataset by index (sluice_gather_rows). It writes
 /// rows.size() * row_bytes bytes. On x86-64 the stores are non-temporal, so a
 /// prefetcher slot's lines, read by its last H2D copy, are not read again before
-/// they are written, as a plain copy reads them. Every index is checked first: an
+/// they are written, as a plain copy reads them (a lone producer whose slots stay
+/// cached may gather faster with plain copies). Every index is checked first: an
 /// index outside `src`, or rows that do not fit in `dst`, give
 /// ErrorCode::out_of_range, `row_bytes` 0 or `dst` overlapping `src`
 /// ErrorCode::invalid_argument, and nothing is written.
@@ -511,7 +512,10 @@ class PrefetcherApi {
   /// slot's previous H2D copy, which follows it).
   /// A range over its capacity, or the wrong number of ranges, is an error and
   /// queues nothing; after close_input() it gives ErrorCode::invalid_state. The
-  /// ranges are only read during the call.
+  /// ranges are only read during the call. On x86-64 the copy uses non-temporal
+  /// stores, which win when the slot is out of the CPU's caches (several
+  /// producers); a lone producer whose slots stay cached copies faster itself,
+  /// into acquire()'s slot.
   Result<std::uint64_t> push(std::nothrow_t, span<const ByteView> segments,
                              Timeout timeout = kWaitForever) const {
     sluice_prefetch_segment_t inline_segs[kPrefetchMaxSegments] = {};
