@@ -20,7 +20,8 @@
 # after the current one (A/B in the same run), and with the go part that commit's
 # trainer (against this library), which run-trainer.sh compares with the current one.
 # The prefetch part also runs benches/prefetch at SLUICE_GPU_PREFETCH_KB (default 200) KiB,
-# and benches/prefetch/fill_bench.c (the producers' plain against streaming stores, fill.md).
+# and benches/prefetch/fill_bench.c (the producers' plain against streaming stores, fill.md;
+# then over rings of 6 to 100 MB and 1, 2 and 4 producers, fill-sweep.md).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 # Opt-in part "soak" (not in the default list): tests/stress in soak mode, 16 threads
 # of random traffic for SLUICE_GPU_SOAK_SECONDS (default 540, so that one device call
@@ -524,6 +525,20 @@ run() {
     if [ -x .gpu/fill_bench ]; then
       SLUICE_BACKEND=cuda timeout 150 .gpu/fill_bench > "$out/fill.md" 2>&1
       note "fill bench: rc=$? $(grep '^RESULT' "$out/fill.md" | tr '\n' ' ')"
+      # Whether a lone producer's loss (run 308) follows the ring's size: rings of 6,
+      # 25 and 100 MB, 1, 2 and 4 producers (SLUICE_GPU_FILL_SWEEP=0 skips it).
+      if [ "${SLUICE_GPU_FILL_SWEEP:-1}" = 1 ]; then
+        for cfg in "16 512" "64 512" "64 2048"; do
+          set -- $cfg
+          echo "== depth $1, rows $2"
+          SLUICE_BACKEND=cuda SLUICE_FILL_DEPTH=$1 SLUICE_FILL_ROWS=$2 SLUICE_FILL_N=2000 \
+            SLUICE_FILL_PRODUCERS="1 2 4" timeout 60 .gpu/fill_bench | grep -v '^|---'
+        done > "$out/fill-sweep.md" 2>&1
+        note "fill sweep (depth rows: streamed / plain, copy and gather, 1 2 4 producers): $(awk '
+          /^== / { printf "%s%s %s:", sep, $3, $5; sep = "; " }
+          /^RESULT/ { split($2, p, "="); split($3, c, "="); split($4, g, "=");
+                      printf " %s:%s/%s", p[2], c[2], g[2] }' "$out/fill-sweep.md")"
+      fi
     fi
   fi
   if has rng && [ -f benches/rng/run.sh ]; then
