@@ -20,8 +20,8 @@
 # after the current one (A/B in the same run), and with the go part that commit's
 # trainer (against this library), which run-trainer.sh compares with the current one.
 # The prefetch part also runs benches/prefetch at SLUICE_GPU_PREFETCH_KB (default 200) KiB,
-# and benches/prefetch/fill_bench.c (the producers' plain against streaming stores, fill.md;
-# then over rings of 6 to 100 MB and 1, 2 and 4 producers, fill-sweep.md).
+# and benches/prefetch/fill_bench.c (the producers' plain against streaming stores, 1, 2 and
+# 4 producers, fill.md; then rings of 25 and 100 MB, fill-sweep.md).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 # Opt-in part "soak" (not in the default list): tests/stress in soak mode, 16 threads
 # of random traffic for SLUICE_GPU_SOAK_SECONDS (default 540, so that one device call
@@ -523,12 +523,12 @@ run() {
     # The producers' side: plain stores against the library's streaming stores
     # (push, sluice_gather_rows) into slots the GPU's copies read.
     if [ -x .gpu/fill_bench ]; then
-      SLUICE_BACKEND=cuda timeout 150 .gpu/fill_bench > "$out/fill.md" 2>&1
+      SLUICE_BACKEND=cuda SLUICE_FILL_PRODUCERS="1 2 4" timeout 150 .gpu/fill_bench > "$out/fill.md" 2>&1
       note "fill bench: rc=$? $(grep '^RESULT' "$out/fill.md" | tr '\n' ' ')"
-      # Whether a lone producer's loss (run 308) follows the ring's size: rings of 6,
-      # 25 and 100 MB, 1, 2 and 4 producers (SLUICE_GPU_FILL_SWEEP=0 skips it).
+      # Whether a lone producer's loss (run 308) follows the ring's size: fill.md's
+      # ring is 6 MB, these 25 and 100 MB (SLUICE_GPU_FILL_SWEEP=0 skips them).
       if [ "${SLUICE_GPU_FILL_SWEEP:-1}" = 1 ]; then
-        for cfg in "16 512" "64 512" "64 2048"; do
+        for cfg in "64 512" "64 2048"; do
           set -- $cfg
           echo "== depth $1, rows $2"
           SLUICE_BACKEND=cuda SLUICE_FILL_DEPTH=$1 SLUICE_FILL_ROWS=$2 SLUICE_FILL_N=2000 \

@@ -17,6 +17,21 @@ logs=$CARGO_TARGET_DIR/logs
 mkdir -p "$logs"
 fail=0
 
+# checked NAME TSAN_OPTIONS TIMEOUT CMD...: runs CMD into logs/NAME.log, prints its
+# status, report count and result line (or last line), and marks the run failed on either.
+checked() {
+  local name=$1 opts=$2 limit=$3 rc=0 start
+  shift 3
+  start=$(date +%s)
+  TSAN_OPTIONS=$opts timeout "$limit" "$@" > "$logs/$name.log" 2>&1 || rc=$?
+  local reports summary
+  reports=$(grep -c 'WARNING: ThreadSanitizer' "$logs/$name.log" || true)
+  summary=$(grep 'test result' "$logs/$name.log" | tail -1 || true)
+  [ -n "$summary" ] || summary=$(tail -1 "$logs/$name.log")
+  printf '%-20s rc=%-3s reports=%-3s %4ss %s\n' "$name" "$rc" "$reports" "$(($(date +%s) - start))" "$summary"
+  if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
+}
+
 echo "== Rust tests (debug, std instrumented)"
 # allocator_may_return_null: the ABI fuzzer asks for absurd sizes and wants the error.
 export TSAN_OPTIONS="allocator_may_return_null=1 second_deadlock_stack=1"
@@ -33,16 +48,10 @@ for line in open(sys.argv[1]):
 for entry in "${bins[@]}"; do
   name=${entry%% *} bin=${entry#* }
   [ "$name" = soak ] && continue
-  start=$(date +%s)
-  rc=0
   opts=$TSAN_OPTIONS
   # The fuzzer's VM aliases memory on purpose (fuzz/tsan.supp says how).
   [ "$name" = fuzz_abi ] && opts="$opts suppressions=$root/fuzz/tsan.supp"
-  TSAN_OPTIONS=$opts timeout 1200 "$bin" > "$logs/$name.log" 2>&1 || rc=$?
-  reports=$(grep -c 'WARNING: ThreadSanitizer' "$logs/$name.log" || true)
-  printf '%-20s rc=%-3s reports=%-3s %4ss %s\n' "$name" "$rc" "$reports" "$(($(date +%s) - start))" \
-    "$(grep 'test result' "$logs/$name.log" | tail -1)"
-  if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
+  checked "$name" "$opts" 1200 "$bin"
 done
 
 echo "== a TSan build of libsluice.a"
@@ -53,41 +62,35 @@ out=$CARGO_TARGET_DIR/stress
 mkdir -p "$out"
 # The C side is instrumented by gcc; the runtime is Rust's (LLVM's), which also has the
 # entry points Rust's instrumentation calls (gcc's libtsan lacks __tsan_memcpy).
-cc -g -O1 -fsanitize=thread -std=gnu11 -Wall -Wextra -Werror -pthread -I include \
-  -c tests/stress/stress.c -o "$out/stress.o"
-cc -o "$out/stress" "$out/stress.o" "$CARGO_TARGET_DIR/$triple/release/libsluice.a" \
-  -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -lpthread -ldl -lm -lrt -lstdc++
+tsan_cc() { cc -g -O1 -fsanitize=thread -Wall -Wextra -Werror -pthread -I include "$@"; }
+tsan_link() {
+  local exe=$1
+  shift
+  cc -o "$exe" "$@" "$CARGO_TARGET_DIR/$triple/release/libsluice.a" \
+    -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -lpthread -ldl -lm -lrt -lstdc++
+}
+tsan_cc -std=gnu11 -c tests/stress/stress.c -o "$out/stress.o"
+tsan_link "$out/stress" "$out/stress.o"
 cp kernels/test_kernels.ptx "$out/"
-
-echo "== the C suite against the same library"
 c_objs=()
 for src in tests/c/main.c tests/c/test_*.c; do
   obj=$out/c-$(basename "${src%.c}").o
-  cc -g -O1 -fsanitize=thread -std=c11 -Wall -Wextra -Werror -pthread -I include -I tests/c \
-    -c "$src" -o "$obj"
+  tsan_cc -std=c11 -I tests/c -c "$src" -o "$obj"
   c_objs+=("$obj")
 done
-cc -o "$out/sluice_c_tests" "${c_objs[@]}" "$CARGO_TARGET_DIR/$triple/release/libsluice.a" \
-  -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -lpthread -ldl -lm -lrt -lstdc++
-rc=0
+tsan_link "$out/sluice_c_tests" "${c_objs[@]}"
+
+echo "== the C suite against the same library"
 # A test that runs a child re-executes the binary; allocator_may_return_null: the
 # tests ask for absurd sizes and want the error; report_thread_leaks=0: a child that
 # exits with a trace open leaves the flush thread unjoined (the exit hook closes the
 # file and does not wait for the thread).
-SLUICE_TEST_SELF=$out/sluice_c_tests \
-  TSAN_OPTIONS="allocator_may_return_null=1 second_deadlock_stack=1 report_thread_leaks=0" \
-  timeout 1200 "$out/sluice_c_tests" > "$logs/c-tests.log" 2>&1 || rc=$?
-reports=$(grep -c 'WARNING: ThreadSanitizer' "$logs/c-tests.log" || true)
-echo "c-tests rc=$rc reports=$reports: $(tail -1 "$logs/c-tests.log")"
-if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
+SLUICE_TEST_SELF=$out/sluice_c_tests checked c-tests \
+  "allocator_may_return_null=1 second_deadlock_stack=1 report_thread_leaks=0" 1200 "$out/sluice_c_tests"
 
 echo "== the stress test"
-rc=0
-TSAN_OPTIONS="suppressions=$root/tests/stress/tsan.supp second_deadlock_stack=1" \
-  timeout 1800 "$out/stress" ops="${STRESS_OPS:-4000}" runs="${STRESS_RUNS:-30}" > "$logs/stress.log" 2>&1 || rc=$?
-reports=$(grep -c 'WARNING: ThreadSanitizer' "$logs/stress.log" || true)
-echo "stress rc=$rc reports=$reports: $(tail -1 "$logs/stress.log")"
-if [ "$rc" != 0 ] || [ "$reports" != 0 ]; then fail=1; fi
+checked stress "suppressions=$root/tests/stress/tsan.supp second_deadlock_stack=1" 1800 \
+  "$out/stress" ops="${STRESS_OPS:-4000}" runs="${STRESS_RUNS:-30}"
 
 if [ "$fail" != 0 ]; then
   echo "tsan: FAILED (reports or failures above; logs in $logs)" >&2

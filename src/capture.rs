@@ -414,12 +414,12 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
     Ok(())
 }
 
-/// Refuses a wait that no capture can order, before it reaches a backend (the
-/// driver refuses both too: `CUDA_ERROR_INVALID_VALUE` and
-/// `CUDA_ERROR_STREAM_CAPTURE_MERGE`, `tools/driver-probes/captured_event_wait.c`):
-/// on a recording made in a capture that has ended (it stands for no work that will
-/// run), or from a stream in one capture on a recording of another. A refused wait poisons the
-/// waiting stream's capture, as any refused op does.
+/// Refuses a wait that no capture can order, before it reaches a backend: on a
+/// recording made in a capture that has ended (it stands for no work that will run),
+/// or from a stream in one capture on a recording of another. The driver refuses
+/// both too (`CUDA_ERROR_INVALID_VALUE`, `CUDA_ERROR_STREAM_CAPTURE_MERGE`:
+/// `tools/driver-probes/captured_event_wait.c`). A refused wait poisons the waiting
+/// stream's capture, as any refused op does.
 #[inline(always)]
 pub(crate) fn check_wait(stream: &Stream, rec: &Recording) -> Result<()> {
     match rec.capture_id() {
