@@ -1,10 +1,8 @@
 //! The CPU side of a slot's fill, alone: writing a ring of slots whose lines are no
 //! longer in the caches (as a prefetcher's producers do after the GPU's copies read
-//! them), with a plain copy against the library's stores
+//! them), with a plain copy against the library's streaming stores
 //! (`sluice::prefetch::gather_rows`, the same stores as `sluice_prefetcher_push`'s copy
-//! and `sluice_gather_rows`), which stream here: each slot is filled again after the
-//! whole ring, more than half the largest cache. A ring under that (`SLOT_FILL_RING_MB`)
-//! gets plain stores from the library after its first pass. No device is used.
+//! and `sluice_gather_rows`). No device is used.
 //!
 //! ```text
 //! cargo run --release --example slot_fill

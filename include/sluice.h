@@ -1675,11 +1675,10 @@ struct sluice_error_t *sluice_buffer_tensor(struct sluice_buffer_t buffer,
  * Copies rows `rows[0..num_rows)` of `src` (`src_len` bytes, rows of `row_bytes`
  * each) into `dst` one after another: a batch gathered from a dataset by index,
  * into a slot from `sluice_prefetcher_acquire` or a fill callback. On x86-64 the
- * stores are non-temporal (fenced before return) when `dst`'s lines are likely
- * out of this core's caches: another thread filled `dst` last, or more than half
- * the largest CPU cache was filled since; then they are not read before they are
- * written, as plain stores read them. Otherwise (a lone producer's small ring)
- * they are plain. Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
+ * stores are non-temporal and fenced before return: the slot's lines, read by the
+ * last H2D copy, are not read again before they are written, which a plain copy
+ * does (a lone producer whose slots stay cached may gather faster with plain
+ * copies). Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
  * overlap. Every index is checked first: on an error nothing is written. Thread
  * safety: any thread, on distinct destinations.
  *
@@ -2069,10 +2068,9 @@ struct sluice_error_t *sluice_prefetcher_destroy(struct sluice_prefetcher_t pref
  * no limit; then `SLUICE_ERROR_TIMEOUT`). A length over a segment's capacity gives
  * `SLUICE_ERROR_OUT_OF_RANGE` and queues nothing. Writes the batch's sequence
  * number to `seq_out` when it is not NULL. On x86-64 the copy uses non-temporal
- * stores when the slot's lines are likely out of this core's caches (another
- * thread filled it last, or more than half the largest CPU cache was filled
- * since), plain stores otherwise (a lone producer's small ring;
- * `docs/decisions.md`).
+ * stores, which win when the slot's lines are out of the CPU's caches (several
+ * producers); a lone producer whose slots stay cached copies faster itself, into
+ * `sluice_prefetcher_acquire`'s slot (`docs/decisions.md`).
  *
  * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`segments` NULL with `num_segments` > 0);
  * `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`);

@@ -20,8 +20,8 @@
 # after the current one (A/B in the same run), and with the go part that commit's
 # trainer (against this library), which run-trainer.sh compares with the current one.
 # The prefetch part also runs benches/prefetch at SLUICE_GPU_PREFETCH_KB (default 200) KiB,
-# and benches/prefetch/fill_bench.c (the producers' plain stores, streaming stores and the
-# library's choice, 1, 2 and 4 producers, fill.md; then rings of 25 and 100 MB, fill-sweep.md).
+# and benches/prefetch/fill_bench.c (the producers' plain stores, the bench's own streaming
+# stores and the library's, 1, 2 and 4 producers, fill.md; then rings of 25 and 100 MB, fill-sweep.md).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 # Opt-in part "soak" (not in the default list): tests/stress in soak mode, 16 threads
 # of random traffic for SLUICE_GPU_SOAK_SECONDS (default 540, so that one device call
@@ -523,8 +523,7 @@ run() {
     # The producers' side: plain stores against the library's streaming stores
     # (push, sluice_gather_rows) into slots the GPU's copies read.
     if [ -x .gpu/fill_bench ]; then
-      # The library streams unless the slot's last fill was the same thread's, less
-      # than half the largest cache ago: which side a ring falls on is the host's.
+      # Which stores win depends on the host (runs 308 and 311): name its caches.
       note "host caches: $(lscpu 2>/dev/null | grep -E '^(Model name|L2|L3)' | tr -s ' ' | tr '\n' ';')"
       SLUICE_BACKEND=cuda SLUICE_FILL_PRODUCERS="1 2 4" timeout 200 .gpu/fill_bench > "$out/fill.md" 2>&1
       note "fill bench: rc=$? $(grep '^RESULT' "$out/fill.md" | tr '\n' ' ')"
@@ -537,7 +536,7 @@ run() {
           SLUICE_BACKEND=cuda SLUICE_FILL_DEPTH=$1 SLUICE_FILL_ROWS=$2 SLUICE_FILL_N=2000 \
             SLUICE_FILL_PRODUCERS="1 2 4" timeout 90 .gpu/fill_bench | grep -v '^|---'
         done > "$out/fill-sweep.md" 2>&1
-        note "fill sweep (depth rows: producers: over memcpy, the library's push/gather then always streamed copy/gather): $(awk '
+        note "fill sweep (depth rows: producers: over memcpy, the library's push/gather then the bench's own streamed copy/gather): $(awk '
           /^== / { printf "%s%s %s:", sep, $3, $5; sep = "; " }
           /^RESULT/ { split($2, p, "="); split($3, c, "="); split($4, g, "=");
                       split($7, sc, "="); split($8, sg, "=");

@@ -8,8 +8,7 @@
  * main thread takes each batch (sluice_prefetcher_next) and releases it at once:
  *   copy-memcpy    acquire, memcpy of contiguous rows, submit
  *   copy-stream    the same with streaming stores, always (x86-64; memcpy elsewhere)
- *   copy-push      sluice_prefetcher_push of the same rows (the library's copy, which
- *                  streams unless this thread filled the slot last, recently)
+ *   copy-push      sluice_prefetcher_push of the same rows (the library's copy)
  *   gather-memcpy  acquire, a memcpy per row of a shuffled index, submit
  *   gather-stream  the same with streaming stores, always
  *   gather-sluice  acquire, sluice_gather_rows of the same index, submit

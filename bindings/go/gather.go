@@ -13,11 +13,10 @@ import (
 // GatherRows copies rows rows (of rowBytes bytes each) of src into dst, one
 // after another: a batch gathered from a dataset by index, typically into a
 // prefetcher slot (Slot.Segment, Fill.Segment). It writes len(rows)*rowBytes
-// bytes (sluice_gather_rows). On x86-64 the stores are non-temporal when
-// dst's lines are likely out of this core's caches (another thread filled dst
-// last, or more than half the largest CPU cache was filled since): then they
-// are not read before they are written, as a Go copy reads them. Otherwise (a
-// lone producer's small ring) they are plain. Every index is checked first; an
+// bytes (sluice_gather_rows). On x86-64 the stores are non-temporal: a slot's
+// lines, which the last host-to-device copy read, are not read again before
+// they are written, as a Go copy reads them (a lone producer whose slots stay
+// cached may gather faster with copy). Every index is checked first; an
 // index outside src, or rows that do not fit in dst, give ErrOutOfRange and
 // write nothing, as do a rowBytes of 0 or less and dst and src overlapping
 // (ErrInvalidArgument).

@@ -227,9 +227,9 @@ func (p *Prefetcher) Device() *Device { return p.dev }
 // ErrTimeout. A segment longer than its capacity gives ErrOutOfRange and
 // pushes nothing; after CloseInput, Push fails with ErrInvalidState. It
 // returns the batch's sequence number. On x86-64 the copy uses non-temporal
-// stores when the slot is likely out of this core's caches (another thread
-// filled it last, or more than half the largest CPU cache was filled since),
-// plain stores otherwise, as GatherRows does.
+// stores, which win when the slot is out of the CPU's caches (several
+// producers); a lone producer whose slots stay cached copies faster itself,
+// into Acquire's slot.
 //
 // The Go memory of segments is used during the call only (it is copied
 // before Push returns), so it may be reused at once. Push may be called from

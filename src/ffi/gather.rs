@@ -7,11 +7,10 @@ use std::ffi::c_void;
 /// Copies rows `rows[0..num_rows)` of `src` (`src_len` bytes, rows of `row_bytes`
 /// each) into `dst` one after another: a batch gathered from a dataset by index,
 /// into a slot from `sluice_prefetcher_acquire` or a fill callback. On x86-64 the
-/// stores are non-temporal (fenced before return) when `dst`'s lines are likely
-/// out of this core's caches: another thread filled `dst` last, or more than half
-/// the largest CPU cache was filled since; then they are not read before they are
-/// written, as plain stores read them. Otherwise (a lone producer's small ring)
-/// they are plain. Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
+/// stores are non-temporal and fenced before return: the slot's lines, read by the
+/// last H2D copy, are not read again before they are written, which a plain copy
+/// does (a lone producer whose slots stay cached may gather faster with plain
+/// copies). Needs `num_rows * row_bytes <= dst_capacity`; `dst` and `src` must not
 /// overlap. Every index is checked first: on an error nothing is written. Thread
 /// safety: any thread, on distinct destinations.
 ///

@@ -328,10 +328,9 @@ pub extern "C" fn sluice_prefetcher_destroy(
 /// no limit; then `SLUICE_ERROR_TIMEOUT`). A length over a segment's capacity gives
 /// `SLUICE_ERROR_OUT_OF_RANGE` and queues nothing. Writes the batch's sequence
 /// number to `seq_out` when it is not NULL. On x86-64 the copy uses non-temporal
-/// stores when the slot's lines are likely out of this core's caches (another
-/// thread filled it last, or more than half the largest CPU cache was filled
-/// since), plain stores otherwise (a lone producer's small ring;
-/// `docs/decisions.md`).
+/// stores, which win when the slot's lines are out of the CPU's caches (several
+/// producers); a lone producer whose slots stay cached copies faster itself, into
+/// `sluice_prefetcher_acquire`'s slot (`docs/decisions.md`).
 ///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`segments` NULL with `num_segments` > 0);
 /// `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`);

@@ -300,7 +300,7 @@ impl Prefetcher {
             // SAFETY: the slot's pinned memory is ours until submit, and its capacity
             // was checked above.
             let slot = unsafe { std::slice::from_raw_parts_mut(ptr, seg.len()) };
-            super::stream_store::copy_into_slot(slot, seg);
+            super::stream_store::copy_streamed(slot, seg);
         }
         self.submit(ticket, &lens)?;
         Ok(ticket.seq)

@@ -147,11 +147,10 @@ struct FillFnBox;
 
 /// Copies rows `rows` (of `row_bytes` bytes each) of `src` into `dst`, one after
 /// another: a batch gathered from a dataset by index (sluice_gather_rows). It writes
-/// rows.size() * row_bytes bytes. On x86-64 the stores are non-temporal when
-/// `dst`'s lines are likely out of this core's caches (another thread filled `dst`
-/// last, or more than half the largest CPU cache was filled since): then they are
-/// not read before they are written, as a plain copy reads them. Otherwise (a lone
-/// producer's small ring) they are plain. Every index is checked first: an
+/// rows.size() * row_bytes bytes. On x86-64 the stores are non-temporal, so a
+/// prefetcher slot's lines, read by its last H2D copy, are not read again before
+/// they are written, as a plain copy reads them (a lone producer whose slots stay
+/// cached may gather faster with plain copies). Every index is checked first: an
 /// index outside `src`, or rows that do not fit in `dst`, give
 /// ErrorCode::out_of_range, `row_bytes` 0 or `dst` overlapping `src`
 /// ErrorCode::invalid_argument, and nothing is written.
@@ -514,9 +513,9 @@ class PrefetcherApi {
   /// A range over its capacity, or the wrong number of ranges, is an error and
   /// queues nothing; after close_input() it gives ErrorCode::invalid_state. The
   /// ranges are only read during the call. On x86-64 the copy uses non-temporal
-  /// stores when the slot is likely out of this core's caches (another thread
-  /// filled it last, or more than half the largest CPU cache was filled since),
-  /// plain stores otherwise, as gather_rows() does.
+  /// stores, which win when the slot is out of the CPU's caches (several
+  /// producers); a lone producer whose slots stay cached copies faster itself,
+  /// into acquire()'s slot.
   Result<std::uint64_t> push(std::nothrow_t, span<const ByteView> segments,
                              Timeout timeout = kWaitForever) const {
     sluice_prefetch_segment_t inline_segs[kPrefetchMaxSegments] = {};
