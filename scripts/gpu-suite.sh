@@ -457,6 +457,9 @@ run() {
   summary="$out/summary.txt"; : > "$summary"
   note() { echo "$*" | tee -a "$summary"; }
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$summary"
+  # The host decides several rows (the driver's thread scaling, cgo, the producers'
+  # stores): every summary names it.
+  note "host: $(lscpu 2>/dev/null | grep -E '^(Model name|CPU\(s\)|L2|L3)' | tr -s ' ' | tr '\n' ';')"
   local soak_pid=
   if has soak && [ -x .gpu/stress/stress ] && [ -n "${SLUICE_GPU_SOAK_DETACH:-}" ]; then
     soak_detach
@@ -523,8 +526,6 @@ run() {
     # The producers' side: plain stores against the library's streaming stores
     # (push, sluice_gather_rows) into slots the GPU's copies read.
     if [ -x .gpu/fill_bench ]; then
-      # Which stores win depends on the host (runs 308 and 311): name its caches.
-      note "host caches: $(lscpu 2>/dev/null | grep -E '^(Model name|L2|L3)' | tr -s ' ' | tr '\n' ';')"
       SLUICE_BACKEND=cuda SLUICE_FILL_PRODUCERS="1 2 4" timeout 200 .gpu/fill_bench > "$out/fill.md" 2>&1
       note "fill bench: rc=$? $(grep '^RESULT' "$out/fill.md" | tr '\n' ' ')"
       # Whether a lone producer's loss (run 308) follows the ring's size: fill.md's
