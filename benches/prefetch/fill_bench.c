@@ -59,7 +59,15 @@ static size_t env_or(const char *name, size_t def) {
     return v && *v ? (size_t)strtoull(v, NULL, 10) : def;
 }
 
-enum mode { COPY_MEMCPY, COPY_STREAM, COPY_PUSH, GATHER_MEMCPY, GATHER_STREAM, GATHER_SLUICE, MODES };
+enum mode {
+    COPY_MEMCPY,
+    COPY_STREAM,
+    COPY_PUSH,
+    GATHER_MEMCPY,
+    GATHER_STREAM,
+    GATHER_SLUICE,
+    MODES
+};
 static const char *const mode_names[MODES] = {"copy-memcpy",   "copy-stream",   "copy-push",
                                               "gather-memcpy", "gather-stream", "gather-sluice"};
 
