@@ -20,8 +20,8 @@
 # after the current one (A/B in the same run), and with the go part that commit's
 # trainer (against this library), which run-trainer.sh compares with the current one.
 # The prefetch part also runs benches/prefetch at SLUICE_GPU_PREFETCH_KB (default 200) KiB,
-# and benches/prefetch/fill_bench.c (the producers' plain stores, the bench's own streaming
-# stores and the library's, 1, 2 and 4 producers, fill.md; then rings of 25 and 100 MB, fill-sweep.md).
+# and benches/prefetch/fill_bench.c (the producers' plain against streaming stores, 1, 2 and
+# 4 producers, fill.md; then rings of 25 and 100 MB, fill-sweep.md).
 # SLUICE_GPU_STRESS_RUNS=N (default 200) runs of tests/stress, in 10 processes.
 # Opt-in part "soak" (not in the default list): tests/stress in soak mode, 16 threads
 # of random traffic for SLUICE_GPU_SOAK_SECONDS (default 540, so that one device call
@@ -526,7 +526,7 @@ run() {
     # The producers' side: plain stores against the library's streaming stores
     # (push, sluice_gather_rows) into slots the GPU's copies read.
     if [ -x .gpu/fill_bench ]; then
-      SLUICE_BACKEND=cuda SLUICE_FILL_PRODUCERS="1 2 4" timeout 200 .gpu/fill_bench > "$out/fill.md" 2>&1
+      SLUICE_BACKEND=cuda SLUICE_FILL_PRODUCERS="1 2 4" timeout 150 .gpu/fill_bench > "$out/fill.md" 2>&1
       note "fill bench: rc=$? $(grep '^RESULT' "$out/fill.md" | tr '\n' ' ')"
       # Whether a lone producer's loss (run 308) follows the ring's size: fill.md's
       # ring is 6 MB, these 25 and 100 MB (SLUICE_GPU_FILL_SWEEP=0 skips them).
@@ -535,13 +535,12 @@ run() {
           set -- $cfg
           echo "== depth $1, rows $2"
           SLUICE_BACKEND=cuda SLUICE_FILL_DEPTH=$1 SLUICE_FILL_ROWS=$2 SLUICE_FILL_N=2000 \
-            SLUICE_FILL_PRODUCERS="1 2 4" timeout 90 .gpu/fill_bench | grep -v '^|---'
+            SLUICE_FILL_PRODUCERS="1 2 4" timeout 60 .gpu/fill_bench | grep -v '^|---'
         done > "$out/fill-sweep.md" 2>&1
-        note "fill sweep (depth rows: producers: over memcpy, the library's push/gather then the bench's own streamed copy/gather): $(awk '
+        note "fill sweep (depth rows: producers: streamed / plain, copy and gather): $(awk '
           /^== / { printf "%s%s %s:", sep, $3, $5; sep = "; " }
           /^RESULT/ { split($2, p, "="); split($3, c, "="); split($4, g, "=");
-                      split($7, sc, "="); split($8, sg, "=");
-                      printf " %s:%s/%s,%s/%s", p[2], c[2], g[2], sc[2], sg[2] }' "$out/fill-sweep.md")"
+                      printf " %s:%s/%s", p[2], c[2], g[2] }' "$out/fill-sweep.md")"
       fi
     fi
   fi

@@ -7,10 +7,8 @@
  * Go trainer's batches of 256 by default), filled by P producer threads while the
  * main thread takes each batch (sluice_prefetcher_next) and releases it at once:
  *   copy-memcpy    acquire, memcpy of contiguous rows, submit
- *   copy-stream    the same with streaming stores, always (x86-64; memcpy elsewhere)
  *   copy-push      sluice_prefetcher_push of the same rows (the library's copy)
  *   gather-memcpy  acquire, a memcpy per row of a shuffled index, submit
- *   gather-stream  the same with streaming stores, always
  *   gather-sluice  acquire, sluice_gather_rows of the same index, submit
  * The source is a 47 MB set of 60,000 rows, as MNIST's training images. On the
  * host backend the "device" copy reads the slot with the CPU, so there the figures
@@ -33,9 +31,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 
 #define ROW 784
 #define SRC_ROWS 60000
@@ -59,37 +54,9 @@ static size_t env_or(const char *name, size_t def) {
     return v && *v ? (size_t)strtoull(v, NULL, 10) : def;
 }
 
-enum mode {
-    COPY_MEMCPY,
-    COPY_STREAM,
-    COPY_PUSH,
-    GATHER_MEMCPY,
-    GATHER_STREAM,
-    GATHER_SLUICE,
-    MODES
-};
-static const char *const mode_names[MODES] = {"copy-memcpy",   "copy-stream",   "copy-push",
-                                              "gather-memcpy", "gather-stream", "gather-sluice"};
-
-static int is_copy(enum mode m) { return m == COPY_MEMCPY || m == COPY_STREAM || m == COPY_PUSH; }
-
-/* Copies n bytes with streaming stores where dst is 16-byte aligned (slots are), no fence. */
-static void copy_stream(uint8_t *dst, const uint8_t *src, size_t n) {
-#if defined(__x86_64__)
-    size_t body = ((uintptr_t)dst & 15) ? 0 : n & ~(size_t)15;
-    for (size_t k = 0; k < body; k += 16)
-        _mm_stream_si128((__m128i *)(dst + k), _mm_loadu_si128((const __m128i *)(src + k)));
-    memcpy(dst + body, src + body, n - body);
-#else
-    memcpy(dst, src, n);
-#endif
-}
-
-static void stream_fence(void) {
-#if defined(__x86_64__)
-    _mm_sfence();
-#endif
-}
+enum mode { COPY_MEMCPY, COPY_PUSH, GATHER_MEMCPY, GATHER_SLUICE, MODES };
+static const char *const mode_names[MODES] = {"copy-memcpy", "copy-push", "gather-memcpy",
+                                              "gather-sluice"};
 
 static uint8_t *src;
 static size_t rows_per_batch;
@@ -97,7 +64,7 @@ static size_t rows_per_batch;
 /* Row i of batch key: a fixed pseudo-random index (gathers), or the next row of a
  * window that moves through the source (copies). */
 static int64_t row_of(enum mode m, uint64_t key, size_t i) {
-    if (is_copy(m))
+    if (m == COPY_MEMCPY || m == COPY_PUSH)
         return (int64_t)((key * rows_per_batch % (SRC_ROWS - rows_per_batch)) + i);
     uint64_t x = (key * rows_per_batch + i + 1) * 0x9E3779B97F4A7C15ull;
     x ^= x >> 31;
@@ -118,7 +85,7 @@ static void *produce(void *arg) {
     for (uint64_t k = 0; k < p->batches; k++) {
         uint64_t key = p->first_key + k;
         /* A copy needs its first row only. */
-        size_t n = is_copy(p->mode) ? 1 : rows_per_batch;
+        size_t n = p->mode == COPY_MEMCPY || p->mode == COPY_PUSH ? 1 : rows_per_batch;
         for (size_t i = 0; i < n; i++) idx[i] = row_of(p->mode, key, i);
         if (p->mode == COPY_PUSH) {
             sluice_prefetch_segment_t seg = {src + idx[0] * ROW, bytes};
@@ -131,18 +98,11 @@ static void *produce(void *arg) {
         double t0 = now_s();
         if (p->mode == COPY_MEMCPY) {
             memcpy(dst, src + idx[0] * ROW, bytes);
-        } else if (p->mode == COPY_STREAM) {
-            copy_stream(dst, src + idx[0] * ROW, bytes);
-            stream_fence();
-        } else if (p->mode == GATHER_MEMCPY || p->mode == GATHER_STREAM) {
+        } else if (p->mode == GATHER_MEMCPY) {
             for (size_t i = 0; i < rows_per_batch; i++) {
                 if (i + 8 < rows_per_batch) __builtin_prefetch(src + idx[i + 8] * ROW);
-                if (p->mode == GATHER_MEMCPY)
-                    memcpy(dst + i * ROW, src + idx[i] * ROW, ROW);
-                else
-                    copy_stream(dst + i * ROW, src + idx[i] * ROW, ROW);
+                memcpy(dst + i * ROW, src + idx[i] * ROW, ROW);
             }
-            if (p->mode == GATHER_STREAM) stream_fence();
         } else {
             ck(sluice_gather_rows(dst, f.capacity[0], src, (size_t)SRC_ROWS * ROW, ROW, idx,
                                   rows_per_batch),
@@ -266,11 +226,9 @@ int main(void) {
             fflush(stdout);
         }
         printf("RESULT producers=%zu copy_push_over_memcpy=%.3f gather_sluice_over_memcpy=%.3f "
-               "fill_gather_memcpy_us=%.1f fill_gather_sluice_us=%.1f "
-               "copy_stream_over_memcpy=%.3f gather_stream_over_memcpy=%.3f\n",
+               "fill_gather_memcpy_us=%.1f fill_gather_sluice_us=%.1f\n",
                producers, rate[COPY_PUSH] / rate[COPY_MEMCPY],
-               rate[GATHER_SLUICE] / rate[GATHER_MEMCPY], fill[GATHER_MEMCPY], fill[GATHER_SLUICE],
-               rate[COPY_STREAM] / rate[COPY_MEMCPY], rate[GATHER_STREAM] / rate[GATHER_MEMCPY]);
+               rate[GATHER_SLUICE] / rate[GATHER_MEMCPY], fill[GATHER_MEMCPY], fill[GATHER_SLUICE]);
     }
     ck(sluice_stream_destroy(s), "stream_destroy");
     ck(sluice_device_close(dev), "device_close");
