@@ -278,7 +278,10 @@ type Slot struct {
 	// Seq is the batch's sequence number.
 	Seq uint64
 
-	pf      *Prefetcher
+	pf *Prefetcher
+	// h is the prefetcher's handle at Acquire: Submit and Cancel use it even
+	// after Close began, since Close waits until they reach the library.
+	h       C.sluice_prefetcher_t
 	c       C.sluice_prefetch_fill_t
 	done    atomic.Bool
 	cleanup runtime.Cleanup
@@ -306,7 +309,7 @@ func (p *Prefetcher) Acquire(timeout time.Duration) (*Slot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Slot{pf: p}
+	s := &Slot{pf: p, h: h}
 	e := C.sluice_prefetcher_acquire(h, timeoutMs(timeout), &s.c)
 	runtime.KeepAlive(p)
 	if err := check(e, &p.h); err != nil {
@@ -337,24 +340,20 @@ func (s *Slot) SetLen(i, n int) { fillSetLen(&s.c, i, n) }
 // Submit enqueues the host-to-device copy of the slot's segments, SetLen
 // bytes of each; the consumers receive the batch in its turn. A Slot is
 // submitted or cancelled once: a second call fails with ErrInvalidArgument.
-func (s *Slot) Submit() error { return s.finish("Slot.Submit", true) }
+func (s *Slot) Submit() error { return s.finish(true) }
 
 // Cancel gives the slot back unused: its sequence number is skipped. A Slot is
 // submitted or cancelled once: a second call fails with ErrInvalidArgument.
-func (s *Slot) Cancel() error { return s.finish("Slot.Cancel", false) }
+func (s *Slot) Cancel() error { return s.finish(false) }
 
-func (s *Slot) finish(op string, submit bool) error {
-	h, err := s.pf.h.raw(op)
-	if err != nil {
-		return err
-	}
+func (s *Slot) finish(submit bool) error {
 	s.done.Store(true)
 	s.cleanup.Stop()
 	var e *C.sluice_error_t
 	if submit {
-		e = C.sluice_prefetcher_submit(h, &s.c)
+		e = C.sluice_prefetcher_submit(s.h, &s.c)
 	} else {
-		e = C.sluice_prefetcher_cancel(h, &s.c)
+		e = C.sluice_prefetcher_cancel(s.h, &s.c)
 	}
 	runtime.KeepAlive(s)
 	return check(e, &s.pf.h)

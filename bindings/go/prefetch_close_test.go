@@ -109,3 +109,32 @@ func TestPrefetcherCloseWhileBlocked(t *testing.T) {
 	}
 	must(t, s.Synchronize())
 }
+
+// Close with a Slot from Acquire still open waits for it, and the Slot's
+// Submit ends that wait: it reaches the library after Close began, and
+// returns ErrClosed.
+func TestPrefetcherCloseWaitsForAnOpenSlot(t *testing.T) {
+	d := openDev(t)
+	p, err := NewPrefetcher(d, PrefetcherConfig{Depth: 2, Capacities: testCaps})
+	must(t, err)
+	slot, err := p.Acquire(time.Second)
+	must(t, err)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned with a slot still open: %v", err)
+	default:
+	}
+	copy(slot.Segment(0), []byte{1, 2, 3})
+	slot.SetLen(0, 3)
+	wantClosed(t, slot.Submit())
+	select {
+	case err := <-closed:
+		must(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waits for the slot after its Submit")
+	}
+	wantCode(t, slot.Cancel(), ErrInvalidHandle)
+}

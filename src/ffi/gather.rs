@@ -29,16 +29,18 @@ pub extern "C" fn sluice_gather_rows(
     num_rows: usize,
 ) -> *mut sluice_error_t {
     boundary("sluice_gather_rows", || {
-        let (d, s) = (dst as usize, src as usize);
+        let rows = slice_in(rows, num_rows, "rows")?;
+        let src = slice_in(src.cast::<u8>(), src_len, "src")?;
+        // Checked as shared first: a `&mut` over `src` would be undefined.
+        slice_in(dst.cast_const().cast::<u8>(), dst_capacity, "dst")?;
+        let (d, s) = (dst as usize, src.as_ptr() as usize);
         if dst_capacity > 0
-            && src_len > 0
-            && d < s.saturating_add(src_len)
+            && !src.is_empty()
+            && d < s.saturating_add(src.len())
             && s < d.saturating_add(dst_capacity)
         {
             return Err(Error::invalid_argument("dst overlaps src"));
         }
-        let rows = slice_in(rows, num_rows, "rows")?;
-        let src = slice_in(src.cast::<u8>(), src_len, "src")?;
         let dst = slice_out(dst.cast::<u8>(), dst_capacity, "dst")?;
         crate::prefetch::gather_rows(dst, src, row_bytes, rows)
     })

@@ -316,6 +316,8 @@ pub extern "C" fn sluice_prefetcher_destroy(
     prefetcher: sluice_prefetcher_t,
 ) -> *mut sluice_error_t {
     boundary("sluice_prefetcher_destroy", || {
+        // Open fills end by submit or cancel, which must still find the handle.
+        get(prefetcher)?.core.stop();
         close(&*remove(prefetcher)?);
         Ok(())
     })
@@ -447,6 +449,7 @@ pub extern "C" fn sluice_prefetcher_close_input(
 ///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`batch_out` or `view_out` NULL);
 /// `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream`);
+/// `SLUICE_ERROR_WRONG_DEVICE` (`stream` of another device; no batch is taken);
 /// `SLUICE_ERROR_END_OF_DATA` (the input is closed and every batch was taken);
 /// `SLUICE_ERROR_TIMEOUT` (no batch within `timeout_ms`);
 /// `SLUICE_ERROR_CALLBACK_FAILED` (a pull-mode fill callback failed).
@@ -501,12 +504,16 @@ pub extern "C" fn sluice_batch_release(batch: sluice_batch_t) -> *mut sluice_err
 /// `dst` can be replayed for every batch. Waits and errors as
 /// `sluice_prefetcher_next`; `view_out` describes the batch, but its device
 /// pointers and handles are the slot's, already released: read `dst` instead.
+/// The arguments are checked before a batch is taken; a copy that fails after
+/// that (a `dst[i]` that is the slot's own buffer) names the batch, which is
+/// consumed, in `view_out->seq`.
 ///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`view_out` NULL, or `dst` NULL with a
 /// non-zero `num_dst`); `SLUICE_ERROR_INVALID_HANDLE` (a stale `prefetcher`, `stream` or `dst[i]`,
 /// named by its index); `SLUICE_ERROR_INVALID_ARGUMENT` (`num_dst` other than the
 /// segment count); `SLUICE_ERROR_OUT_OF_RANGE` (a destination buffer smaller than its
-/// segment's capacity); `SLUICE_ERROR_END_OF_DATA` (the input is closed and every
+/// segment's capacity); `SLUICE_ERROR_WRONG_DEVICE` (`stream` or a `dst[i]` of
+/// another device); `SLUICE_ERROR_END_OF_DATA` (the input is closed and every
 /// batch was taken); `SLUICE_ERROR_TIMEOUT` (no batch within `timeout_ms`).
 #[no_mangle]
 pub extern "C" fn sluice_prefetcher_next_into(

@@ -2,7 +2,7 @@
 //! stream, releasing it, and graph mode's copy into fixed buffers.
 
 use super::{
-    destroyed, timed_out, BatchView, Entry, NextError, NextResult, Prefetcher, SlotBuffers,
+    destroyed, timed_out, BatchView, Entry, Lease, NextError, NextResult, Prefetcher, SlotBuffers,
 };
 use crate::engine::ForeignOp;
 use crate::error::{Error, ErrorCode, Result};
@@ -108,7 +108,14 @@ impl Prefetcher {
                 drop(op);
                 return Err(destroyed().into());
             }
-            leases.insert(seq, (slot, op));
+            leases.insert(
+                seq,
+                Lease {
+                    slot,
+                    op,
+                    buffers: buffers.clone(),
+                },
+            );
         }
         crate::trace::prefetch_slot(&self.copy_streams[0].0, "next", seq, slot);
         Ok(Self::view(seq, slot, &lens, &buffers))
@@ -117,7 +124,7 @@ impl Prefetcher {
     /// Releases a leased batch, in stream order: the slot is refilled only after
     /// the work enqueued on the consumer's stream so far has completed.
     pub fn release(&self, seq: u64) -> Result<()> {
-        let (slot, op) = {
+        let Lease { slot, op, buffers } = {
             let mut leases = self.lock_leases();
             // close sets the flag before it takes the leases: a lease it took reads
             // as closed, not as never leased.
@@ -132,6 +139,7 @@ impl Prefetcher {
             })?
         };
         let ended = op.end();
+        drop(buffers);
         crate::trace::prefetch_slot(&self.copy_streams[0].0, "release", seq, slot);
         let mut st = self.lock();
         if !self.is_destroyed() {
@@ -158,7 +166,12 @@ impl Prefetcher {
             ))
             .into());
         }
+        // Checked before a batch is taken: an error here consumes none.
+        self.device
+            .same_device(&stream.device, "the consumer stream")?;
         for (i, (d, &c)) in dst.iter().zip(&self.capacities).enumerate() {
+            self.device
+                .same_device_with(&d.device, || format!("next_into: destination {i}, {d:?}"))?;
             if d.size < c {
                 return Err(Error::out_of_range(format!(
                     "next_into: destination {i} holds {} bytes, under the segment's capacity {c}",
@@ -184,6 +197,10 @@ impl Prefetcher {
             st.free.push_back(slot);
             self.slot_freed.notify_one();
         }
-        copied.map(|()| view).map_err(NextError::from)
+        // The batch was taken: its error names it.
+        copied.map(|()| view).map_err(|error| NextError {
+            error: error.context(format!("prefetcher batch {seq}")),
+            seq: Some(seq),
+        })
     }
 }

@@ -179,15 +179,25 @@ pub struct Prefetcher {
     /// The device buffers' sync objects, per slot.
     syncs: Vec<Vec<Arc<SyncObject>>>,
     state: Mutex<State>,
-    /// The leased batches: their slots and open reads. Only consumers take this
-    /// lock, so `next` and `release` meet the producers on `state` once each.
-    leases: Mutex<HashMap<u64, (u32, ForeignOp)>>,
+    /// The leased batches. Only consumers take this lock, so `next` and
+    /// `release` meet the producers on `state` once each.
+    leases: Mutex<HashMap<u64, Lease>>,
     /// Set by `close` while it holds `state` (so paths under that lock see it as
     /// of the lock), and read by the lease paths, which do not take it.
     destroyed: AtomicBool,
     slot_freed: Signal,
     batch_ready: Signal,
     producers: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+/// A leased batch: its slot, its open read, and the slot's buffers, kept until
+/// the read has ended, so that a `close` that takes the leases while a release
+/// is ending one frees that memory only after the read is published.
+struct Lease {
+    slot: u32,
+    /// Dropped before `buffers` (fields drop in order): the read ends first.
+    op: ForeignOp,
+    buffers: Arc<SlotBuffers>,
 }
 
 fn destroyed() -> Error {
@@ -311,7 +321,7 @@ impl Prefetcher {
         self.destroyed.load(Ordering::Acquire)
     }
 
-    fn lock_leases(&self) -> MutexGuard<'_, HashMap<u64, (u32, ForeignOp)>> {
+    fn lock_leases(&self) -> MutexGuard<'_, HashMap<u64, Lease>> {
         self.leases.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -325,24 +335,30 @@ impl Prefetcher {
         s
     }
 
-    /// Destroys the prefetcher's state at any moment: wakes every blocked producer
-    /// and consumer, waits for open fills to be submitted or cancelled (they then
-    /// fail), joins the producer threads, ends open leases and frees the memory
-    /// (device memory after its outstanding use, in stream order).
+    /// The first half of [`Prefetcher::close`]: marks the prefetcher destroyed,
+    /// wakes every blocked producer and consumer, and waits until each open fill
+    /// was submitted or cancelled (both then fail). Those calls must still reach
+    /// the prefetcher meanwhile: a C handle is removed only after this returns.
+    pub fn stop(&self) {
+        let mut st = self.lock();
+        self.destroyed.store(true, Ordering::Release);
+        st.pending.retain(|_, e| matches!(e, Entry::Filling(_)));
+        st.free.clear();
+        self.slot_freed.notify_all();
+        self.batch_ready.notify_all();
+        // A producer may still be writing an open fill's pinned memory.
+        while !st.pending.is_empty() {
+            st = self.slot_freed.wait(st, None).0;
+        }
+    }
+
+    /// Destroys the prefetcher's state at any moment: [`Prefetcher::stop`], then
+    /// joins the producer threads, ends open leases and frees the memory (device
+    /// memory after its outstanding use, in stream order).
     pub fn close(&self) {
-        let slots = {
-            let mut st = self.lock();
-            self.destroyed.store(true, Ordering::Release);
-            st.pending.retain(|_, e| matches!(e, Entry::Filling(_)));
-            st.free.clear();
-            self.slot_freed.notify_all();
-            self.batch_ready.notify_all();
-            // A producer may still be writing an open fill's pinned memory.
-            while !st.pending.is_empty() {
-                st = self.slot_freed.wait(st, None).0;
-            }
-            std::mem::take(&mut st.slots)
-        };
+        self.stop();
+        // No fill opens once the flag is set, so none is pending now.
+        let slots = std::mem::take(&mut self.lock().slots);
         let leased = std::mem::take(&mut *self.lock_leases());
         let producers =
             std::mem::take(&mut *self.producers.lock().unwrap_or_else(|p| p.into_inner()));

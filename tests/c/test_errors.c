@@ -579,6 +579,32 @@ CHILD(errors_wrong_device) {
     sluice_graph_cache_t c;
     CHECK_OK(sluice_graph_cache_create(d0, &c));
     CHECK_ERR(sluice_graph_cache_run(c, 1, s1, failing_body, NULL), SLUICE_ERROR_WRONG_DEVICE);
+    /* A prefetcher of device 0: next_into on device 1 consumes no batch. */
+    sluice_prefetcher_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.depth = 2;
+    cfg.segments = 1;
+    cfg.capacity[0] = 16;
+    sluice_prefetcher_t pf;
+    CHECK_OK(sluice_prefetcher_create(d0, &cfg, &pf));
+    uint8_t bytes[16] = {1};
+    sluice_prefetch_segment_t seg = {bytes, 16};
+    CHECK_OK(sluice_prefetcher_push(pf, &seg, 1, 1000, NULL));
+    CHECK_OK(sluice_prefetcher_push(pf, &seg, 1, 1000, NULL));
+    CHECK_OK(sluice_prefetcher_close_input(pf));
+    sluice_batch_view_t pv;
+    sluice_batch_t wrong;
+    CHECK_ERR(sluice_prefetcher_next(pf, s1, 0, &wrong, &pv), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_ERR(sluice_prefetcher_next_into(pf, s1, &b1, 1, 0, &pv), SLUICE_ERROR_WRONG_DEVICE);
+    CHECK_ERR(sluice_prefetcher_next_into(pf, s0, &b1, 1, 0, &pv), SLUICE_ERROR_WRONG_DEVICE);
+    for (uint64_t want = 0; want < 2; want++) {
+        sluice_batch_t pb;
+        if (!CHECK_OK(sluice_prefetcher_next(pf, s0, 1000, &pb, &pv))) break;
+        CHECK_EQ(pv.seq, want);
+        CHECK_OK(sluice_batch_release(pb));
+    }
+    CHECK_ERR(sluice_prefetcher_next(pf, s0, 0, &(sluice_batch_t){0}, &pv), SLUICE_ERROR_END_OF_DATA);
+    CHECK_OK(sluice_prefetcher_destroy(pf));
     /* RNG */
     sluice_rng_t r0, r1;
     CHECK_OK(sluice_rng_create(s0, 1, 4, &r0));

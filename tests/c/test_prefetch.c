@@ -341,6 +341,47 @@ TEST(prefetch_bad_arguments) {
     CHECK_OK(sluice_device_close(d));
 }
 
+typedef struct {
+    sluice_prefetcher_t pf;
+    atomic_int done;
+} destroyer_t;
+
+static void *destroy_pf(void *p) {
+    destroyer_t *dt = p;
+    CHECK_OK(sluice_prefetcher_destroy(dt->pf));
+    atomic_store(&dt->done, 1);
+    return NULL;
+}
+
+/* The header's promise: destroy waits for a fill taken with acquire until its
+ * producer submits it, and that submit fails with INVALID_HANDLE. The handle
+ * must still reach the prefetcher meanwhile, or destroy would wait forever. */
+TEST(prefetch_destroy_waits_for_an_open_fill_that_submit_then_ends) {
+    sluice_device_t d;
+    REQUIRE(open_dev(&d));
+    sluice_prefetcher_t pf;
+    REQUIRE(make_pf(d, 2, &pf));
+    sluice_prefetch_fill_t f;
+    REQUIRE_OK(sluice_prefetcher_acquire(pf, 1000, &f));
+    destroyer_t dt = {.pf = pf};
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, destroy_pf, &dt) == 0);
+    sleep_ms(50);
+    CHECK(!atomic_load(&dt.done)); /* waits for the open fill */
+    memset(f.host[0], 0xAB, 16);   /* the producer may still write it */
+    f.len[0] = 16;
+    sluice_prefetch_segment_t segs[SEGS] = {{f.host[0], 8}, {f.host[0], 8}};
+    CHECK_ERR(sluice_prefetcher_push(pf, segs, SEGS, 0, NULL), SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_ERR_MSG(sluice_prefetcher_submit(pf, &f), SLUICE_ERROR_INVALID_HANDLE, "destroyed");
+    double t0 = now_ms();
+    while (!atomic_load(&dt.done) && now_ms() - t0 < 5000.0) sleep_ms(5);
+    if (!CHECK(atomic_load(&dt.done))) return; /* a hung destroy: leave its thread */
+    pthread_join(t, NULL);
+    CHECK_ERR(sluice_prefetcher_cancel(pf, &f), SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_ERR(sluice_prefetcher_destroy(pf), SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_OK(sluice_device_close(d));
+}
+
 TEST(gather_rows_copies_the_rows_named_and_checks_them_first) {
     enum { ROW = 784, SRC_ROWS = 40, N = 9 };
     static uint8_t src[ROW * SRC_ROWS], dst[ROW * N + 3];
@@ -370,6 +411,10 @@ TEST(gather_rows_copies_the_rows_named_and_checks_them_first) {
     CHECK_ERR(sluice_gather_rows(NULL, ROW, src, sizeof src, ROW, rows, 1), SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_ERR(sluice_gather_rows(dst, sizeof dst, NULL, ROW, ROW, rows, 1), SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_ERR(sluice_gather_rows(dst, sizeof dst, src, sizeof src, ROW, NULL, 1), SLUICE_ERROR_NULL_ARGUMENT);
+    /* NULL is NULL_ARGUMENT before any overlap test of the two addresses. */
+    CHECK_ERR(sluice_gather_rows(NULL, ROW, NULL, ROW, ROW, rows, 1), SLUICE_ERROR_NULL_ARGUMENT);
+    CHECK_ERR(sluice_gather_rows(NULL, (size_t)-1 / 2, src, sizeof src, ROW, rows, 1),
+              SLUICE_ERROR_NULL_ARGUMENT);
     for (size_t j = 0; j < sizeof dst; j++) CHECK(dst[j] == 0xEE);
     CHECK_OK(sluice_gather_rows(NULL, 0, src, sizeof src, ROW, NULL, 0));
 }
