@@ -1599,7 +1599,8 @@ struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream
  *
  * Streams (the DLPack exchange): pass as `ready_on` the stream you named to the
  * producer (`__dlpack__(stream=...)`); the producer made it wait for its work, and
- * the buffer's first use on any other stream waits for `ready_on` on the device.
+ * the buffer's first use on any other stream waits for `ready_on` on the device,
+ * and so do host waits on its sync object and its deleter.
  * `{0}` when the data is ready already. The buffer has a sync object of its own:
  * uses of the same memory through another buffer (the one a round trip of
  * `sluice_buffer_to_dlpack` started from, say) are not ordered against it; order
@@ -1617,7 +1618,8 @@ struct sluice_error_t *sluice_stream_host_callback(struct sluice_stream_t stream
  * `SLUICE_ERROR_UNSUPPORTED` (a major version other than 1);
  * `SLUICE_ERROR_WRONG_DEVICE` (another device type, ordinal, or a `ready_on` of
  * another device); `SLUICE_ERROR_OUT_OF_RANGE` (a size that overflows);
- * `SLUICE_ERROR_INVALID_HANDLE` (a stale device or stream).
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale device or stream);
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`ready_on` is capturing a graph).
  */
 struct sluice_error_t *sluice_buffer_from_dlpack(struct sluice_device_t device,
                                                  void *tensor,
@@ -1914,7 +1916,8 @@ struct sluice_error_t *sluice_module_load(struct sluice_device_t device,
  *   up with `sluice_module_get_function` need `extern "C"` (NVRTC compiles C++).
  * - Cache: with `SLUICE_KERNEL_CACHE=dir` compiled images are kept in `dir`, keyed
  *   by the source, name, options, architecture, NVRTC version and driver version;
- *   a damaged entry is ignored and rewritten. Options with include paths bypass it.
+ *   a damaged entry is ignored and rewritten. Options with include paths, and
+ *   sources that include a file by path (`#include "..."`), bypass it.
  *
  * Errors: a compile error gives `SLUICE_ERROR_COMPILE` with the compile log in the
  * message. No NVRTC library (it is loaded at run time: libnvrtc.so.13/.12 on the
@@ -2240,7 +2243,9 @@ struct sluice_error_t *sluice_rng_info(struct sluice_rng_t rng,
  * writes the states and the buffer; it advances the states on the device, so a
  * captured draw replays as a new draw each time. Errors: `SLUICE_ERROR_OUT_OF_RANGE`
  * when the output does not fit; `SLUICE_ERROR_INVALID_ARGUMENT` for an unknown
- * distribution or layout, a misaligned offset, or a buffer that is not device memory.
+ * distribution or layout, a misaligned offset, a buffer that is not device memory
+ * (its own or foreign, `sluice_buffer_wrap_device` or DLPack), or an output range
+ * that overlaps the generator's states.
  */
 struct sluice_error_t *sluice_rng_generate(struct sluice_stream_t stream,
                                            struct sluice_rng_t rng,
@@ -2285,8 +2290,10 @@ struct sluice_error_t *sluice_rng_checkpoint_create(struct sluice_stream_t strea
 struct sluice_error_t *sluice_rng_checkpoint_destroy(struct sluice_rng_checkpoint_t checkpoint);
 
 /**
- * Writes the number of states and the seed of a checkpoint. Either pointer may
- * be NULL.
+ * Writes the number of states and the seed of a checkpoint: the seed of the
+ * generator saved last (by call order), made the states' own key by
+ * `sluice_rng_checkpoint_serialize` (a save replayed in a graph may have written
+ * another generator's states since). Either pointer may be NULL.
  *
  * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `checkpoint`).
  */
@@ -2346,7 +2353,8 @@ struct sluice_error_t *sluice_rng_checkpoint_serialize(struct sluice_rng_checkpo
  * `SLUICE_ERROR_CORRUPT_DATA` with a message, and no checkpoint.
  * Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
  *
- * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`bytes` or `checkpoint_out` NULL);
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`bytes` NULL with `len` over 0, or
+ * `checkpoint_out` NULL);
  * `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_CORRUPT_DATA` (bytes
  * that fail the checks: magic, version, length, CRC).
  */

@@ -27,14 +27,28 @@ pub(crate) struct CaptureSlot {
     /// True on the stream that began the current capture.
     origin: AtomicBool,
     current: Mutex<Option<Arc<Capture>>>,
+    /// A recording made outside the capture just before the stream joined it:
+    /// everything the stream ran before the capture precedes it.
+    entry: Mutex<Option<RecRef>>,
 }
 
 impl CaptureSlot {
-    /// Joins `cap`, or leaves the capture with None.
-    fn set(&self, cap: Option<Arc<Capture>>) {
-        let on = cap.is_some();
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = cap;
-        self.active.store(on, Ordering::Release);
+    /// Joins `cap` after the recording `entry`; the caller holds the stream's
+    /// push lock, so that an op that took the real path and then takes the lock
+    /// sees the stream capturing.
+    fn join(&self, cap: Arc<Capture>, entry: RecRef) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(cap);
+        *self.entry.lock().unwrap_or_else(|p| p.into_inner()) = Some(entry);
+        self.active.store(true, Ordering::Release);
+    }
+
+    /// Leaves the capture. Not under the stream's push lock: dropping the entry
+    /// recording may take it.
+    fn leave(&self) {
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        self.active.store(false, Ordering::Release);
+        let entry = self.entry.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(entry);
     }
 }
 
@@ -81,6 +95,44 @@ impl Stream {
     #[cold]
     fn capture_id_slow(&self) -> Option<u64> {
         self.capture_slow().map(|c| c.id)
+    }
+
+    /// A recording that follows all of this stream's work outside captures: a new
+    /// one, or while the stream captures, the one made as it joined the capture.
+    /// A fresh allocation's point, or a foreign op's work enqueued before the
+    /// capture, is before it.
+    pub(crate) fn mark_outside_capture(&self) -> Result<RecRef> {
+        let mut push = self.push_lock();
+        if self.is_capturing() {
+            if let Some(m) = &*self.capture.entry.lock().unwrap_or_else(|p| p.into_inner()) {
+                return Ok(m.clone());
+            }
+        }
+        self.record_in(&mut push, false, 1, 0)
+    }
+
+    /// Under the push lock: an op routed as captured (or not) finds the stream
+    /// so, or fails with nothing enqueued (another thread forked the stream into
+    /// a capture, by a wait on a captured event, after the op was routed).
+    #[inline(always)]
+    pub(crate) fn check_routed(&self, captured: bool) -> Result<()> {
+        if self.is_capturing() == captured {
+            return Ok(());
+        }
+        Err(self.routed_apart(captured))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn routed_apart(&self, captured: bool) -> Error {
+        Error::new(
+            ErrorCode::InvalidState,
+            format!(
+                "{self:?} {} a graph capture on another thread while this op was issued on \
+                 it; nothing was enqueued (order the fork and the op on one thread)",
+                if captured { "left" } else { "joined" }
+            ),
+        )
     }
 
     /// Fails with `CaptureUnsupported` when the stream is capturing.
@@ -140,7 +192,7 @@ impl Capture {
         if let Some(mem) = obj.owner.get().and_then(|w| w.upgrade()) {
             self.ctl().keep.push(mem);
         }
-        obj.exclusive().state().capture = self.id;
+        obj.exclusive().state().captures += 1;
         t.push(Touched {
             // Alive: borrowed from an `Arc` for the call (a foreign op's end passes
             // only objects it holds a reference to).
@@ -181,6 +233,7 @@ impl Capture {
         let me = stream.id;
         let r = engine::push_op(
             stream,
+            true,
             kind,
             &need,
             set.len(),
@@ -226,6 +279,7 @@ impl Capture {
         let mut t = self.touched();
         let (_, need) = self.prepare(&mut t, stream, set);
         let mut push = stream.push_lock();
+        stream.check_routed(true)?;
         let obs = trace::observe();
         let waits = engine::issue_waits(stream, &need)?;
         self.note_joins(&need);
@@ -246,6 +300,7 @@ impl Capture {
         let me = stream.id;
         engine::push_op(
             stream,
+            true,
             OpKind::ForeignEnd,
             &engine::Waits::new(),
             set.len(),
@@ -279,9 +334,7 @@ impl Capture {
         for x in &t {
             let mut ex = x.obj.exclusive();
             let st = ex.state();
-            if st.capture == self.id {
-                st.capture = 0;
-            }
+            st.captures = st.captures.saturating_sub(1);
         }
     }
 }
@@ -403,13 +456,15 @@ pub fn capture_begin(stream: &Arc<Stream>, mode: CaptureMode) -> Result<()> {
             ),
         ));
     }
-    stream.push(|| {
-        stream.device.backend.capture_begin(stream.raw, mode)?;
-        trace::capture_mark(stream, true, 0, true);
-        Ok(())
-    })?;
-    let cap = Capture::new();
-    stream.capture.set(Some(cap));
+    let mut push = stream.push_lock();
+    let entry = stream.record_in(&mut push, false, 1, 0)?;
+    if let Err(e) = stream.device.backend.capture_begin(stream.raw, mode) {
+        drop(push);
+        drop(entry);
+        return Err(e);
+    }
+    trace::capture_mark(stream, true, 0, true);
+    stream.capture.join(Capture::new(), entry);
     stream.set_capture_origin(true);
     Ok(())
 }
@@ -450,24 +505,56 @@ fn check_capture_wait(stream: &Stream, cid: u64) -> Result<()> {
     Err(Error::new(ErrorCode::InvalidState, refusal))
 }
 
-/// Called when `stream` waits on `rec`: joining a capture (fork) or a join back.
+/// `stream` waits on `rec`: a plain wait, or on a captured recording a fork into
+/// its capture or a join back.
 #[inline(always)]
-pub(crate) fn note_wait(stream: &Arc<Stream>, rec: &Recording) {
-    if let Some(cid) = rec.capture_id() {
-        note_capture_wait(stream, rec, cid);
+pub(crate) fn wait(stream: &Arc<Stream>, rec: &Recording) -> Result<()> {
+    match rec.capture_id() {
+        None => stream.wait(rec),
+        Some(cid) => capture_wait(stream, rec, cid),
     }
 }
 
 #[cold]
-fn note_capture_wait(stream: &Arc<Stream>, rec: &Recording, cid: u64) {
+fn capture_wait(stream: &Arc<Stream>, rec: &Recording, cid: u64) -> Result<()> {
+    let mut push = stream.push_lock();
+    let fork = match live_capture(cid) {
+        Some(cap) if !stream.is_capturing() => Some(cap),
+        _ => None,
+    };
+    let Some(cap) = fork else {
+        drop(push);
+        stream.wait(rec)?;
+        join_back(stream, rec, cid);
+        return Ok(());
+    };
+    // Fork: the driver moves this stream into the capture. Under the push lock
+    // with the entry recording before it, so that no op routed outside the
+    // capture lands in it unnoticed (`check_routed`).
+    let entry = stream.record_in(&mut push, false, 1, 0)?;
+    if let Err(e) = stream.wait_pushed(rec) {
+        drop(push);
+        drop(entry);
+        return Err(e);
+    }
+    push.op_waits += 1;
+    let obs = trace::observe();
+    if obs.tracing() {
+        let kind = OpKind::WaitEvent;
+        trace::op_done(&mut push, stream, obs, kind, Waited::One(rec), None);
+    }
+    cap.ctl().forks.push((stream.clone(), 0));
+    stream.capture.join(cap, entry);
+    Ok(())
+}
+
+/// A stream in a capture waited on `rec`: remember the newest of the source
+/// stream's recordings waited on.
+fn join_back(stream: &Stream, rec: &Recording, cid: u64) {
     let Some(cap) = live_capture(cid) else { return };
     if !stream.is_capturing() {
-        // Fork: the driver moved this stream into the capture.
-        stream.capture.set(Some(cap.clone()));
-        cap.ctl().forks.push((stream.clone(), 0));
         return;
     }
-    // Join back: remember the newest of the source stream's recordings waited on.
     let mut ctl = cap.ctl();
     if let Some(f) = ctl.forks.iter_mut().find(|f| f.0.id == rec.stream_id()) {
         f.1 = f.1.max(rec.seq);
@@ -483,6 +570,22 @@ fn captures() -> &'static Mutex<HashMap<u64, std::sync::Weak<Capture>>> {
 pub(crate) fn poison(id: u64, op: &str) {
     if let Some(c) = live_capture(id) {
         c.poison(op);
+    }
+}
+
+/// Marks every live capture whose ops touched object `obj` as aborted by `op`.
+#[cold]
+pub(crate) fn poison_users(obj: u64, op: &str) {
+    let live: Vec<Arc<Capture>> = captures()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .filter_map(|w| w.upgrade())
+        .collect();
+    for c in live {
+        if c.touched().iter().any(|x| x.obj.id == obj) {
+            c.poison(op);
+        }
     }
 }
 
@@ -555,7 +658,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
     });
     // Whatever happened, every participant leaves the capture.
     for s in std::iter::once(stream).chain(forks.iter().map(|f| &f.0)) {
-        s.capture.set(None);
+        s.capture.leave();
     }
     stream.set_capture_origin(false);
     captures()

@@ -38,6 +38,24 @@ fn names_files(option: &str) -> bool {
         .any(|p| option.starts_with(p))
 }
 
+/// True when the source includes a file by path: a quoted name, or an absolute
+/// one in brackets (names in brackets are NVRTC's and sluice's built-in
+/// headers), whose contents a cache key cannot see.
+fn includes_files(source: &CStr) -> bool {
+    String::from_utf8_lossy(source.to_bytes())
+        .lines()
+        .any(|line| {
+            let Some(rest) = line.trim_start().strip_prefix('#') else {
+                return false;
+            };
+            let Some(name) = rest.trim_start().strip_prefix("include") else {
+                return false;
+            };
+            let name = name.trim_start();
+            name.starts_with('"') || name.starts_with("</")
+        })
+}
+
 /// The cache key of one compile: the source, name, plan and built-in headers.
 fn key_of(source: &CStr, name: &CStr, plan: &CompilePlan) -> Key {
     let mut k = KeyBuilder::default();
@@ -103,7 +121,8 @@ impl Module {
         }
         let name = name.filter(|n| !n.is_empty()).unwrap_or(DEFAULT_NAME);
         let plan = device.backend.compile_plan(options)?;
-        let dir = cache.filter(|_| !options.iter().any(|o| names_files(o)));
+        let dir =
+            cache.filter(|_| !options.iter().any(|o| names_files(o)) && !includes_files(source));
         let key = key_of(source, name, &plan);
         let mut outcome = match (cache, dir) {
             (None, _) => CacheOutcome::Off,
@@ -192,6 +211,20 @@ mod tests {
         assert!(names_files("--pre-include=x.h"));
         assert!(!names_files("-O3"));
         assert!(!names_files("--gpu-architecture=sm_80"));
+    }
+
+    #[test]
+    fn sources_that_include_files_bypass_the_cache() {
+        assert!(includes_files(
+            c"#include \"mine.h\"\n__global__ void k() {}"
+        ));
+        assert!(includes_files(c"  #  include </opt/x.h>"));
+        assert!(!includes_files(
+            c"#include <sluice/rng.cuh>\n#include <cuda_fp16.h>"
+        ));
+        assert!(!includes_files(
+            c"// #include \"commented.h\" is text\nint x;"
+        ));
     }
 
     #[test]

@@ -240,9 +240,7 @@ impl Stream {
     #[inline(always)]
     pub fn wait_event(self: &Arc<Self>, rec: &Recording) -> Result<()> {
         crate::capture::check_wait(self, rec)?;
-        self.wait(rec)?;
-        crate::capture::note_wait(self, rec);
-        Ok(())
+        crate::capture::wait(self, rec)
     }
 
     /// Makes this stream wait on a recording, with no host block.

@@ -57,9 +57,9 @@ pub(crate) struct SyncState {
     /// Bumped by every publication made with the object held exclusively (foreign
     /// ops compare it, plus the slots' `publications`, between begin and end).
     pub(crate) version: u64,
-    /// The id of the live capture whose ops touched this object, 0 when none; the
-    /// capture keeps its ops' recordings in its own copy of the state.
-    pub(crate) capture: u64,
+    /// How many live captures' ops touched this object; each capture keeps its
+    /// ops' recordings in its own copy of the state.
+    pub(crate) captures: u32,
     /// Reader entries of streams that own no reader slot of the object (on a real
     /// object; a capture's shadow state keeps every reader here).
     pub(crate) readers: SmallVec<[RecRef; 2]>,
@@ -550,20 +550,37 @@ impl SyncCore {
     fn pending(&self, include_readers: bool, op: &str) -> Result<Vec<RecRef>> {
         let mut ex = self.exclusive();
         let st = ex.state();
-        if st.capture != 0 {
-            let cid = st.capture;
+        if st.captures != 0 {
             drop(ex);
-            crate::capture::poison(cid, op);
+            crate::capture::poison_users(self.id, op);
             return Err(Error::new(
                 ErrorCode::CaptureUnsupported,
                 format!("{op} on {self:?} is not allowed while a capturing stream uses it"),
             ));
         }
-        let mut v: Vec<RecRef> = st.writer.iter().cloned().collect();
+        let mut v: Vec<RecRef> = Vec::new();
+        if let Some(home) = &st.alloc_on {
+            // Memory valid in its home stream's order (a DLPack import's
+            // `ready_on`): its work up to here, which a host read must follow.
+            let rec = home.mark_outside_capture()?;
+            if st.writer.is_none() {
+                st.writer = Some(rec.clone());
+                st.alloc_on = None;
+            }
+            v.push(rec);
+        }
+        v.extend(st.writer.iter().cloned());
         if include_readers {
             v.extend(ex.readers());
         }
         Ok(v)
+    }
+
+    /// A recording after this memory's allocation point in its home stream's
+    /// order, while it has one no use has ordered yet.
+    pub(crate) fn alloc_point(&self) -> Option<RecRef> {
+        let home = self.exclusive().state().alloc_on.clone()?;
+        home.mark_outside_capture().ok()
     }
 
     /// Blocks until the last writer's work completed.

@@ -133,11 +133,11 @@ SLUICE_RNG_FN void sluice_rng_init(unsigned long long seed, unsigned long long s
 // curand(s): the next 32-bit output.
 SLUICE_RNG_FN unsigned int sluice_rng_next(sluice_rng_state* s) {
   unsigned int ret;
-  switch (s->position++) {
-    case 0: ret = s->output[0]; break;
+  switch (s->position++) {  // cuRAND's order: a position past 3 reads x
+    default: ret = s->output[0]; break;
     case 1: ret = s->output[1]; break;
     case 2: ret = s->output[2]; break;
-    default: ret = s->output[3]; break;
+    case 3: ret = s->output[3]; break;
   }
   if (s->position == 4) {
     sluice_rng_counter_inc(s);

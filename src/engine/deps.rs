@@ -491,9 +491,10 @@ pub(super) fn collect_waits(
             Held::Exclusive { obj, st } => (obj, st),
         };
         if let Some(home) = &st.alloc_on {
-            if home.id != me && !home.is_capturing() {
-                // Order this first foreign use after the allocation point.
-                let rec = home.record(false)?;
+            if home.id != me {
+                // Order this first foreign use after the allocation point (which
+                // precedes any capture the home stream is in).
+                let rec = home.mark_outside_capture()?;
                 match &st.writer {
                     None => st.writer = Some(rec),
                     Some(_) => need.add_temp(rec),

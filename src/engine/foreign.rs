@@ -151,6 +151,7 @@ pub(crate) fn op_begin(
         0 // nothing to enqueue: no push lock
     } else {
         let mut push = stream.push_lock();
+        stream.check_routed(false)?;
         let waits = issue_waits(stream, &need)?;
         if obs.on() {
             trace::op_done(&mut push, stream, obs, kind, Waited::Set(&need), None);
@@ -261,6 +262,14 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
     let me = stream.id;
     let rec = {
         let mut push = stream.push_lock();
+        if stream.is_capturing() {
+            // Forked into a capture on another thread since the check above.
+            drop(push);
+            if let Some(cap) = stream.current_capture() {
+                return op_end_captured(stream, &cap, set, seen);
+            }
+            push = stream.push_lock();
+        }
         let obs = trace::observe();
         let rec = match stream.record_in(&mut push, false, set.len(), 0) {
             Ok(r) => r,
@@ -334,6 +343,7 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
             }
             push_op(
                 stream,
+                false,
                 OpKind::ForeignEnd,
                 &need,
                 set.len(),
@@ -362,7 +372,11 @@ fn op_end_captured(
         .iter()
         .filter_map(|a| a.obj().to_arc().map(|o| (o, a.write())))
         .collect();
-    close_open_locked(stream, set, seen);
+    if seen.len() == set.len() {
+        end_begun_outside(stream, set, seen)?;
+    } else {
+        close_open_locked(stream, set, seen);
+    }
     let mut live: AccessSet<'_> = AccessSet::with_capacity(kept.len());
     for (o, write) in &kept {
         live.push(ObjRef::new(o), *write);
@@ -370,6 +384,28 @@ fn op_end_captured(
     live.normalize();
     cap.op_end(stream, &live)?;
     after_op(stream)
+}
+
+/// The real side of an op begun outside the capture its stream is now in: the
+/// caller's work enqueued before the capture began ran, and the recording the
+/// stream made as it joined the capture follows it, so that recording is
+/// published as the op's (work enqueued since then is the graph's).
+#[cold]
+fn end_begun_outside(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) -> Result<()> {
+    let entry = stream.mark_outside_capture();
+    let locked = Locked::new(set, stream);
+    for (i, (a, s)) in locked.set.iter().zip(seen).enumerate() {
+        close_open(&mut locked.held(i), locked.slot, a.write(), s);
+    }
+    let entry = entry?;
+    for _ in 0..set.len() {
+        // One counted reference per object, for `publish`.
+        std::mem::forget(entry.clone());
+    }
+    locked.publish(stream.id, &entry, &mut Publish::unlocked());
+    drop(locked);
+    drop(entry);
+    Ok(())
 }
 
 /// An open foreign op: work the caller enqueues on the stream itself, between

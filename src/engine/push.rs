@@ -17,9 +17,13 @@ use super::{engine_mode, EngineMode};
 /// waits, runs `enqueue`, records one event with one reference per object (plus one
 /// when `keep`), and hands it to `publish_all` with the push lock still held. The
 /// trace switch is read once, here: when it is on, an out-of-line copy runs.
+/// `captured` is the op's route: under the push lock the stream must still be
+/// in (or out of) a capture, or the op fails with nothing enqueued.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn push_op(
     stream: &Stream,
+    captured: bool,
     kind: OpKind<'_>,
     need: &Waits,
     objects: usize,
@@ -28,6 +32,7 @@ pub(crate) fn push_op(
     publish_all: impl FnOnce(&RecRef, &mut Publish<'_>),
 ) -> Result<Option<RecRef>> {
     let push = stream.push_lock();
+    stream.check_routed(captured)?;
     let obs = trace::observe();
     if obs.on() {
         return push_op_observed(
@@ -258,6 +263,7 @@ fn run_op_inner(
         collect_waits(stream, &locked, &mut need)?;
         push_op(
             stream,
+            false,
             kind,
             &need,
             set.len(),

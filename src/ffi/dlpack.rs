@@ -43,7 +43,8 @@ fn format(v: u32) -> Result<bool> {
 ///
 /// Streams (the DLPack exchange): pass as `ready_on` the stream you named to the
 /// producer (`__dlpack__(stream=...)`); the producer made it wait for its work, and
-/// the buffer's first use on any other stream waits for `ready_on` on the device.
+/// the buffer's first use on any other stream waits for `ready_on` on the device,
+/// and so do host waits on its sync object and its deleter.
 /// `{0}` when the data is ready already. The buffer has a sync object of its own:
 /// uses of the same memory through another buffer (the one a round trip of
 /// `sluice_buffer_to_dlpack` started from, say) are not ordered against it; order
@@ -61,7 +62,8 @@ fn format(v: u32) -> Result<bool> {
 /// `SLUICE_ERROR_UNSUPPORTED` (a major version other than 1);
 /// `SLUICE_ERROR_WRONG_DEVICE` (another device type, ordinal, or a `ready_on` of
 /// another device); `SLUICE_ERROR_OUT_OF_RANGE` (a size that overflows);
-/// `SLUICE_ERROR_INVALID_HANDLE` (a stale device or stream).
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale device or stream);
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (`ready_on` is capturing a graph).
 #[no_mangle]
 pub extern "C" fn sluice_buffer_from_dlpack(
     device: sluice_device_t,

@@ -65,7 +65,8 @@ pub extern "C" fn sluice_module_load(
 ///   up with `sluice_module_get_function` need `extern "C"` (NVRTC compiles C++).
 /// - Cache: with `SLUICE_KERNEL_CACHE=dir` compiled images are kept in `dir`, keyed
 ///   by the source, name, options, architecture, NVRTC version and driver version;
-///   a damaged entry is ignored and rewritten. Options with include paths bypass it.
+///   a damaged entry is ignored and rewritten. Options with include paths, and
+///   sources that include a file by path (`#include "..."`), bypass it.
 ///
 /// Errors: a compile error gives `SLUICE_ERROR_COMPILE` with the compile log in the
 /// message. No NVRTC library (it is loaded at run time: libnvrtc.so.13/.12 on the

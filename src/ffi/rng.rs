@@ -86,7 +86,9 @@ pub extern "C" fn sluice_rng_info(
 /// writes the states and the buffer; it advances the states on the device, so a
 /// captured draw replays as a new draw each time. Errors: `SLUICE_ERROR_OUT_OF_RANGE`
 /// when the output does not fit; `SLUICE_ERROR_INVALID_ARGUMENT` for an unknown
-/// distribution or layout, a misaligned offset, or a buffer that is not device memory.
+/// distribution or layout, a misaligned offset, a buffer that is not device memory
+/// (its own or foreign, `sluice_buffer_wrap_device` or DLPack), or an output range
+/// that overlaps the generator's states.
 #[no_mangle]
 pub extern "C" fn sluice_rng_generate(
     stream: sluice_stream_t,
@@ -167,8 +169,10 @@ pub extern "C" fn sluice_rng_checkpoint_destroy(
     })
 }
 
-/// Writes the number of states and the seed of a checkpoint. Either pointer may
-/// be NULL.
+/// Writes the number of states and the seed of a checkpoint: the seed of the
+/// generator saved last (by call order), made the states' own key by
+/// `sluice_rng_checkpoint_serialize` (a save replayed in a graph may have written
+/// another generator's states since). Either pointer may be NULL.
 ///
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `checkpoint`).
 #[no_mangle]
@@ -271,7 +275,8 @@ pub extern "C" fn sluice_rng_checkpoint_serialize(
 /// `SLUICE_ERROR_CORRUPT_DATA` with a message, and no checkpoint.
 /// Ownership: the caller destroys it with `sluice_rng_checkpoint_destroy`.
 ///
-/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`bytes` or `checkpoint_out` NULL);
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`bytes` NULL with `len` over 0, or
+/// `checkpoint_out` NULL);
 /// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`); `SLUICE_ERROR_CORRUPT_DATA` (bytes
 /// that fail the checks: magic, version, length, CRC).
 #[no_mangle]

@@ -187,6 +187,15 @@ impl Buffer {
             .ok_or_else(|| Error::out_of_range("device range wraps around the address space"))?;
         if let Some(s) = ready_on {
             device.same_device(&s.device, "stream")?;
+            if s.is_capturing() {
+                return Err(Error::new(
+                    ErrorCode::CaptureUnsupported,
+                    format!(
+                        "ready_on {s:?} is capturing a graph: its work now runs only when \
+                         the graph does, so no order of it makes this memory ready"
+                    ),
+                ));
+            }
         }
         device.backend.check_foreign_range(ptr, len)?;
         trace::memory("wrap", BufferKind::Foreign, len, None, None);
@@ -297,7 +306,10 @@ impl Drop for Buffer {
             }
             BufferKind::Foreign => {
                 if let Some(r) = &self.release {
-                    foreign::release_after(self.sync.outstanding(), r);
+                    // Never used: its owner's work on `ready_on` comes first too.
+                    let mut recs = self.sync.outstanding();
+                    recs.extend(self.sync.alloc_point());
+                    foreign::release_after(recs, r);
                 }
             }
         }

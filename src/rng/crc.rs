@@ -65,6 +65,15 @@ pub(super) fn shift(mut a: u32, len: usize) -> u32 {
     a
 }
 
+/// The CRC32C of `new ‖ rest` from that of `old ‖ rest` (`old` and `new` of one
+/// length, `rest` of `rest_len` bytes): the two differ by the raw CRC of
+/// `old ^ new` carried past `rest`.
+pub(super) fn replace_prefix(crc: u32, old: &[u8], new: &[u8], rest_len: usize) -> u32 {
+    let diff: Vec<u8> = old.iter().zip(new).map(|(a, b)| a ^ b).collect();
+    let raw = crc32c::crc32c(&diff) ^ crc32c::crc32c(&vec![0; diff.len()]);
+    crc ^ shift(raw, rest_len)
+}
+
 /// The CRC32C continued from `crc` over `len` bytes whose raw CRC (zero initial
 /// value, no final XOR) is `raw`: the register `!crc` carried past `len` bytes,
 /// plus `raw`.

@@ -24,6 +24,9 @@ use std::sync::{Arc, OnceLock};
 /// Bytes per state.
 pub const STATE_BYTES: usize = std::mem::size_of::<philox::PhiloxState>();
 
+/// Where a state's key, the seed it was made with, lies in its bytes.
+const KEY_OFFSET: usize = std::mem::offset_of!(philox::PhiloxState, key);
+
 c_enum! {
     /// What `sluice_rng_generate` draws, seen by C as `SLUICE_RNG_*`.
     pub enum Distribution: "SLUICE_RNG_" {
@@ -119,9 +122,9 @@ impl Rng {
         stream
             .device
             .same_device_with(&out.device, || format!("{out:?}"))?;
-        if out.kind != BufferKind::Device {
+        if !matches!(out.kind, BufferKind::Device | BufferKind::Foreign) {
             return Err(Error::invalid_argument(format!(
-                "RNG output must be a device buffer, not {out:?}"
+                "RNG output must be a device buffer (its own or foreign), not {out:?}"
             )));
         }
         let words = self
@@ -132,6 +135,13 @@ impl Rng {
                 Error::out_of_range(format!("{} states x {count} draws overflows", self.n))
             })?;
         let addr = out.range(offset, words * 4, "RNG output")?;
+        let states_end = self.states.addr + self.states.size as u64;
+        if addr < states_end && self.states.addr < addr + (words * 4) as u64 {
+            return Err(Error::invalid_argument(format!(
+                "RNG output [{addr:#x}, +{}) overlaps the generator's own states",
+                words * 4
+            )));
+        }
         if addr % 4 != 0 {
             return Err(Error::invalid_argument(format!(
                 "RNG output offset {offset} is not a multiple of 4"
@@ -272,7 +282,18 @@ impl RngCheckpoint {
         let (head, rest) = out.split_at_mut(checkpoint::PAYLOAD_OFFSET);
         head.copy_from_slice(&checkpoint::header(self.n, self.seed()));
         let (body, tail) = rest.split_at_mut(self.n * STATE_BYTES);
-        let crc = download::download_with_crc(&self.states, &io, body, crc32c::crc32c(head), tail)?;
+        let mut crc =
+            download::download_with_crc(&self.states, &io, body, crc32c::crc32c(head), tail)?;
+        // The seed is the states' key: a save replayed in a graph, or an eager one
+        // after it, may have left other states than the last save call's.
+        let key = &body[KEY_OFFSET..KEY_OFFSET + 8];
+        let seed = u64::from_le_bytes(key.try_into().expect("8 bytes"));
+        if seed != self.seed() {
+            let fixed = checkpoint::header(self.n, seed);
+            crc = crc::replace_prefix(crc, head, &fixed, body.len());
+            head.copy_from_slice(&fixed);
+            self.seed.store(seed, Ordering::Relaxed);
+        }
         tail.copy_from_slice(&crc.to_le_bytes());
         Ok(())
     }

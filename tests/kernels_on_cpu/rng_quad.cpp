@@ -45,6 +45,20 @@ int main() {
     if (memcmp(want.data(), got.data(), want.size() * 4)) { bad++; printf("draws differ kind=%d n=%llu pre=%llu count=%llu parts=%llu\n", kind, n, pre, count, p2); }
     if (memcmp(a.data(), b.data(), n * sizeof(sluice_rng_state))) { bad++; printf("states differ kind=%d n=%llu pre=%llu count=%llu parts=%llu\n", kind, n, pre, count, p2); }
   }
+  // A position out of 0..3 (a corrupt state) reads output.x and counts on, as
+  // cuRAND's curand() does (`switch (STATE++) { default: x; ... case 3: w; }`)
+  // and the host's Philox (src/rng/philox.rs) too.
+  for (unsigned pos : {0u, 1u, 2u, 3u, 4u, 5u, 0xFFFFFFFFu}) {
+    sluice_rng_state s = {};
+    for (int i = 0; i < 4; ++i) s.output[i] = 0xA0 + i;
+    s.position = pos;
+    unsigned want = pos <= 3 ? 0xA0 + pos : 0xA0, got = sluice_rng_next(&s);
+    unsigned next = pos == 3 ? 0 : pos + 1;
+    if (got != want || s.position != next) {
+      bad++;
+      printf("position %u: drew %#x (want %#x), position then %u (want %u)\n", pos, got, want, s.position, next);
+    }
+  }
   printf("%s: %d mismatches\n", bad ? "FAIL" : "PASS", bad);
   return bad != 0;
 }
