@@ -53,7 +53,10 @@ fn deserialize_of_null_bytes() {
     let mut dev = sluice_device_t { bits: 0 };
     assert!(sluice_device_open_default(&mut dev).is_null());
     let mut ck = sluice_rng_checkpoint_t { bits: 0 };
-    for (len, want) in [(8, SLUICE_ERROR_NULL_ARGUMENT), (0, SLUICE_ERROR_CORRUPT_DATA)] {
+    for (len, want) in [
+        (8, SLUICE_ERROR_NULL_ARGUMENT),
+        (0, SLUICE_ERROR_CORRUPT_DATA),
+    ] {
         let e = sluice_rng_checkpoint_deserialize(dev, std::ptr::null(), len, &mut ck);
         let code = sluice_error_code(e);
         sluice_error_free(e);
