@@ -1221,8 +1221,8 @@ struct sluice_error_t *sluice_stream_wait_event(struct sluice_stream_t stream,
  *
  * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`done_out` NULL);
  * `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
- * (the event's stream is capturing); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback
- * before it failed).
+ * (the event was recorded inside a capture; the capture is aborted);
+ * `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it failed).
  */
 struct sluice_error_t *sluice_event_query(struct sluice_event_t event, bool *done_out);
 
@@ -1230,8 +1230,9 @@ struct sluice_error_t *sluice_event_query(struct sluice_event_t event, bool *don
  * Blocks until the work before the event has completed.
  *
  * Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`);
- * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the event's stream is capturing);
- * `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it failed).
+ * `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the event was recorded inside a capture; the
+ * capture is aborted); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it
+ * failed).
  */
 struct sluice_error_t *sluice_event_synchronize(struct sluice_event_t event);
 

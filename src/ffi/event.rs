@@ -67,8 +67,8 @@ pub extern "C" fn sluice_stream_wait_event(
 ///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`done_out` NULL);
 /// `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`); `SLUICE_ERROR_CAPTURE_UNSUPPORTED`
-/// (the event's stream is capturing); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback
-/// before it failed).
+/// (the event was recorded inside a capture; the capture is aborted);
+/// `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it failed).
 #[no_mangle]
 pub extern "C" fn sluice_event_query(
     event: sluice_event_t,
@@ -82,8 +82,9 @@ pub extern "C" fn sluice_event_query(
 /// Blocks until the work before the event has completed.
 ///
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `event`);
-/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the event's stream is capturing);
-/// `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it failed).
+/// `SLUICE_ERROR_CAPTURE_UNSUPPORTED` (the event was recorded inside a capture; the
+/// capture is aborted); `SLUICE_ERROR_CALLBACK_FAILED` (a host callback before it
+/// failed).
 #[no_mangle]
 pub extern "C" fn sluice_event_synchronize(event: sluice_event_t) -> *mut sluice_error_t {
     boundary("sluice_event_synchronize", || get(event)?.synchronize())
