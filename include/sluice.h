@@ -1437,6 +1437,19 @@ struct sluice_error_t *sluice_graph_cache_stats(struct sluice_graph_cache_t cach
                                                 struct sluice_graph_cache_stats_t *stats_out);
 
 /**
+ * Writes whether the cache holds an entry for `key` (its eager warm-up ran, or
+ * its graph was captured) and has not evicted it: a binding that keeps
+ * resources per captured key (Go keeps the wrappers of the buffers a graph
+ * uses) drops those of keys no longer held.
+ *
+ * Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`contains_out` NULL);
+ * `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`).
+ */
+struct sluice_error_t *sluice_graph_cache_contains(struct sluice_graph_cache_t cache,
+                                                   uint64_t key,
+                                                   bool *contains_out);
+
+/**
  * Keeps at most `max_entries` keys in the cache (0: no limit), evicting the least
  * recently used keys beyond that, now and on later inserts. A new cache holds
  * `SLUICE_GRAPH_CACHE_MAX` keys, else 1024. An evicted key runs eagerly again on

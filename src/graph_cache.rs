@@ -150,6 +150,12 @@ impl GraphCache {
         }
     }
 
+    /// True while `key` has an entry (warmed up or captured): an evicted or
+    /// never-run key has none.
+    pub fn contains(&self, key: u64) -> bool {
+        self.lock().map.contains_key(&key)
+    }
+
     /// The maximum number of keys (0: no limit).
     pub fn max_entries(&self) -> usize {
         self.max_entries.load(Ordering::Relaxed)

@@ -58,6 +58,9 @@ type memory struct {
 
 	syncMu sync.Mutex
 	sync   atomic.Pointer[SyncObject]
+	// tensor is the dtype and shape of a DLPack import (nil otherwise), copied
+	// at the import: the library's copy lives only as long as the handle.
+	tensor *TensorDesc
 }
 
 // newMemory makes the wrapper W (Buffer, PinnedBuffer or HostBuffer) of a new

@@ -6,6 +6,7 @@ package sluice
 import "C"
 
 import (
+	"math"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -76,8 +77,8 @@ func DeviceCount(backend Backend) (int, error) {
 // the same device. The *Device owns the handle: Close releases it, or a
 // runtime cleanup does if the Device becomes unreachable first.
 func OpenDevice(backend Backend, ordinal int) (*Device, error) {
-	if ordinal < 0 {
-		return nil, argError(CodeNoDevice, "OpenDevice", "negative ordinal %d", ordinal)
+	if ordinal < 0 || uint64(ordinal) > math.MaxUint32 {
+		return nil, argError(CodeNoDevice, "OpenDevice", "ordinal %d is outside 0 to 2^32-1", ordinal)
 	}
 	var d C.sluice_device_t
 	if err := takeError(C.sluice_device_open(C.uint32_t(backend), C.uint32_t(ordinal), &d)); err != nil {

@@ -127,3 +127,18 @@ func TestEngineMode(t *testing.T) {
 		t.Fatal("mode not reset")
 	}
 }
+
+// OpenDevice converts ordinal with C.uint32_t(ordinal): an ordinal of 2^32
+// (no such device) is truncated to 0 and opens host device 0.
+func TestOpenDeviceOrdinalPast32Bits(t *testing.T) {
+	n, err := DeviceCount(BackendHost)
+	must(t, err)
+	bad := 1 << 32 // > every ordinal; truncates to 0
+	d, err := OpenDevice(BackendHost, bad)
+	if err == nil {
+		p, _ := d.Props()
+		d.Close()
+		t.Fatalf("OpenDevice(host, %d) with %d host devices succeeded: opened ordinal %d", bad, n, p.Ordinal)
+	}
+	wantCode(t, err, ErrNoDevice)
+}

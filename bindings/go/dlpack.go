@@ -126,7 +126,33 @@ func (d *Device) ImportDLPack(tensor unsafe.Pointer, format DLPackFormat, readyO
 	if err := check(e, hs...); err != nil {
 		return nil, err
 	}
-	return newMemory[Buffer](b, d, nil, nil)
+	// The descriptor, read while no other goroutine has the handle: Tensor
+	// returns this copy, since the library's shape goes with a Close.
+	var desc C.sluice_tensor_desc_t
+	if e := C.sluice_buffer_tensor(b, &desc); e != nil {
+		dropError(release(b, nil))
+		return nil, takeError(e)
+	}
+	td := tensorOf(&desc)
+	out, err := newMemory[Buffer](b, d, nil, nil)
+	if err == nil {
+		out.tensor = &td
+	}
+	return out, err
+}
+
+// tensorOf copies a C tensor descriptor, its shape included.
+func tensorOf(d *C.sluice_tensor_desc_t) TensorDesc {
+	out := TensorDesc{
+		DTypeCode:  uint8(d.dtype_code),
+		DTypeBits:  uint8(d.dtype_bits),
+		DTypeLanes: uint16(d.dtype_lanes),
+		ReadOnly:   d.read_only != 0,
+	}
+	if d.ndim > 0 {
+		out.Shape = append([]int64(nil), unsafe.Slice((*int64)(unsafe.Pointer(d.shape)), int(d.ndim))...)
+	}
+	return out
 }
 
 // ExportDLPack exports the buffer as a DLPack managed tensor, returned as a
@@ -192,29 +218,15 @@ func (m *memory) ExportDLPack(consumer *Stream, format DLPackFormat, desc *Tenso
 // Tensor returns the dtype and shape the buffer was imported with
 // (ImportDLPack); ErrNotFound for a buffer that did not come from DLPack.
 func (m *memory) Tensor() (TensorDesc, error) {
-	h, err := m.h.raw("Buffer.Tensor")
-	if err != nil {
+	const op = "Buffer.Tensor"
+	if _, err := m.h.raw(op); err != nil {
 		return TensorDesc{}, err
 	}
-	var d C.sluice_tensor_desc_t
-	e := C.sluice_buffer_tensor(h, &d)
-	// d.shape lives as long as the handle: copy it before m may be closed.
-	var out TensorDesc
-	if e == nil {
-		out = TensorDesc{
-			DTypeCode:  uint8(d.dtype_code),
-			DTypeBits:  uint8(d.dtype_bits),
-			DTypeLanes: uint16(d.dtype_lanes),
-			ReadOnly:   d.read_only != 0,
-		}
-		if d.ndim > 0 {
-			out.Shape = append([]int64(nil), unsafe.Slice((*int64)(unsafe.Pointer(d.shape)), int(d.ndim))...)
-		}
+	if m.tensor == nil {
+		return TensorDesc{}, argError(CodeNotFound, op, "the buffer was not imported from DLPack")
 	}
-	runtime.KeepAlive(m)
-	if err := check(e, &m.h); err != nil {
-		return TensorDesc{}, err
-	}
+	out := *m.tensor
+	out.Shape = append([]int64(nil), m.tensor.Shape...)
 	return out, nil
 }
 

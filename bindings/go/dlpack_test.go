@@ -2,6 +2,8 @@ package sluice
 
 import (
 	"errors"
+	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -217,4 +219,54 @@ func TestDLPackErrors(t *testing.T) {
 	wantClosed(t, err)
 	_, err = b2.Tensor()
 	wantClosed(t, err)
+}
+
+// Buffer.Tensor copies desc.shape, which "stays valid while the buffer
+// handle lives", after sluice_buffer_tensor returns, with nothing holding the
+// handle: a Close on another goroutine (documented as safe while other
+// goroutines use the object) can free the shape between the C call and the
+// copy, and Tensor returns garbage read from freed memory.
+func TestTensorRacingClose(t *testing.T) {
+	d := openDev(t)
+	hostOnly(t, d)
+	s := testStream(t, d)
+	want := []int64{2, 3, 4, 5}
+	src := alloc(t, s, 2*3*4*5*4)
+	bad := 0
+	for it := 0; it < 1000 && bad == 0; it++ {
+		tensor, err := src.ExportDLPack(nil, DLPackVersioned, &TensorDesc{DTypeCode: 2, DTypeBits: 32, DTypeLanes: 1, Shape: want})
+		must(t, err)
+		b, err := d.ImportDLPack(tensor, DLPackVersioned, nil)
+		must(t, err)
+		var wg sync.WaitGroup
+		ready := make(chan struct{})
+		var got [][]int64
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				td, err := b.Tensor()
+				if err != nil {
+					return
+				}
+				if i == 0 {
+					close(ready)
+				}
+				got = append(got, td.Shape)
+			}
+		}()
+		<-ready
+		for range it % 13 {
+			_ = b.Size()
+		}
+		must(t, b.Close())
+		wg.Wait()
+		for _, g := range got {
+			if !slices.Equal(g, want) {
+				bad++
+				t.Errorf("iteration %d: Tensor returned shape %v, want %v", it, g, want)
+				break
+			}
+		}
+	}
 }

@@ -43,6 +43,9 @@ func GatherRows(dst, src []byte, rowBytes int, rows []int) error {
 // the segment's length to len(rows)*rowBytes. On an error nothing is written
 // and the length is kept. It panics if i is out of range.
 func (s *Slot) GatherRows(i int, src []byte, rowBytes int, rows []int) error {
+	if s.done.Load() {
+		return argError(CodeInvalidState, "Slot.GatherRows", "the slot was submitted or cancelled")
+	}
 	return fillGather(&s.c, i, src, rowBytes, rows)
 }
 

@@ -115,10 +115,28 @@ func (c *GraphCache) Run(key uint64, s *Stream, body func(*Stream) error) error 
 		c.mu.Lock()
 		if c.keep != nil {
 			c.keep[key] = b.keep
+			c.dropEvicted(ch)
 		}
 		c.mu.Unlock()
 	}
 	return err
+}
+
+// dropEvicted lets go of the wrappers kept for keys the library no longer
+// holds (evicted under SetMaxEntries' limit), so that their buffers can be
+// collected. Called with c.mu held, after a capture or a new limit: one cgo
+// call per kept key, far less than a capture.
+func (c *GraphCache) dropEvicted(h C.sluice_graph_cache_t) {
+	for k := range c.keep {
+		var has C.bool
+		if e := C.sluice_graph_cache_contains(h, C.uint64_t(k), &has); e != nil {
+			dropError(e)
+			return // closed meanwhile: Close drops them all
+		}
+		if !has {
+			delete(c.keep, k)
+		}
+	}
 }
 
 // SetMaxEntries keeps at most max keys in the cache (0: no limit), evicting the
@@ -129,7 +147,15 @@ func (c *GraphCache) SetMaxEntries(max int) error {
 		return argError(CodeInvalidArgument, "GraphCache.SetMaxEntries", "max is %d, negative", max)
 	}
 	return callOn(&c.h, "GraphCache.SetMaxEntries", func(h C.sluice_graph_cache_t) *C.sluice_error_t {
-		return C.sluice_graph_cache_set_max_entries(h, C.size_t(max))
+		e := C.sluice_graph_cache_set_max_entries(h, C.size_t(max))
+		if e == nil {
+			c.mu.Lock()
+			if c.keep != nil {
+				c.dropEvicted(h)
+			}
+			c.mu.Unlock()
+		}
+		return e
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 	"weak"
 )
 
@@ -808,4 +809,56 @@ func TestGraphCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	if after.GraphCacheEvictions-before.GraphCacheEvictions != 1 {
 		t.Fatalf("evictions counted %d, want 1", after.GraphCacheEvictions-before.GraphCacheEvictions)
 	}
+}
+
+// A GraphCache keeps, per key, the Go wrappers a captured graph uses
+// (c.keep[key]) until the cache is closed. When SetMaxEntries evicts a key,
+// the library destroys its graph, but the Go side keeps the key's entry: the
+// wrappers (and, for buffers left to the GC, their device memory) of every
+// evicted graph stay reachable, and c.keep grows with every distinct key.
+func TestGraphCacheDropsTheWrappersOfEvictedKeys(t *testing.T) {
+	d := openDev(t)
+	s := testStream(t, d)
+	c, err := NewGraphCache(d)
+	c = closeAtEnd(t, c, err)
+	must(t, c.SetMaxEntries(1))
+
+	const keys = 8
+	var collected atomic.Int32
+	for k := range keys {
+		func() {
+			b, err := s.Alloc(64)
+			must(t, err)
+			runtime.AddCleanup(b, func(struct{}) { collected.Add(1) }, struct{}{})
+			for range 3 { // eager, captured, replayed
+				must(t, c.Run(uint64(k), s, func(v *Stream) error { return Memset(v, b, 0, byte(k), 64) }))
+			}
+			// b is left to the GC (no Close).
+		}()
+	}
+	must(t, s.Synchronize())
+	st, err := c.Stats()
+	must(t, err)
+	for range 20 {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.mu.Lock()
+	kept := len(c.keep)
+	c.mu.Unlock()
+	t.Logf("library entries %d, captured %d; Go keep entries %d; buffers collected %d of %d",
+		st.Entries, st.Captured, kept, collected.Load(), keys)
+	if kept != int(st.Entries) {
+		t.Errorf("Go keeps wrappers for %d keys, the library holds %d entries", kept, st.Entries)
+	}
+	if got := collected.Load(); got < keys-1 {
+		t.Errorf("only %d of the %d buffers of evicted graphs were collected", got, keys-1)
+	}
+	// Control: once the cache is closed (dropping c.keep), they all are.
+	must(t, c.Close())
+	for range 20 {
+		runtime.GC()
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("after GraphCache.Close: buffers collected %d of %d", collected.Load(), keys)
 }

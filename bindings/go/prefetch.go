@@ -119,7 +119,10 @@ func timeoutMs(d time.Duration) C.uint32_t {
 	if d < 0 {
 		return C.SLUICE_WAIT_FOREVER
 	}
-	ms := (d + time.Millisecond - 1) / time.Millisecond
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++ // rounded up; d + 1ms - 1 would overflow near the largest Duration
+	}
 	if ms >= C.SLUICE_WAIT_FOREVER {
 		return C.SLUICE_WAIT_FOREVER - 1
 	}

@@ -5,6 +5,7 @@ package sluice
 
 import (
 	"errors"
+	"math"
 	"runtime"
 	"testing"
 	"time"
@@ -208,4 +209,60 @@ func TestPrefetcherAbandonedSlot(t *testing.T) {
 			t.Fatal("the abandoned slot was not cancelled")
 		}
 	}
+}
+
+// timeoutMs computes (d + 1ms - 1) / 1ms, which overflows for d within 1ms of
+// math.MaxInt64: the timeout becomes 2217714955 ms (25.7 days), neither
+// WaitForever nor the documented clamp SLUICE_WAIT_FOREVER-1.
+func TestTimeoutMsNearTheLargestDuration(t *testing.T) {
+	for _, d := range []time.Duration{math.MaxInt64, math.MaxInt64 - 1, math.MaxInt64 - 999_998} {
+		got := uint32(timeoutMs(d))
+		if want := uint32(math.MaxUint32 - 1); got != want {
+			t.Errorf("timeoutMs(%d) = %d ms, want %d (the clamp)", int64(d), got, want)
+		}
+	}
+}
+
+// Slot.GatherRows does not check that the slot was submitted: after Submit
+// (Segment returns nil by then) it still writes the slot's pinned memory,
+// which by now belongs to the next Acquire of the same slot, and corrupts
+// that batch.
+func TestSlotGatherRowsAfterSubmitIsRefused(t *testing.T) {
+	d := openDev(t)
+	s := testStream(t, d)
+	const n = 64
+	p := newPrefetcher(t, d, PrefetcherConfig{Depth: 1, Capacities: []int{n}})
+	dst := []*Buffer{alloc(t, s, n)}
+
+	a, err := p.Acquire(time.Second)
+	must(t, err)
+	copy(a.Segment(0), pattern(n, 1))
+	a.SetLen(0, n)
+	must(t, a.Submit())
+	if a.Segment(0) != nil {
+		t.Fatal("Segment after Submit is not nil")
+	}
+	_, err = p.NextInto(s, dst, time.Second)
+	must(t, err)
+	must(t, s.Synchronize())
+
+	// The same slot (depth 1), acquired for the next batch.
+	b, err := p.Acquire(time.Second)
+	must(t, err)
+	want := pattern(n, 2)
+	copy(b.Segment(0), want)
+	b.SetLen(0, n)
+
+	// The stale Slot a gathers into "its" segment.
+	src := make([]byte, n) // zeros
+	gerr := a.GatherRows(0, src, n, []int{0})
+
+	must(t, b.Submit())
+	_, err = p.NextInto(s, dst, time.Second)
+	must(t, err)
+	got := readBack(t, s, dst[0], n)
+	if gerr == nil {
+		t.Errorf("Slot.GatherRows after Submit returned nil (want an error such as ErrInvalidState)")
+	}
+	wantBytes(t, "batch of the next Acquire", got, want)
 }

@@ -346,6 +346,26 @@ pub extern "C" fn sluice_graph_cache_stats(
     })
 }
 
+/// Writes whether the cache holds an entry for `key` (its eager warm-up ran, or
+/// its graph was captured) and has not evicted it: a binding that keeps
+/// resources per captured key (Go keeps the wrappers of the buffers a graph
+/// uses) drops those of keys no longer held.
+///
+/// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`contains_out` NULL);
+/// `SLUICE_ERROR_INVALID_HANDLE` (a stale `cache`).
+#[no_mangle]
+pub extern "C" fn sluice_graph_cache_contains(
+    cache: sluice_graph_cache_t,
+    key: u64,
+    contains_out: *mut bool,
+) -> *mut sluice_error_t {
+    boundary("sluice_graph_cache_contains", || {
+        out_value(contains_out, "contains_out", || {
+            Ok(get(cache)?.contains(key))
+        })
+    })
+}
+
 /// Keeps at most `max_entries` keys in the cache (0: no limit), evicting the least
 /// recently used keys beyond that, now and on later inserts. A new cache holds
 /// `SLUICE_GRAPH_CACHE_MAX` keys, else 1024. An evicted key runs eagerly again on

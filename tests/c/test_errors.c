@@ -127,6 +127,37 @@ static int32_t failing_body(void *p, sluice_stream_t s) {
     return 3;
 }
 
+static int32_t memset_body(void *p, sluice_stream_t s) {
+    return sluice_stream_memset(s, *(sluice_buffer_t *)p, 0, 7, 16) ? 1 : 0;
+}
+
+/* An evicted key is no longer contained; the most recently used one stays. */
+TEST(graph_cache_contains_follows_evictions) {
+    sluice_device_t d;
+    REQUIRE(open_dev(&d));
+    sluice_stream_t s;
+    REQUIRE(new_stream(d, &s));
+    sluice_buffer_t b;
+    REQUIRE_OK(sluice_buffer_alloc(s, 16, &b));
+    sluice_graph_cache_t c;
+    REQUIRE_OK(sluice_graph_cache_create(d, &c));
+    for (uint64_t key = 10; key <= 11; key++)
+        for (int pass = 0; pass < 2; pass++) CHECK_OK(sluice_graph_cache_run(c, key, s, memset_body, &b));
+    bool has10 = false, has11 = false;
+    CHECK_OK(sluice_graph_cache_contains(c, 10, &has10));
+    CHECK_OK(sluice_graph_cache_contains(c, 11, &has11));
+    CHECK(has10 && has11);
+    CHECK_OK(sluice_graph_cache_set_max_entries(c, 1));
+    CHECK_OK(sluice_graph_cache_contains(c, 10, &has10));
+    CHECK_OK(sluice_graph_cache_contains(c, 11, &has11));
+    CHECK(!has10 && has11);
+    CHECK_OK(sluice_stream_synchronize(s));
+    CHECK_OK(sluice_graph_cache_destroy(c));
+    CHECK_OK(sluice_buffer_free(b));
+    CHECK_OK(sluice_stream_destroy(s));
+    CHECK_OK(sluice_device_close(d));
+}
+
 TEST(errors_graph_cache) {
     sluice_device_t d;
     REQUIRE(open_dev(&d));
@@ -153,6 +184,12 @@ TEST(errors_graph_cache) {
     sluice_graph_cache_stats_t st;
     CHECK_ERR(sluice_graph_cache_stats(c, NULL), SLUICE_ERROR_NULL_ARGUMENT);
     CHECK_OK(sluice_graph_cache_stats(c, &st));
+    bool has = false;
+    CHECK_ERR(sluice_graph_cache_contains(c, 42, NULL), SLUICE_ERROR_NULL_ARGUMENT);
+    CHECK_OK(sluice_graph_cache_contains(c, 42, &has)); /* ran three times */
+    CHECK(has);
+    CHECK_OK(sluice_graph_cache_contains(c, 777, &has)); /* never ran */
+    CHECK(!has);
     /* capturing when the key is due to be captured */
     recurse_t r2 = {c, 0, 0, 0};
     (void)r2;
@@ -169,6 +206,7 @@ TEST(errors_graph_cache) {
     CHECK_ERR(sluice_graph_cache_run(dc, 1, s, failing_body, NULL), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_graph_cache_stats(dc, &st), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_graph_cache_set_max_entries(dc, 4), SLUICE_ERROR_INVALID_HANDLE);
+    CHECK_ERR(sluice_graph_cache_contains(dc, 42, &has), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_graph_cache_destroy(dc), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_OK(sluice_stream_synchronize(s));
     CHECK_OK(sluice_stream_destroy(s));

@@ -151,6 +151,7 @@ int main(int argc, char** argv) {
     CHECK(calls == 2 && runs == 5);
     sluice::Result<sluice::GraphCacheStats> st = cache->stats(std::nothrow);
     CHECK(st.ok() && st->eager == 1 && st->captured == 1 && st->replayed == 1);
+    CHECK(cache->set_max_entries(std::nothrow, 4).ok());
     sluice::Result<void> failed = cache->run(std::nothrow, 2, *b, [](sluice::StreamRef s) {
       return sluice::copy(std::nothrow, s, sluice::BufferRef(), 0, sluice::BufferRef(), 0, 1);
     });

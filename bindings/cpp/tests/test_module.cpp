@@ -45,6 +45,10 @@ TEST(LaunchDims, Linear) {
   EXPECT_EQ(raw.grid[0], 4u);
   EXPECT_EQ(raw.block[2], 1u);
   EXPECT_EQ(sluice::LaunchDims::linear(0, 128).grid[0], 1u);
+  // Past 2^32-1 blocks the grid saturates (the driver then refuses it), never wraps.
+  EXPECT_EQ(sluice::LaunchDims::linear(std::uint64_t{1} << 32, 1).grid[0], UINT32_MAX);
+  EXPECT_EQ(sluice::LaunchDims::linear((std::uint64_t{1} << 40) + 1, 256).grid[0], UINT32_MAX);
+  EXPECT_EQ(sluice::LaunchDims::linear(UINT64_MAX, 256).grid[0], UINT32_MAX);
 }
 
 // y[i] = a * x[i] + OFFSET; includes the built-in <sluice/rng.cuh>.

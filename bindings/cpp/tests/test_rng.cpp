@@ -425,6 +425,8 @@ TEST_F(RngTest, BadArgumentsGetClearErrors) {
   std::vector<std::uint8_t> wrong(3);
   EXPECT_SLUICE_THROW(ckpt.serialize_into(wrong), ErrorCode::out_of_range);
   EXPECT_SLUICE_THROW(ckpt.serialize_into(nullptr, 0), ErrorCode::out_of_range);
+  // NULL holds no bytes, whatever the capacity says (it wrote into a local once).
+  EXPECT_SLUICE_THROW(ckpt.serialize_into(nullptr, 4096), ErrorCode::out_of_range);
 
   // Nothing was drawn by the refused calls: the draws are a fresh generator's.
   sluice::Rng fresh = sluice::Rng::create(s, 1, 10);

@@ -425,6 +425,12 @@ class GraphCacheApi {
     return detail::check(sluice_graph_cache_stats(h(), &s), s);
   }
 
+  /// Keeps at most `max_entries` keys (0: no limit), evicting the least recently
+  /// used ones beyond that. A new cache holds SLUICE_GRAPH_CACHE_MAX keys, else 1024.
+  Result<void> set_max_entries(std::nothrow_t, std::size_t max_entries) const {
+    return detail::check(sluice_graph_cache_set_max_entries(h(), max_entries));
+  }
+
 #if SLUICE_CPP_EXCEPTIONS
   template <class F>
   void run(std::uint64_t key, StreamRef stream, F&& body) const {
@@ -432,11 +438,6 @@ class GraphCacheApi {
   }
   GraphCacheStats stats() const { return stats(std::nothrow).value(); }
 
-  /// Keeps at most `max_entries` keys (0: no limit), evicting the least recently
-  /// used ones beyond that. A new cache holds SLUICE_GRAPH_CACHE_MAX keys, else 1024.
-  Result<void> set_max_entries(std::nothrow_t, std::size_t max_entries) const {
-    return detail::check(sluice_graph_cache_set_max_entries(h(), max_entries));
-  }
   void set_max_entries(std::size_t max_entries) const {
     set_max_entries(std::nothrow, max_entries).value();
   }

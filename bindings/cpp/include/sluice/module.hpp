@@ -36,8 +36,9 @@ struct LaunchDims {
   /// A 1-D launch covering `n` threads with `block_size` threads per block.
   static LaunchDims linear(std::uint64_t n, std::uint32_t block_size) noexcept {
     LaunchDims d;
-    std::uint64_t blocks = block_size ? (n + block_size - 1) / block_size : 0;
-    d.grid[0] = static_cast<std::uint32_t>(blocks == 0 ? 1 : blocks);
+    std::uint64_t blocks = block_size ? n / block_size + (n % block_size != 0) : 0;
+    // Past 2^32-1 blocks the grid saturates, and the driver refuses it.
+    d.grid[0] = blocks == 0 ? 1 : blocks > UINT32_MAX ? UINT32_MAX : static_cast<std::uint32_t>(blocks);
     d.block[0] = block_size ? block_size : 1;
     return d;
   }

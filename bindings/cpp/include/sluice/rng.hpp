@@ -159,10 +159,11 @@ class RngCheckpointApi {
   Result<std::size_t> serialize_into(std::nothrow_t, void* out, std::size_t capacity) const {
     std::size_t n = 0;
     // A non-null pointer even for capacity 0, so that the C call checks the
-    // capacity instead of only reporting the size.
+    // capacity instead of only reporting the size; NULL holds no bytes.
     std::uint8_t none = 0;
     std::uint8_t* p = out ? static_cast<std::uint8_t*>(out) : &none;
-    return detail::check(sluice_rng_checkpoint_serialize(h(), p, capacity, &n), n);
+    std::size_t cap = out ? capacity : 0;
+    return detail::check(sluice_rng_checkpoint_serialize(h(), p, cap, &n), n);
   }
 
   /// serialize_into() over a writable contiguous container of trivially copyable
