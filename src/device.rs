@@ -3,6 +3,7 @@
 use crate::backend::{BackendKind, DeviceBackend, DeviceProps};
 use crate::counters::DeviceCounters;
 use crate::error::{Error, ErrorCode, Result};
+use crate::event::Deferred;
 use crate::memory::PinnedPool;
 use crate::stream::Stream;
 use std::collections::HashMap;
@@ -15,13 +16,20 @@ pub(crate) fn next_id() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// A stream destroyed while busy (or with a deferred error): a raw event at the
+/// end of its work, and where its host callbacks report failures.
+struct Retired {
+    end: Option<u64>,
+    deferred: Arc<Deferred>,
+}
+
 pub struct Device {
     /// First, so that the op path's driver calls read the device's first line.
     pub(crate) backend: DeviceBackend,
     streams: Mutex<Vec<Weak<Stream>>>,
-    /// Raw events recorded at the end of destroyed streams that still had work
-    /// queued: `wait_all` waits for them too.
-    retired: Mutex<Vec<u64>>,
+    /// Destroyed streams that still had work queued, or an error to report:
+    /// `wait_all` waits for them and reports it too.
+    retired: Mutex<Vec<Retired>>,
     pub pinned: PinnedPool,
     pub(crate) counters: DeviceCounters,
 }
@@ -154,19 +162,32 @@ impl Device {
     /// Called just before raw stream `raw` is destroyed: when work is still queued
     /// on it, records a raw event at its end for `wait_all`. Completed marks are
     /// dropped here too, so the list stays as long as the busy destroyed streams.
-    pub(crate) fn retire_stream(&self, raw: u64) {
+    pub(crate) fn retire_stream(&self, raw: u64, deferred: &Arc<Deferred>) {
         let b = &self.backend;
         let mut retired = self.retired.lock().unwrap_or_else(|p| p.into_inner());
-        retired.retain(|&ev| {
-            // A failed query keeps the mark: `wait_all` then waits on it (or reports it).
-            let done = b.event_query(ev).unwrap_or(false);
-            if done {
+        retired.retain_mut(|r| {
+            if let Some(ev) = r.end {
+                // A failed query keeps the mark: `wait_all` then waits on it (or reports it).
+                if !b.event_query(ev).unwrap_or(false) {
+                    return true;
+                }
                 b.event_destroy(ev);
+                r.end = None;
             }
-            !done
+            r.deferred.peek().is_err()
         });
+        let failed = || deferred.peek().is_err();
+        let entry = |end| Retired {
+            end,
+            deferred: deferred.clone(),
+        };
         match b.stream_query(raw) {
-            Ok(true) => return,
+            Ok(true) => {
+                if failed() {
+                    retired.push(entry(None));
+                }
+                return;
+            }
             // A capturing stream: a record would join the capture.
             Err(e)
                 if matches!(
@@ -189,9 +210,14 @@ impl Device {
                 }
             });
         match mark {
-            Ok(ev) => retired.push(ev),
+            Ok(ev) => retired.push(entry(Some(ev))),
             // No event to wait on later: wait now rather than lose the work.
-            Err(_) => drop(b.stream_synchronize(raw)),
+            Err(_) => {
+                drop(b.stream_synchronize(raw));
+                if failed() {
+                    retired.push(entry(None));
+                }
+            }
         }
     }
 
@@ -208,11 +234,16 @@ impl Device {
             }
         }
         let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|p| p.into_inner()));
-        for ev in retired {
-            if let Err(e) = self.backend.event_synchronize(ev) {
-                first.get_or_insert(e.context("a destroyed stream's last work"));
+        for r in retired {
+            if let Some(ev) = r.end {
+                if let Err(e) = self.backend.event_synchronize(ev) {
+                    first.get_or_insert(e.context("a destroyed stream's last work"));
+                }
+                self.backend.event_destroy(ev);
             }
-            self.backend.event_destroy(ev);
+            if let Err(e) = r.deferred.take() {
+                first.get_or_insert(e.context("a destroyed stream's host callback"));
+            }
         }
         first.map_or(Ok(()), Err)
     }

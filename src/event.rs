@@ -26,8 +26,9 @@ pub(crate) struct EventPool {
     /// equals recording order on the stream.
     pub(crate) inner: ObjLock<PoolInner>,
     pub(crate) device: Arc<Device>,
-    /// Errors reported asynchronously (host callbacks), returned at the next sync.
-    pub(crate) deferred: Mutex<Option<Error>>,
+    /// Errors reported asynchronously (host callbacks), returned at the next
+    /// sync; shared with the device when the stream is destroyed while busy.
+    pub(crate) deferred: Arc<Deferred>,
     /// Counted only while counting is on, under `inner` (`crate::counters`); out of
     /// `inner` so that the op path's fields keep to the first cache line.
     pub(crate) counts: StreamCounts,
@@ -46,36 +47,46 @@ impl EventPool {
                 closed: false,
             }),
             completed: AtomicU64::new(0),
-            deferred: Mutex::new(None),
+            deferred: Arc::default(),
             counts: StreamCounts::default(),
         })
     }
 
     /// Returns and clears the stream's deferred error (stream sync points).
     pub(crate) fn take_deferred(&self) -> Result<()> {
-        match self
-            .deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+        self.deferred.take()
     }
 
     /// Reports the stream's deferred error without clearing it (event and
     /// sync-object waits), so the stream's own next sync still sees it.
     pub(crate) fn peek_deferred(&self) -> Result<()> {
-        match self
-            .deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            Some(e) => Err(e.clone()),
-            None => Ok(()),
-        }
+        self.deferred.peek()
+    }
+}
+
+/// A stream's first error reported asynchronously (a failed host callback, a
+/// refused free), kept until a sync point returns it.
+#[derive(Default)]
+pub(crate) struct Deferred(Mutex<Option<Error>>);
+
+impl Deferred {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Error>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps `e` unless an earlier error is kept.
+    pub(crate) fn report(&self, e: Error) {
+        self.lock().get_or_insert(e);
+    }
+
+    /// Returns and clears the error.
+    pub(crate) fn take(&self) -> Result<()> {
+        self.lock().take().map_or(Ok(()), Err)
+    }
+
+    /// Returns the error, keeping it.
+    pub(crate) fn peek(&self) -> Result<()> {
+        self.lock().as_ref().map_or(Ok(()), |e| Err(e.clone()))
     }
 }
 

@@ -144,8 +144,9 @@ impl GraphExec {
 
     pub fn upload(&self, stream: &Stream) -> Result<()> {
         stream.device.same_device(&self.device, "the graph")?;
-        let raw = self.state().raw;
-        stream.push(|| self.device.backend.graph_upload(raw, stream.raw))
+        // Held across the push: an `update` that re-instantiates destroys the raw exec.
+        let st = self.state();
+        stream.push(|| self.device.backend.graph_upload(st.raw, stream.raw))
     }
 
     /// Launches the graph on `stream` as ONE tracked op whose read and write sets

@@ -343,11 +343,7 @@ impl Stream {
                 )),
             };
             if let Some(e) = err {
-                target
-                    .deferred
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(e);
+                target.deferred.report(e);
             }
         })
     }
@@ -369,9 +365,17 @@ impl Stream {
         self.push_host_fn(Box::new(move || {
             REPLAY_TARGET.with(|t| *t.borrow_mut() = Some(pool.clone()))
         }))?;
-        let r = launch();
-        self.push_host_fn(Box::new(|| REPLAY_TARGET.with(|t| *t.borrow_mut() = None)))?;
-        r
+        let launched = launch();
+        let cleared =
+            self.push_host_fn(Box::new(|| REPLAY_TARGET.with(|t| *t.borrow_mut() = None)));
+        launched?;
+        if let Err(e) = cleared {
+            // The graph is queued but its op will not be recorded: it completes
+            // before the error returns, so that nothing races its writes.
+            let _ = self.device.backend.stream_synchronize(self.raw);
+            return Err(e);
+        }
+        Ok(())
     }
 }
 
@@ -381,7 +385,7 @@ impl Drop for Stream {
         self.pool.close();
         self.retire_counts();
         trace::stream_gone(self.id);
-        self.device.retire_stream(self.raw);
+        self.device.retire_stream(self.raw, &self.pool.deferred);
         if self.owned {
             self.device.backend.stream_destroy(self.raw);
         } else {

@@ -1,4 +1,4 @@
-//! Gaps 1 to 3 found in review (issue 16), on the default backend: host in CI,
+//! Gaps found in review (issue 16, and the thirty-sixth session), on the default backend: host in CI,
 //! cuda on the GPU. The host runs use the backend's test hooks (`faults`), so the
 //! tests of this file run one at a time (`kit_alone`).
 
@@ -175,4 +175,98 @@ fn trimming_the_block_cache_during_a_capture_loses_no_memory() {
         assert_eq!(device_bytes(&k), Some(b), "a cached block was lost");
     }
     faults::track(false);
+}
+
+// ---- the thirty-sixth session's review ------------------------------------------------
+
+/// One exec runs one launch at a time, as `cuGraphLaunch` does: launched on two
+/// streams (its objects only read, so the engine orders nothing between them),
+/// the host backend ran both at once.
+#[test]
+fn one_exec_launched_on_two_streams_runs_one_launch_at_a_time() {
+    let k = kit_alone();
+    if k.is_cuda() {
+        return; // a host callback cannot be captured on cuda
+    }
+    let (cap, s1, s2) = (k.stream(), k.stream(), k.stream());
+    let x = SyncObject::new(); // read only
+    let in_flight = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let max_seen = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (f, m) = (in_flight.clone(), max_seen.clone());
+    capture::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
+    ops::host_callback(
+        &cap,
+        move || {
+            let now = f.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(100));
+            f.fetch_sub(1, Ordering::SeqCst);
+            0
+        },
+        std::slice::from_ref(&x),
+        &[],
+    )
+    .unwrap();
+    let exec = capture::capture_end(&cap).unwrap().instantiate().unwrap();
+    exec.launch(&s1).unwrap();
+    exec.launch(&s2).unwrap();
+    exec.launch(&s1).unwrap();
+    k.dev.wait_all().unwrap();
+    assert_eq!(
+        max_seen.load(Ordering::SeqCst),
+        1,
+        "two launches of one exec ran at once"
+    );
+}
+
+/// A host callback that failed on a stream destroyed while it ran is reported by
+/// `wait_all`, which waits for that stream's work.
+#[test]
+fn wait_all_reports_a_failed_callback_of_a_stream_destroyed_while_busy() {
+    let k = kit_alone();
+    let s = k.stream();
+    let x = SyncObject::new();
+    ops::host_callback(
+        &s,
+        || {
+            std::thread::sleep(Duration::from_millis(100));
+            7
+        },
+        &[],
+        &[x],
+    )
+    .unwrap();
+    assert_eq!(Arc::strong_count(&s), 1);
+    drop(s); // destroyed while busy
+    let e = k.dev.wait_all().unwrap_err();
+    assert_eq!(e.code, ErrorCode::CallbackFailed, "{e}");
+    assert!(e.message.contains("destroyed stream"), "{e}");
+    k.dev.wait_all().unwrap(); // reported once
+}
+
+/// A graph launch whose bookkeeping fails after the graph was queued (an injected
+/// failure of the host function that ends a replay) completes before the error
+/// returns: no reader on another stream races its writes.
+#[test]
+fn a_graph_launch_that_fails_after_queuing_completes_before_its_error() {
+    let k = kit_alone();
+    if k.is_cuda() {
+        return; // the host backend's replay bracket only
+    }
+    let (s, cap, l, m) = (k.stream(), k.stream(), k.stream(), k.stream());
+    let x = k.buffer(&s, 1024);
+    k.fill(&s, &x, 1, 0);
+    s.synchronize().unwrap();
+    let flag = SyncObject::new();
+    capture::capture_begin(&cap, CaptureMode::Relaxed).unwrap();
+    k.fill(&cap, &x, 2, 100_000_000); // a slow write of 2
+    ops::host_callback(&cap, || 0, &[], std::slice::from_ref(&flag)).unwrap(); // a replayed callback
+    let exec = capture::capture_end(&cap).unwrap().instantiate().unwrap();
+    // The first launch_host_fn sets the replay target, the second clears it.
+    faults::arm("launch_host_fn", 2, ErrorCode::OutOfMemory);
+    let r = exec.launch(&l);
+    assert_eq!(faults::disarm(), 1);
+    assert_eq!(r.unwrap_err().code, ErrorCode::OutOfMemory);
+    assert_eq!(k.read(&m, &x)[0], 2, "the queued graph had not completed");
+    l.synchronize().unwrap();
 }

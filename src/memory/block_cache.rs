@@ -143,11 +143,7 @@ impl Stream {
         if let Err(e) = self.push(|| b.mem_free_async(addr, self.raw)) {
             let e = e.context(format!("freeing device memory at 0x{addr:x} (leaked)"));
             crate::log::warn(|| format!("{self:?}: {}", e.message));
-            self.pool
-                .deferred
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(e);
+            self.pool.deferred.report(e);
         }
     }
 }

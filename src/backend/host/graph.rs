@@ -1,11 +1,24 @@
 //! The host backend's graphs: captured jobs, flattened and replayed.
 
-use super::{graph_ref, lock, stream_ref, CapturedStep, HostDevice, HostGraph, Job};
+use super::{graph_ref, lock, stream_ref, CapturedStep, HostDevice, HostGraph, Job, Worker};
 use crate::backend::faults::{self, hit, Kind};
 use crate::backend::{CaptureMode, GraphApi};
 use crate::error::{Error, ErrorCode, Result};
 use std::ffi::CStr;
 use std::sync::{Arc, Mutex};
+
+/// An executable graph: its steps, and where its last launch was queued. As with
+/// `cuGraphLaunch`, one exec runs one launch at a time: a launch on another
+/// stream's worker first waits for the one before.
+struct HostExec {
+    graph: HostGraph,
+    last: Option<(Arc<Worker>, u64)>,
+}
+
+fn exec_ref<'a>(raw: u64) -> &'a Mutex<HostExec> {
+    // SAFETY: the core passes back only live execs made by `graph_instantiate`.
+    unsafe { &*(raw as *const Mutex<HostExec>) }
+}
 
 impl GraphApi for HostDevice {
     fn capture_begin(&self, stream: u64, _mode: CaptureMode) -> Result<()> {
@@ -93,8 +106,11 @@ impl GraphApi for HostDevice {
     fn graph_instantiate(&self, graph: u64) -> Result<u64> {
         hit("graph_instantiate")?;
         let g = graph_ref(graph);
-        let exec = HostGraph {
-            streams: g.streams.clone(),
+        let exec = HostExec {
+            graph: HostGraph {
+                streams: g.streams.clone(),
+            },
+            last: None,
         };
         let raw = Box::into_raw(Box::new(Mutex::new(exec))) as u64;
         faults::made(Kind::GraphExec, raw, 0);
@@ -104,7 +120,7 @@ impl GraphApi for HostDevice {
     fn graph_exec_destroy(&self, exec: u64) {
         faults::gone(exec);
         // SAFETY: exec came from Box::into_raw in graph_instantiate, destroyed once.
-        drop(unsafe { Box::from_raw(exec as *mut Mutex<HostGraph>) });
+        drop(unsafe { Box::from_raw(exec as *mut Mutex<HostExec>) });
     }
 
     fn graph_upload(&self, _exec: u64, _stream: u64) -> Result<()> {
@@ -113,10 +129,15 @@ impl GraphApi for HostDevice {
 
     fn graph_launch(&self, exec: u64, stream: u64) -> Result<()> {
         hit("graph_launch")?;
-        // SAFETY: exec is a live Box<Mutex<HostGraph>> made by graph_instantiate.
-        let g = unsafe { &*(exec as *const Mutex<HostGraph>) };
-        let plan = flatten(&lock(g))?;
-        self.enqueue(
+        let mut e = lock(exec_ref(exec));
+        let plan = flatten(&e.graph)?;
+        let worker = &stream_ref(stream).worker;
+        if let Some((before, seq)) = e.last.clone() {
+            if !Arc::ptr_eq(&before, worker) {
+                self.enqueue(stream, Arc::new(move || before.wait_until(seq)));
+            }
+        }
+        let seq = self.enqueue(
             stream,
             Arc::new(move || {
                 for job in plan.iter() {
@@ -124,20 +145,19 @@ impl GraphApi for HostDevice {
                 }
             }),
         );
+        e.last = Some((worker.clone(), seq));
         Ok(())
     }
 
     fn graph_exec_update(&self, exec: u64, graph: u64) -> Result<std::result::Result<(), String>> {
         hit("graph_exec_update")?;
-        // SAFETY: exec is a live Box<Mutex<HostGraph>> made by graph_instantiate.
-        let e = unsafe { &*(exec as *const Mutex<HostGraph>) };
         let g = graph_ref(graph);
-        let mut cur = lock(e);
+        let mut cur = lock(exec_ref(exec));
         let shape = |h: &HostGraph| -> Vec<usize> { h.streams.iter().map(|s| s.1.len()).collect() };
-        if shape(&cur) != shape(g) {
+        if shape(&cur.graph) != shape(g) {
             return Ok(Err("topology changed (node count differs)".into()));
         }
-        cur.streams = g.streams.clone();
+        cur.graph.streams = g.streams.clone();
         Ok(Ok(()))
     }
 
