@@ -1688,6 +1688,21 @@ struct sluice_error_t *sluice_buffer_tensor(struct sluice_buffer_t buffer,
                                             struct sluice_tensor_desc_t *desc_out);
 
 /**
+ * A PyCapsule destructor for the DLPack capsules a Python binding makes over
+ * `sluice_buffer_to_dlpack`'s tensors (`PyCapsule_New(tensor, name, this)`): a
+ * capsule still named `dltensor_versioned` or `dltensor` was not consumed, so its
+ * managed tensor's deleter is called; a consumer renames what it takes. Native
+ * code, because CPython may destroy a capsule while an exception is pending, when
+ * a destructor written in Python (a ctypes callback) cannot run: the pending
+ * exception is kept. It calls the CPython C API, found in the process on first
+ * use; where none is loaded it does nothing. Call it only as CPython calls
+ * destructors: with the GIL held, on a live capsule.
+ *
+ * Errors: none.
+ */
+void sluice_dlpack_capsule_destructor(void *capsule);
+
+/**
  * Copies rows `rows[0..num_rows)` of `src` (`src_len` bytes, rows of `row_bytes`
  * each) into `dst` one after another: a batch gathered from a dataset by index,
  * into a slot from `sluice_prefetcher_acquire` or a fill callback. On x86-64 the

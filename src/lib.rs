@@ -29,6 +29,7 @@ pub mod module;
 mod objlock;
 pub mod ops;
 pub mod prefetch;
+mod pycapsule;
 pub mod rng;
 pub mod stream;
 pub mod sync;

@@ -186,3 +186,22 @@ pub extern "C" fn sluice_buffer_tensor(
         })
     })
 }
+
+/// A PyCapsule destructor for the DLPack capsules a Python binding makes over
+/// `sluice_buffer_to_dlpack`'s tensors (`PyCapsule_New(tensor, name, this)`): a
+/// capsule still named `dltensor_versioned` or `dltensor` was not consumed, so its
+/// managed tensor's deleter is called; a consumer renames what it takes. Native
+/// code, because CPython may destroy a capsule while an exception is pending, when
+/// a destructor written in Python (a ctypes callback) cannot run: the pending
+/// exception is kept. It calls the CPython C API, found in the process on first
+/// use; where none is loaded it does nothing. Call it only as CPython calls
+/// destructors: with the GIL held, on a live capsule.
+///
+/// Errors: none.
+#[no_mangle]
+pub extern "C" fn sluice_dlpack_capsule_destructor(capsule: *mut c_void) {
+    // SAFETY: the caller's contract (CPython's, for a destructor).
+    boundary_or((), || unsafe {
+        crate::pycapsule::destroy_dlpack_capsule(capsule)
+    })
+}

@@ -228,6 +228,9 @@ class Stream(_Owned):
         return out
 
     def memset(self, buffer, value, offset=0, length=None):
+        value = operator.index(value)
+        if not 0 <= value <= 255:
+            raise SluiceError(ERROR_INVALID_ARGUMENT, f"memset value {value} is not a byte (0 to 255)")
         if length is None:
             length = buffer.size - offset
         _check(lib.sluice_stream_memset(self.handle, buffer.handle, offset, value, length))
@@ -303,18 +306,24 @@ class Buffer(_Owned):
 
     def __init__(self, handle, device):
         self.device = device
-        self._own(handle, self._free)
+        # The C function itself, not a bound method: a Buffer that held one would
+        # be a cycle, freed only when the cycle collector happens to run.
+        self._own(handle, lib.sluice_buffer_free)
         self._sync = None
+        self._sync_lock = threading.Lock()
         info = BufferInfo()
         _check(lib.sluice_buffer_info(handle, ctypes.byref(info)))
         self.kind, self.size, self.device_ptr = info.kind, info.size, info.device_ptr
         self.host_ptr = info.host_ptr
 
-    def _free(self, h):
-        if self._sync is not None:
+    def close(self):
+        with self._sync_lock:
             s, self._sync = self._sync, None
-            _check(lib.sluice_sync_destroy(s))
-        return lib.sluice_buffer_free(h)
+        try:
+            if s is not None:
+                _check(lib.sluice_sync_destroy(s))
+        finally:
+            super().close()
 
     @classmethod
     def alloc(cls, stream, size):
@@ -379,16 +388,24 @@ class Buffer(_Owned):
         fmt = DLPACK_VERSIONED if versioned else DLPACK_UNVERSIONED
         _check(lib.sluice_buffer_from_dlpack(device.handle, ptr, fmt, ready_on, ctypes.byref(h)))
         _dlpack.mark_used(cap, versioned)
-        return cls(h, device)
+        buf = cls(h, device)
+        d = TensorDesc()
+        _check(lib.sluice_buffer_tensor(h, ctypes.byref(d)))
+        if d.read_only:
+            # The library does not enforce the flag, and every write goes through it.
+            buf.close()
+            raise BufferError("the tensor is read-only; sluice buffers are written in place (copy it first)")
+        return buf
 
     @property
     def sync(self):
         """The buffer's sync object: one handle per Buffer, destroyed by close()."""
-        if self._sync is None:
-            s = SyncH()
-            _check(lib.sluice_buffer_sync(self.handle, ctypes.byref(s)))
-            self._sync = s
-        return self._sync
+        with self._sync_lock:  # one handle, whichever thread asks first
+            if self._sync is None:
+                s = SyncH()
+                _check(lib.sluice_buffer_sync(self.handle, ctypes.byref(s)))
+                self._sync = s
+            return self._sync
 
     def wait_read(self):
         """Blocks until the last write to the buffer completed."""
@@ -402,13 +419,12 @@ class Buffer(_Owned):
     def tensor(self):
         """(dtype code, bits, lanes, shape) of a DLPack import, else None."""
         d = TensorDesc()
-        err = lib.sluice_buffer_tensor(self.handle, ctypes.byref(d))
-        if err:
-            code = lib.sluice_error_code(err)
-            lib.sluice_error_free(err)
-            if code == ERROR_NOT_FOUND:  # not from DLPack
+        try:
+            _check(lib.sluice_buffer_tensor(self.handle, ctypes.byref(d)))
+        except SluiceError as e:
+            if e.code == ERROR_NOT_FOUND:  # not from DLPack
                 return None
-            raise SluiceError(code, "sluice_buffer_tensor")
+            raise
         return (d.dtype_code, d.dtype_bits, d.dtype_lanes, tuple(d.shape[i] for i in range(d.ndim)))
 
     def view(self, dtype, shape):
@@ -419,11 +435,15 @@ class Buffer(_Owned):
             import numpy as np
 
             dt = np.dtype(dtype)
+            if not dt.isnative:
+                raise ValueError(f"{dt} is not in native byte order, which DLPack cannot express")
             kind, bits = dt.kind, dt.itemsize * 8
         except ImportError:
             s = str(dtype)
             kind = {"int": "i", "uint": "u", "float": "f"}[s.rstrip("0123456789")]
             bits = int(s[len(s.rstrip("0123456789")):])
+        if kind not in _DTYPE_CODES:
+            raise ValueError(f"dtype {dtype!r}: DLPack has no code for kind {kind!r}")
         shape = tuple(int(x) for x in shape)
         return _View(self, (_DTYPE_CODES[kind], bits, shape))
 

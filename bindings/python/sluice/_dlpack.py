@@ -2,7 +2,7 @@
 
 import ctypes
 
-from ._lib import c_vp
+from ._lib import c_vp, lib
 
 # The capsule names of the DLPack protocol. Kept alive for the process: a capsule
 # keeps a pointer to its name, not a copy.
@@ -43,29 +43,15 @@ def call_deleter(ptr, versioned):
         _DELETER(fp)(ptr)
 
 
-def _destroy(cap, name, versioned):
-    # Still named as made: nobody consumed it, so its deleter is ours to call.
-    if _api.PyCapsule_IsValid(cap, name):
-        ptr = _api.PyCapsule_GetPointer(cap, name)
-        if ptr:
-            call_deleter(ptr, versioned)
-
-
-@_DESTRUCTOR
-def _destroy_versioned(cap):
-    _destroy(cap, VERSIONED, True)
-
-
-@_DESTRUCTOR
-def _destroy_unversioned(cap):
-    _destroy(cap, UNVERSIONED, False)
+# The destructor is the library's, in native code: CPython may destroy a capsule
+# while an exception is pending, when a ctypes callback cannot run (it clears the
+# exception, and the interpreter then fails or crashes).
+_destroy = _DESTRUCTOR(ctypes.cast(lib.sluice_dlpack_capsule_destructor, c_vp).value)
 
 
 def capsule(ptr, versioned):
     """Wraps a managed tensor in a DLPack capsule that deletes it if unconsumed."""
-    if versioned:
-        return _api.PyCapsule_New(ptr, VERSIONED, _destroy_versioned)
-    return _api.PyCapsule_New(ptr, UNVERSIONED, _destroy_unversioned)
+    return _api.PyCapsule_New(ptr, VERSIONED if versioned else UNVERSIONED, _destroy)
 
 
 def _addr(obj):

@@ -97,6 +97,7 @@ _SIGNATURES = {
         ERR,
         [BufferH, StreamH, c_u32, ctypes.POINTER(TensorDesc), ctypes.POINTER(c_vp)],
     ),
+    "sluice_dlpack_capsule_destructor": (None, [c_vp]),
     "sluice_sync_destroy": (ERR, [SyncH]),
     "sluice_sync_wait_read": (ERR, [SyncH]),
     "sluice_sync_wait_write": (ERR, [SyncH]),
