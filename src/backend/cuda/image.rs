@@ -9,6 +9,11 @@ fn le_u16(b: &[u8], at: usize) -> Option<u64> {
     Some(u16::from_le_bytes(s).into())
 }
 
+fn le_u32(b: &[u8], at: usize) -> Option<u64> {
+    let s: [u8; 4] = b.get(at..at.checked_add(4)?)?.try_into().ok()?;
+    Some(u32::from_le_bytes(s).into())
+}
+
 fn le_u64(b: &[u8], at: usize) -> Option<u64> {
     let s: [u8; 8] = b.get(at..at.checked_add(8)?)?.try_into().ok()?;
     Some(u64::from_le_bytes(s))
@@ -23,6 +28,74 @@ fn table_fits(len: usize, off: u64, count: u64, size: u64) -> bool {
 }
 
 const ELF_MAGIC: &[u8] = b"\x7fELF";
+/// ELF64's header, section header and program header sizes.
+const EHDR: usize = 64;
+const SHDR: u64 = 64;
+const PHDR: u64 = 56;
+/// A section type whose contents take no bytes of the file (`.bss`, `.nv.shared.*`).
+const SHT_NOBITS: u64 = 8;
+
+/// Checks that a cubin's ELF header, header tables, and every section's and
+/// segment's bytes lie inside `image`: the driver takes no length and reads where
+/// they point.
+fn check_elf(image: &[u8]) -> std::result::Result<(), &'static str> {
+    let len = image.len();
+    if image.get(4) != Some(&2) {
+        return Err("cubin is not a 64-bit ELF file");
+    }
+    if len < EHDR {
+        return Err("cubin is shorter than its ELF header");
+    }
+    let field = |at, size| match size {
+        2 => le_u16(image, at),
+        4 => le_u32(image, at),
+        _ => le_u64(image, at),
+    };
+    let truncated = "cubin is truncated (a table or section runs past the end)";
+    let [phoff, shoff] = [0x20, 0x28].map(|at| field(at, 8).unwrap_or(0));
+    let [phsz, phn, shsz, shn, shstrndx] =
+        [0x36, 0x38, 0x3A, 0x3C, 0x3E].map(|at| field(at, 2).unwrap_or(0));
+    if (phn != 0 && phsz != PHDR) || ((shn != 0 || shoff != 0) && shsz != SHDR) {
+        return Err("cubin's header table entries are not ELF64's sizes");
+    }
+    // With more than 0xff00 sections, e_shnum is 0 and section 0 holds the count.
+    let sections = if shn == 0 && shoff != 0 {
+        if !table_fits(len, shoff, 1, SHDR) {
+            return Err(truncated);
+        }
+        field(shoff as usize + 0x20, 8).unwrap_or(0)
+    } else {
+        shn
+    };
+    if !table_fits(len, phoff, phn, PHDR) || !table_fits(len, shoff, sections, SHDR) {
+        return Err(truncated);
+    }
+    if shstrndx != 0 && shstrndx != 0xFFFF && shstrndx >= sections {
+        return Err("cubin's section name table index is past its sections");
+    }
+    for i in 0..sections {
+        let at = (shoff + i * SHDR) as usize;
+        let kind = field(at + 4, 4).unwrap_or(0);
+        let (off, size) = (
+            field(at + 0x18, 8).unwrap_or(0),
+            field(at + 0x20, 8).unwrap_or(0),
+        );
+        if i != 0 && kind != SHT_NOBITS && !table_fits(len, off, 1, size) {
+            return Err(truncated);
+        }
+    }
+    for i in 0..phn {
+        let at = (phoff + i * PHDR) as usize;
+        let (off, size) = (
+            field(at + 8, 8).unwrap_or(0),
+            field(at + 0x20, 8).unwrap_or(0),
+        );
+        if !table_fits(len, off, 1, size) {
+            return Err(truncated);
+        }
+    }
+    Ok(())
+}
 /// Fatbin magic 0xBA55ED50, little-endian.
 const FATBIN_MAGIC: &[u8] = &[0x50, 0xED, 0x55, 0xBA];
 
@@ -39,29 +112,7 @@ pub(super) fn prepare_image(image: &[u8]) -> Result<Cow<'_, [u8]>> {
         return Err(Error::invalid_argument("module image is empty"));
     }
     if image.starts_with(ELF_MAGIC) {
-        // ELF64 header: e_phoff @0x20, e_shoff @0x28, e_phentsize @0x36, e_phnum @0x38,
-        // e_shentsize @0x3A, e_shnum @0x3C.
-        if image.get(4) != Some(&2) {
-            return Err(bad("cubin is not a 64-bit ELF file"));
-        }
-        let fields = (
-            le_u64(image, 0x20),
-            le_u64(image, 0x28),
-            le_u16(image, 0x36),
-            le_u16(image, 0x38),
-            le_u16(image, 0x3A),
-            le_u16(image, 0x3C),
-        );
-        let (Some(phoff), Some(shoff), Some(phsz), Some(phn), Some(shsz), Some(shn)) = fields
-        else {
-            return Err(bad("cubin is shorter than its ELF header"));
-        };
-        if !table_fits(image.len(), phoff, phn, phsz) || !table_fits(image.len(), shoff, shn, shsz)
-        {
-            return Err(bad(
-                "cubin is truncated (its header tables run past the end)",
-            ));
-        }
+        check_elf(image).map_err(bad)?;
         return Ok(Cow::Borrowed(image));
     }
     if image.starts_with(FATBIN_MAGIC) {
@@ -121,5 +172,60 @@ mod tests {
         assert!(prepare_image(&fat).is_ok());
         fat[8] = 1;
         assert!(prepare_image(&fat).is_err());
+    }
+
+    /// A cubin NVRTC 13.0 made from `kernels/test_kernels.cu` for sm_90.
+    const CUBIN: &[u8] = include_bytes!("../../../tests/data/test_kernels.sm_90.cubin");
+
+    fn elf64(len: usize) -> Vec<u8> {
+        let mut h = vec![0u8; len];
+        h[..4].copy_from_slice(ELF_MAGIC);
+        h[4] = 2;
+        h
+    }
+
+    #[test]
+    fn a_real_cubin_passes_and_every_truncation_of_it_is_refused() {
+        assert!(prepare_image(CUBIN).is_ok());
+        for len in 4..CUBIN.len() {
+            let e = expect_err(prepare_image(&CUBIN[..len]));
+            assert_eq!(e.code, ErrorCode::ModuleLoad, "truncated to {len}: {e}");
+        }
+        // Cubins of other targets and sources, where a directory of them is given.
+        if let Ok(dir) = std::env::var("SLUICE_TEST_CUBIN_DIR") {
+            for f in std::fs::read_dir(dir).expect("SLUICE_TEST_CUBIN_DIR") {
+                let path = f.expect("entry").path();
+                let img = std::fs::read(&path).expect("cubin");
+                assert!(prepare_image(&img).is_ok(), "{path:?} was refused");
+            }
+        }
+    }
+
+    /// The driver reads a cubin's 64-byte header and whole table entries, whatever
+    /// the header says: a shorter image, or tables of entries of size 0 at the
+    /// image's end, would make it read past the end (the review's two finds).
+    #[test]
+    fn headers_and_tables_the_driver_would_read_past_the_end_are_refused() {
+        for len in [62, 63] {
+            assert!(prepare_image(&elf64(len)).is_err(), "{len} bytes");
+        }
+        let mut img = elf64(64);
+        img[0x28..0x30].copy_from_slice(&64u64.to_le_bytes()); // e_shoff = len
+        img[0x3C..0x3E].copy_from_slice(&100u16.to_le_bytes()); // e_shnum, e_shentsize 0
+        assert!(prepare_image(&img).is_err());
+        let mut img = elf64(64);
+        img[0x20..0x28].copy_from_slice(&64u64.to_le_bytes()); // e_phoff = len
+        img[0x38..0x3A].copy_from_slice(&5u16.to_le_bytes()); // e_phnum, e_phentsize 0
+        assert!(prepare_image(&img).is_err());
+        // A section whose bytes run past the end, and a name table index past the sections.
+        let mut img = CUBIN.to_vec();
+        let shoff = le_u64(&img, 0x28).unwrap() as usize;
+        let last = shoff + (le_u16(&img, 0x3C).unwrap() as usize - 1) * 64;
+        img[last + 4..last + 8].copy_from_slice(&1u32.to_le_bytes()); // SHT_PROGBITS
+        img[last + 0x20..last + 0x28].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(prepare_image(&img).is_err());
+        let mut img = CUBIN.to_vec();
+        img[0x3E..0x40].copy_from_slice(&0xFF00u16.to_le_bytes());
+        assert!(prepare_image(&img).is_err());
     }
 }
