@@ -107,6 +107,9 @@ unsafe impl<P: Shared + Send + Sync> Send for HandleTable<P> {}
 #[derive(Debug)]
 pub struct Reserved(usize);
 
+/// The index of a slot whose generation is spent: never reused.
+const RETIRED: usize = usize::MAX;
+
 impl Reserved {
     #[inline(always)]
     fn into_index(self) -> usize {
@@ -271,13 +274,19 @@ impl<P: Shared> HandleTable<P> {
     /// The index must come from this table.
     #[inline(always)]
     pub fn insert_reserved(&self, index: Reserved, value: P) -> u64 {
-        self.insert_into(index.into_index(), value)
+        match index.into_index() {
+            RETIRED => self.insert(value),
+            i => self.insert_into(i, value),
+        }
     }
 
     /// Puts an index kept by [`HandleTable::remove_reserving`] back on the free
     /// list. The index must come from this table.
     pub fn give_back(&self, index: Reserved) {
         let i = index.into_index();
+        if i == RETIRED {
+            return;
+        }
         if let Some(slot) = self.slot(i) {
             self.push_free(i, slot);
         }
@@ -393,8 +402,10 @@ impl<P: Shared> HandleTable<P> {
             if s & LIVE == 0 || (s >> 32) & GEN_MASK != generation {
                 return Err(Stale::Dead);
             }
-            // Generation 0 is skipped so that no live handle has a zero generation.
-            let next_gen = ((generation + 1) & GEN_MASK).max(1);
+            // A slot whose generation is spent keeps it, dead, and is never reused:
+            // a wrap would bring its first handle back to life (64 bytes per 2^24
+            // reuses of one slot).
+            let next_gen = (generation + 1).min(GEN_MASK);
             match slot.state.compare_exchange_weak(
                 s,
                 next_gen << 32,
@@ -412,8 +423,13 @@ impl<P: Shared> HandleTable<P> {
         if self.borrowed {
             epoch::synchronize();
         }
+        let reserved = Reserved(if generation == GEN_MASK {
+            RETIRED
+        } else {
+            index
+        });
         // SAFETY: the table's reference, taken out once (the CAS above succeeded once).
-        Ok((unsafe { P::from_raw(p) }, Reserved(index)))
+        Ok((unsafe { P::from_raw(p) }, reserved))
     }
 
     /// Number of live entries (for leak tests).
@@ -473,6 +489,42 @@ mod tests {
         assert_ne!(h, h2, "a reused slot gets a new generation");
         assert_eq!(t.get(h).unwrap_err(), Stale::Dead);
         assert_eq!(*t.get(h2).unwrap(), 8);
+    }
+
+    /// A slot's generation never wraps: at the last one the slot is retired, so a
+    /// handle destroyed 2^24 reuses ago does not come back to life.
+    #[test]
+    fn a_slot_whose_generation_is_spent_is_never_reused() {
+        let t = HandleTable::new(6);
+        let first = t.insert(Arc::new(1));
+        t.remove(first).unwrap();
+        // Skip to the slot's last generations, as 2^24 reuses would.
+        let (index, _) = t.split(first).unwrap();
+        t.slot(index)
+            .unwrap()
+            .state
+            .store((GEN_MASK - 1) << 32, Ordering::SeqCst);
+        let before_last = t.insert(Arc::new(2));
+        assert_eq!(t.split(before_last).unwrap(), (index, GEN_MASK - 1));
+        let (_, kept) = t.remove_reserving(before_last).unwrap();
+        let last = t.insert_reserved(kept, Arc::new(3));
+        assert_eq!(t.split(last).unwrap(), (index, GEN_MASK));
+        let (_, kept) = t.remove_reserving(last).unwrap();
+        let next = t.insert_reserved(kept, Arc::new(4));
+        assert_ne!(t.split(next).unwrap().0, index, "a spent slot was reused");
+        for stale in [first, before_last, last] {
+            assert_eq!(t.get(stale).unwrap_err(), Stale::Dead);
+        }
+        t.remove(next).unwrap();
+        for _ in 0..4 {
+            let h = t.insert(Arc::new(5));
+            assert_ne!(
+                t.split(h).unwrap().0,
+                index,
+                "the free list gave out a spent slot"
+            );
+            t.remove(h).unwrap();
+        }
     }
 
     #[test]

@@ -364,6 +364,34 @@ impl Writer {
         c.len.store(self.len, Ordering::Release);
     }
 
+    /// Appends an op's wait records, then its span, in one chunk and with one
+    /// publication: a drain takes all of them or none (a wait taken without its span
+    /// went to the next op the drain formatted, another thread's, perhaps).
+    #[inline(always)]
+    fn push_op(&mut self, rec: OpRec, waits: &[(u64, u64)]) {
+        let n = waits.len() + 1;
+        if n > CHUNK {
+            // More waits than a chunk holds: published as they fit.
+            for &(src, seq) in waits {
+                self.push(OpRec::wait(rec.t0, src, seq));
+            }
+            return self.push(rec);
+        }
+        if self.len + n > CHUNK {
+            self.roll();
+        }
+        // SAFETY: the current chunk lives while `buf` holds it; slots `len..len+n`
+        // are ours (no reader looks past the published length).
+        let c = unsafe { self.chunk.as_ref() };
+        let slots = c.recs.get().cast::<OpRec>();
+        for (i, &(src, seq)) in waits.iter().enumerate() {
+            unsafe { slots.add(self.len + i).write(OpRec::wait(rec.t0, src, seq)) };
+        }
+        unsafe { slots.add(self.len + waits.len()).write(rec) };
+        self.len += n;
+        c.len.store(self.len, Ordering::Release);
+    }
+
     /// The current chunk is full: hands it to the drainer and takes a fresh one.
     #[cold]
     #[inline(never)]
@@ -458,10 +486,8 @@ pub(crate) fn op(rec: OpRec, label: LabelSrc<'_>, more: impl Iterator<Item = (u6
     if w.label_is_new(rec.stream, label.version) {
         push_label(w, rec.t0, rec.stream, &label);
     }
-    for (src, seq) in more {
-        w.push(OpRec::wait(rec.t0, src, seq));
-    }
-    w.push(rec);
+    let waits: smallvec::SmallVec<[(u64, u64); 4]> = more.collect();
+    w.push_op(rec, &waits);
 }
 
 #[cold]
@@ -550,6 +576,9 @@ pub(crate) fn clear_all() {
 mod tests {
     use super::*;
 
+    /// The tests drain every thread's records: one at a time.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
     fn spans_of(stream: u64, recs: &[Rec]) -> Vec<(u64, u64)> {
         recs.iter()
             .filter_map(|r| match r {
@@ -561,6 +590,7 @@ mod tests {
 
     #[test]
     fn records_cross_chunks_and_outlive_their_thread() {
+        let _serial = lock(&SERIAL);
         const STREAM: u64 = u64::MAX - 7;
         let n = 3 * CHUNK as u64 + 5;
         let read = || Some(Arc::<str>::from("label"));
@@ -598,5 +628,90 @@ mod tests {
         // The ended thread's buffer, drained, is gone from the list.
         take_all(&mut Vec::new());
         assert!(lock(&BUFS).iter().all(|b| Arc::strong_count(b) > 1));
+    }
+
+    /// An op's wait records and its span are published together: a drain that
+    /// ran between them (here from inside the iterator of waits) gave the wait to the
+    /// next op it formatted, another stream's (the thirty-sixth session's review).
+    #[test]
+    fn a_drain_during_an_op_takes_its_waits_and_span_together() {
+        let _serial = lock(&SERIAL);
+        // Streams far from any real stream id.
+        const A: u64 = 1 << 40;
+        const B: u64 = A + 1;
+        const C: u64 = A + 2;
+        const D: u64 = A + 3;
+        let path = std::env::temp_dir().join(format!("rev-buf-{}.json", std::process::id()));
+        // The sink a drain would use (start_ns 0: nothing filtered).
+        let sink = std::cell::RefCell::new(
+            super::super::sink::Sink::create(path.clone(), u64::MAX, 0).unwrap(),
+        );
+        take_all(&mut Vec::new());
+        let no_label = || None::<Arc<str>>;
+        let label = || LabelSrc {
+            version: 0,
+            read: &no_label,
+        };
+        // A and B each make recording 1 (ops at 10 and 20).
+        for (s, t) in [(A, 10), (B, 20)] {
+            let mut r = OpRec::new(&OpKind::HostFn, s, t, t + 5);
+            r.seq = 1;
+            op(r, label(), std::iter::empty());
+        }
+        // D's op at 200, waiting on nothing (written by this thread or any other).
+        op(
+            OpRec::new(&OpKind::HostFn, D, 200, 205),
+            label(),
+            std::iter::empty(),
+        );
+        // C's op at 100 waited on A:1 (in its span) and B:1 (a Wait record). Another
+        // thread's drain (cut 300) runs right after the Wait record is published and
+        // before the span record is: the iterator's last `next` is exactly that point.
+        let mut c = OpRec::new(&OpKind::HostFn, C, 100, 105);
+        c.waited = (A, 1);
+        let mut more = vec![(B, 1u64)].into_iter();
+        let mut yielded = false;
+        let racing = std::iter::from_fn(|| match more.next() {
+            Some(x) => {
+                yielded = true;
+                Some(x)
+            }
+            None => {
+                if yielded {
+                    sink.borrow_mut().drain(300);
+                }
+                None
+            }
+        });
+        op(c, label(), racing);
+        sink.borrow_mut().drain(u64::MAX);
+        sink.into_inner().finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let span = |s: u64| {
+            text.lines()
+                .find(|l| l.contains("\"ph\":\"X\"") && l.contains(&format!("\"tid\":{s},")))
+                .unwrap_or_else(|| panic!("no span of {s}"))
+                .to_string()
+        };
+        let flow_ends_on_d = text
+            .lines()
+            .filter(|l| l.contains("\"ph\":\"f\"") && l.contains(&format!("\"tid\":{D},")))
+            .count();
+        eprintln!(
+            "C: {}\nD: {}\nflow ends on D: {flow_ends_on_d}",
+            span(C),
+            span(D)
+        );
+        assert!(
+            !span(D).contains("\"waits\""),
+            "D waited on nothing: {}",
+            span(D)
+        );
+        assert!(
+            span(C).contains("\"waits\":2"),
+            "C waited on two: {}",
+            span(C)
+        );
     }
 }
