@@ -525,3 +525,101 @@ fn launch_checks_the_argument_count_where_the_driver_can() {
         "{e}"
     );
 }
+
+// ---- an import's `ready_on` (the thirty-sixth session's review) -----------------------
+
+const U8: DLDataType = DLDataType {
+    code: 1,
+    bits: 8,
+    lanes: 1,
+};
+
+/// Host waits on an import, and its export to a CPU consumer (no consumer stream),
+/// wait for the producer's write pending on `ready_on`; they returned at once.
+#[test]
+fn host_waits_and_a_cpu_export_of_an_import_wait_for_ready_on() {
+    let k = kit_alone();
+    if k.is_cuda() {
+        return; // reads the memory on the host
+    }
+    for (value, via_export) in [(0x77u8, false), (0x55, true)] {
+        let p = k.stream();
+        let owner = Buffer::alloc(&p, 64).unwrap();
+        ops::memset(&p, &owner, 0, 0, 64).unwrap();
+        let g = gate(&p, &owner);
+        ops::memset(&p, &owner, 0, value, 64).unwrap(); // the producer's write
+        let (t, _) = produce(&k.dev, owner.addr, &[64], U8, None);
+        // SAFETY: a live versioned tensor, handed over.
+        let b = unsafe { dlpack::import(&k.dev, t, true, Some(&p)) }.unwrap();
+        let flag = g.0.clone();
+        let opener = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            flag.store(true, Ordering::Release);
+        });
+        let t0 = Instant::now();
+        let first = if via_export {
+            let out = dlpack::export(&b, None, None, false).unwrap();
+            // SAFETY: an unversioned tensor that export made, deleted once below.
+            let m = unsafe { &*out.cast::<dlpack::DLManagedTensor>() };
+            let byte = unsafe { *(m.dl_tensor.data as *const u8) };
+            unsafe { (m.deleter.unwrap())(out.cast()) };
+            byte
+        } else {
+            b.sync.wait_read().unwrap();
+            // SAFETY: host-backend memory of 64 bytes, its writer complete.
+            unsafe { *(b.addr as *const u8) }
+        };
+        let waited = t0.elapsed();
+        opener.join().unwrap();
+        p.synchronize().unwrap();
+        assert!(
+            waited >= Duration::from_millis(150) && first == value,
+            "export {via_export}: returned after {waited:?}, read {first:#x}, not {value:#x}"
+        );
+    }
+}
+
+/// Freed unused, an import calls its deleter only after the producer's work on
+/// `ready_on` completed.
+#[test]
+fn the_deleter_of_an_unused_import_waits_for_ready_on() {
+    let k = kit_alone();
+    let p = k.stream();
+    let owner = Buffer::alloc(&p, 64).unwrap();
+    let g = gate(&p, &owner);
+    let (t, deleted) = produce(&k.dev, owner.addr, &[64], U8, None);
+    // SAFETY: a live versioned tensor, handed over.
+    drop(unsafe { dlpack::import(&k.dev, t, true, Some(&p)) }.unwrap());
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        deleted.load(Ordering::SeqCst),
+        0,
+        "deleted before ready_on's work ran"
+    );
+    g.open();
+    p.synchronize().unwrap();
+    wait_until("the deleter", || deleted.load(Ordering::SeqCst) == 1);
+}
+
+/// A `ready_on` that is capturing is refused: its work runs only with the graph.
+#[test]
+fn an_import_with_a_capturing_ready_on_is_refused() {
+    let k = kit_alone();
+    let p = k.stream();
+    let owner = Buffer::alloc(&p, 64).unwrap();
+    sluice::capture::capture_begin(&p, sluice::backend::CaptureMode::Relaxed).unwrap();
+    let (t, deleted) = produce(&k.dev, owner.addr, &[64], U8, None);
+    // SAFETY: a live versioned tensor; refused, so still ours.
+    let e = unsafe { dlpack::import(&k.dev, t, true, Some(&p)) }.unwrap_err();
+    assert_eq!(e.code, ErrorCode::CaptureUnsupported, "{e}");
+    assert!(e.message.contains("capturing"), "{e}");
+    sluice::capture::capture_end(&p).unwrap();
+    assert_eq!(
+        deleted.load(Ordering::SeqCst),
+        0,
+        "the caller still owns the tensor"
+    );
+    // SAFETY: refused, so the tensor is still ours to delete, once.
+    unsafe { produced_deleter(t.cast()) };
+    assert_eq!(deleted.load(Ordering::SeqCst), 1);
+}

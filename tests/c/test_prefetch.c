@@ -341,15 +341,12 @@ TEST(prefetch_bad_arguments) {
     CHECK_OK(sluice_device_close(d));
 }
 
-typedef struct {
-    sluice_prefetcher_t pf;
-    atomic_int done;
-} destroyer_t;
-
 static void *destroy_pf(void *p) {
-    destroyer_t *dt = p;
-    CHECK_OK(sluice_prefetcher_destroy(dt->pf));
-    atomic_store(&dt->done, 1);
+    blocked_t *bl = p;
+    sluice_error_t *e = sluice_prefetcher_destroy(bl->pf);
+    atomic_store(&bl->code, e ? (int)sluice_error_code(e) : 0);
+    sluice_error_free(e);
+    atomic_store(&bl->done, 1);
     return NULL;
 }
 
@@ -363,7 +360,7 @@ TEST(prefetch_destroy_waits_for_an_open_fill_that_submit_then_ends) {
     REQUIRE(make_pf(d, 2, &pf));
     sluice_prefetch_fill_t f;
     REQUIRE_OK(sluice_prefetcher_acquire(pf, 1000, &f));
-    destroyer_t dt = {.pf = pf};
+    blocked_t dt = {.pf = pf};
     pthread_t t;
     REQUIRE(pthread_create(&t, NULL, destroy_pf, &dt) == 0);
     sleep_ms(50);
@@ -377,6 +374,7 @@ TEST(prefetch_destroy_waits_for_an_open_fill_that_submit_then_ends) {
     while (!atomic_load(&dt.done) && now_ms() - t0 < 5000.0) sleep_ms(5);
     if (!CHECK(atomic_load(&dt.done))) return; /* a hung destroy: leave its thread */
     pthread_join(t, NULL);
+    CHECK_EQ(atomic_load(&dt.code), 0); /* the destroy succeeded */
     CHECK_ERR(sluice_prefetcher_cancel(pf, &f), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_ERR(sluice_prefetcher_destroy(pf), SLUICE_ERROR_INVALID_HANDLE);
     CHECK_OK(sluice_device_close(d));

@@ -5,15 +5,7 @@ thirty-sixth session's review)."""
 import gc
 import weakref
 
-import pytest
-
 import sluice
-
-
-@pytest.fixture
-def stream():
-    with sluice.Device() as d, sluice.Stream(d) as s:
-        yield s
 
 
 def test_dropped_buffer_is_freed_without_gc(stream):

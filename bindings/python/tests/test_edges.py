@@ -11,16 +11,6 @@ import pytest
 import sluice
 
 
-@pytest.fixture
-def dev():
-    with sluice.Device() as d:
-        yield d
-
-
-@pytest.fixture
-def stream(dev):
-    with sluice.Stream(dev) as s:
-        yield s
 
 
 def test_lazy_sync_handle_is_not_leaked_by_concurrent_first_use(stream):

@@ -12,16 +12,6 @@ import pytest
 import sluice
 
 
-@pytest.fixture
-def dev():
-    with sluice.Device() as d:
-        yield d
-
-
-@pytest.fixture
-def stream(dev):
-    with sluice.Stream(dev) as s:
-        yield s
 
 
 def wait_for(pred, what):
