@@ -346,6 +346,9 @@ pub(crate) struct CaptureCtl {
     pub(crate) forks: Vec<(Arc<Stream>, u64)>,
     /// The first operation rejected during the capture; end reports it.
     pub(crate) poisoned: Option<String>,
+    /// Set by `capture_end` as it takes the forks: a fork's wait that comes later
+    /// does not join.
+    pub(crate) ended: bool,
     /// Device frees requested during the capture, done after it ends.
     pub(crate) deferred_frees: Vec<(Arc<Stream>, u64, Vec<RecRef>)>,
     /// Memory of the buffers the captured ops use.
@@ -543,8 +546,25 @@ fn capture_wait(stream: &Arc<Stream>, rec: &Recording, cid: u64) -> Result<()> {
         let kind = OpKind::WaitEvent;
         trace::op_done(&mut push, stream, obs, kind, Waited::One(rec), None);
     }
-    cap.ctl().forks.push((stream.clone(), 0));
-    stream.capture.join(cap, entry);
+    let mut ctl = cap.ctl();
+    if ctl.ended {
+        // The capture ended since the wait was checked: its end did not collect
+        // this stream, which the driver has taken out of the capture with the rest.
+        drop(ctl);
+        drop(push);
+        drop(entry);
+        return Err(Error::new(
+            ErrorCode::InvalidState,
+            format!(
+                "capture #{cid} ended while {stream:?} waited on one of its events: the \
+                 wait orders nothing"
+            ),
+        ));
+    }
+    // Joined under `ctl`: an end that takes the forks after this takes this one too.
+    ctl.forks.push((stream.clone(), 0));
+    stream.capture.join(cap.clone(), entry);
+    drop(ctl);
     Ok(())
 }
 
@@ -637,6 +657,7 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
     };
     let (forks, poisoned, frees, keep, callbacks) = {
         let mut ctl = cap.ctl();
+        ctl.ended = true;
         (
             std::mem::take(&mut ctl.forks),
             ctl.poisoned.take(),

@@ -28,7 +28,7 @@ import (
 
 const (
 	ckptMagic   = "SLTRAIN\x00"
-	ckptVersion = 2
+	ckptVersion = 3 // 3: Train counts every example loaded, not whole batches
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -38,7 +38,7 @@ type ckptHeader struct {
 	Version uint32
 	Hidden  uint32
 	Batch   uint32
-	Train   uint32 // training examples used (-limit), a multiple of Batch
+	Train   uint32 // training examples loaded (-limit): the shuffle permutes them all
 	// Epochs completed; the next batch is NextBatch (global, counted from the
 	// first epoch: Epochs * Train / Batch at an epoch boundary).
 	Epochs      uint32

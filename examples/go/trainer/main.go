@@ -162,7 +162,7 @@ func modeName(o *options) string {
 	return m + "," + in
 }
 
-func run() error {
+func run() (err error) {
 	o, err := parseFlags()
 	if err != nil {
 		return err
@@ -257,7 +257,7 @@ func run() error {
 	fmt.Printf("model %d-%d-%d: %d parameters, dropout %.2f, SGD lr %g momentum %g; %s\n",
 		inputs, o.hidden, classes, m.nParams, o.drop, o.lr, o.momentum, modeName(o))
 
-	hdr := ckptHeader{Hidden: uint32(o.hidden), Batch: uint32(o.batch), Train: uint32(nTrain),
+	hdr := ckptHeader{Hidden: uint32(o.hidden), Batch: uint32(o.batch), Train: uint32(len(d.trainY)),
 		ShuffleSeed: o.seed, RNGSeed: o.seed, Dropout: hp.dropout, LR: hp.lr, Momentum: hp.mu, WeightDecay: hp.wd}
 	start, maskLoaded := 0, false
 	if o.resume != "" {
@@ -282,13 +282,14 @@ func run() error {
 
 	var lossOut *bufio.Writer
 	if o.losses != "" {
-		f, err := os.Create(o.losses)
-		if err != nil {
-			return err
+		f, ferr := os.Create(o.losses)
+		if ferr != nil {
+			return ferr
 		}
-		defer f.Close()
 		lossOut = bufio.NewWriter(f)
-		defer lossOut.Flush()
+		// The losses are what a resumed run is checked against: a failed write
+		// fails the run.
+		defer func() { err = errors.Join(err, lossOut.Flush(), f.Close()) }()
 	}
 
 	if o.benchInput > 0 {

@@ -43,6 +43,19 @@ func trainer(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// trainerFails runs the trainer with args and wants it to fail with an error
+// that names want; it returns the output.
+func trainerFails(t *testing.T, want string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append(append([]string{}, small...), args...)...)
+	cmd.Env = append(os.Environ(), "TRAINER_TEST_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("trainer %q: %v, want a failure naming %q:\n%s", args, err, want, out)
+	}
+	return string(out)
+}
+
 func read(t *testing.T, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -104,19 +117,20 @@ func TestCorruptCheckpoint(t *testing.T) {
 	if err := os.WriteFile(bad, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{
-		{"-epochs", "2", "-resume", bad},
-		{"-epochs", "2", "-resume", ck, "-lr", "0.01"},
-	} {
-		cmd := exec.Command(os.Args[0], append(append([]string{}, small...), args...)...)
-		cmd.Env = append(os.Environ(), "TRAINER_TEST_MAIN=1")
-		out, err := cmd.CombinedOutput()
-		if err == nil {
-			t.Errorf("trainer %q succeeded:\n%s", args, out)
-		} else {
-			t.Logf("trainer %q failed as it should:\n%s", args, out)
-		}
+	trainerFails(t, "CRC32C", "-epochs", "2", "-resume", bad)
+	trainerFails(t, "-lr", "-epochs", "2", "-resume", ck, "-lr", "0.01")
+	// As many whole batches (16 of 256), but another shuffle: the count of
+	// examples loaded is the checkpoint's, not that of whole batches.
+	trainerFails(t, "-limit", "-epochs", "2", "-resume", ck, "-limit", "4100")
+}
+
+// TestLossesWriteErrorFailsTheRun: the losses are what a resumed run is
+// checked against; a write that fails (no space left) fails the run.
+func TestLossesWriteErrorFailsTheRun(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
 	}
+	trainerFails(t, "no space", "-epochs", "1", "-losses", "/dev/full")
 }
 
 // TestInputRoutingAndBenchModes: copying batches on the training stream into

@@ -21,9 +21,11 @@ fn exec_ref<'a>(raw: u64) -> &'a Mutex<HostExec> {
 }
 
 impl GraphApi for HostDevice {
-    fn capture_begin(&self, stream: u64, _mode: CaptureMode) -> Result<()> {
+    fn capture_begin(&self, stream: u64, mode: CaptureMode) -> Result<()> {
         hit("capture_begin")?;
         let s = stream_ref(stream);
+        // Lock order: the origin's `joined`, then workers' states (as a fork's wait).
+        let mut joined = lock(&s.joined);
         let mut st = lock(&s.worker.state);
         if st.capture.is_some() {
             return Err(Error::new(
@@ -34,22 +36,34 @@ impl GraphApi for HostDevice {
         st.capture = Some(Vec::new());
         st.capture_gen += 1;
         st.capture_invalidated = false;
-        lock(&s.joined).clear();
+        st.capture_thread = (mode != CaptureMode::Relaxed).then(|| std::thread::current().id());
+        joined.clear();
         *lock(&s.origin) = Some(stream);
         Ok(())
     }
 
     fn capture_end(&self, stream: u64) -> Result<u64> {
         let s = stream_ref(stream);
-        let (steps, invalidated) = {
+        // The whole end under the origin's `joined`: a fork's wait, which takes it
+        // first, either joins before the end collects it or sees the capture gone.
+        let mut joined_guard = lock(&s.joined);
+        let (steps, invalidated, wrong_thread) = {
             let mut st = lock(&s.worker.state);
             let steps = st
                 .capture
                 .take()
                 .ok_or_else(|| Error::new(ErrorCode::InvalidState, "stream is not capturing"))?;
-            (steps, std::mem::take(&mut st.capture_invalidated))
+            let wrong_thread = st
+                .capture_thread
+                .take()
+                .is_some_and(|t| t != std::thread::current().id());
+            (
+                steps,
+                std::mem::take(&mut st.capture_invalidated),
+                wrong_thread,
+            )
         };
-        let joined = std::mem::take(&mut *lock(&s.joined));
+        let joined = std::mem::take(&mut *joined_guard);
         *lock(&s.origin) = None;
         let mut streams = vec![(stream, steps)];
         for j in joined {
@@ -58,12 +72,21 @@ impl GraphApi for HostDevice {
             *lock(&js.origin) = None;
             streams.push((j, jsteps));
         }
+        drop(joined_guard);
         // An injected failure still ends the capture, as the driver's does.
         hit("capture_end")?;
         if invalidated {
             return Err(Error::new(
                 ErrorCode::CaptureFailed,
                 "the capture was invalidated: its stream was synchronized while capturing",
+            ));
+        }
+        if wrong_thread {
+            // As cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD.
+            return Err(Error::driver(
+                908,
+                "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD",
+                "ending a capture begun in a mode other than relaxed on another thread",
             ));
         }
         // Every forked stream's last step must be joined on by another stream.

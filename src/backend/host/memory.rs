@@ -40,7 +40,19 @@ impl MemoryApi for HostDevice {
 
     fn host_register(&self, ptr: *mut u8, len: usize) -> Result<()> {
         hit("host_register")?;
-        lock(pinned_ranges()).insert(ptr as u64, len);
+        let (p, end) = (ptr as u64, (ptr as u64).saturating_add(len as u64));
+        let mut ranges = lock(pinned_ranges());
+        let before = ranges.range(..=p).next_back().map(|(&s, &n)| s + n as u64);
+        let after = ranges.range(p..).next().map(|(&s, _)| s);
+        if before.is_some_and(|e| e > p) || after.is_some_and(|s| s < end) {
+            // As cuMemHostRegister: CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED.
+            return Err(Error::driver(
+                712,
+                "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+                "registering host memory that is already page-locked",
+            ));
+        }
+        ranges.insert(p, len);
         Ok(())
     }
 

@@ -65,6 +65,9 @@ struct WorkerState {
     /// Set when the stream was synchronized while capturing: as with CUDA, the
     /// capture is invalidated and its end fails.
     capture_invalidated: bool,
+    /// The thread that began a capture in a mode other than relaxed: as with CUDA,
+    /// only it may end the capture.
+    capture_thread: Option<std::thread::ThreadId>,
 }
 
 /// The shared part of a host stream.

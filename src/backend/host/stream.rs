@@ -23,6 +23,7 @@ impl StreamApi for HostDevice {
                 capture: None,
                 capture_gen: 0,
                 capture_invalidated: false,
+                capture_thread: None,
             }),
             work_cv: Condvar::new(),
             done_cv: Condvar::new(),
@@ -74,7 +75,15 @@ impl StreamApi for HostDevice {
 
     fn stream_query(&self, stream: u64) -> Result<bool> {
         hit("stream_query")?;
-        let st = lock(&stream_ref(stream).worker.state);
+        let mut st = lock(&stream_ref(stream).worker.state);
+        if st.capture.is_some() {
+            // As cuStreamQuery: refused, and the capture is invalidated.
+            st.capture_invalidated = true;
+            return Err(Error::new(
+                ErrorCode::CaptureUnsupported,
+                "stream query on a capturing stream (the capture is invalidated)",
+            ));
+        }
         Ok(st.completed == st.submitted)
     }
 
@@ -129,7 +138,12 @@ impl StreamApi for HostDevice {
             }
             let from_st = stream_ref(from);
             let origin = *lock(&from_st.origin);
-            let origin = origin.filter(|o| live.contains(o));
+            let Some(origin) = origin.filter(|o| live.contains(o)) else {
+                return Ok(());
+            };
+            // The origin's `joined` first, then the states (as capture_end): the
+            // capture cannot end between the check and the join.
+            let mut joined = lock(&stream_ref(origin).joined);
             let capturing_gen = {
                 let st = lock(&from_st.worker.state);
                 st.capture.as_ref().map(|_| st.capture_gen)
@@ -143,13 +157,19 @@ impl StreamApi for HostDevice {
                      a wait cannot cross a capture sequence boundary",
                 ));
             }
-            if let Some(origin) = origin.filter(|_| capturing_gen.is_some()) {
+            if capturing_gen.is_some() && *lock(&from_st.origin) == Some(origin) {
                 let mut me_st = lock(&me.worker.state);
+                if me_st.capture.is_some() {
+                    return Err(Error::new(
+                        ErrorCode::CaptureFailed,
+                        "a stream in one capture cannot join another",
+                    ));
+                }
                 me_st.capture = Some(vec![CapturedStep::Join(from, seq as usize)]);
                 me_st.capture_gen += 1;
                 drop(me_st);
                 *lock(&me.origin) = Some(origin);
-                lock(&stream_ref(origin).joined).push(stream);
+                joined.push(stream);
             }
             return Ok(());
         }
