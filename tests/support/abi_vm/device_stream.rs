@@ -264,7 +264,7 @@ impl Vm {
     }
 
     pub(super) fn op_cache_misc(&mut self, s: &mut Src) {
-        match s.u8() % 3 {
+        match s.u8() % 4 {
             0 => {
                 let c = self.pick(s, K::Cache);
                 let mut x: sluice_graph_cache_stats_t = zeroed();
@@ -283,6 +283,16 @@ impl Vm {
                 self.chk(
                     "graph_cache_set_max_entries",
                     sluice_graph_cache_set_max_entries(gc(c), n),
+                );
+            }
+            2 => {
+                let c = self.pick(s, K::Cache);
+                let key = (s.u8() % 6) as u64;
+                let mut x = false;
+                let p = Self::out(s, &mut x);
+                self.chk(
+                    "graph_cache_contains",
+                    sluice_graph_cache_contains(gc(c), key, p),
                 );
             }
             _ => {
