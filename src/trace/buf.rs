@@ -634,6 +634,7 @@ mod tests {
     /// ran between them (here from inside the iterator of waits) gave the wait to the
     /// next op it formatted, another stream's (the thirty-sixth session's review).
     #[test]
+    #[cfg_attr(miri, ignore)] // writes a trace file
     fn a_drain_during_an_op_takes_its_waits_and_span_together() {
         let _serial = lock(&SERIAL);
         // Streams far from any real stream id.
