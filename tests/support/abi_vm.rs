@@ -170,6 +170,11 @@ pub struct Vm {
     scratch: Vec<u8>,
     tmp: std::path::PathBuf,
     baseline: u64,
+    /// A device handle that no op closes: teardown waits on it for all the work
+    /// the run queued, after every other handle is gone, before it frees the memory
+    /// that work may still write (`host_mem`). Without it, a run that closed every
+    /// device handle left its destroyed streams' work unwaited.
+    anchor: Option<u64>,
     pub calls: u64,
     pub failures: u64,
 }
@@ -288,6 +293,7 @@ impl Vm {
             scratch: vec![0u8; SCRATCH],
             tmp,
             baseline: sluice_live_handles(),
+            anchor: None,
             calls: 0,
             failures: 0,
         }
@@ -316,6 +322,10 @@ impl Vm {
     }
 
     fn boot(&mut self) {
+        let mut a = dev(0);
+        if check_err("device_open_default", sluice_device_open_default(&mut a)) == 0 {
+            self.anchor = Some(a.bits);
+        }
         let mut d = dev(0);
         if self.chk("device_open_default", sluice_device_open_default(&mut d)) == 0 {
             self.add(K::Device, d.bits);

@@ -71,8 +71,9 @@ impl Vm {
                 );
             }
         }
-        // Wait for the devices, then close them.
-        for d in std::mem::take(&mut self.live[K::Device as usize]) {
+        // Wait for the devices, then close them; the anchor last.
+        let devices = std::mem::take(&mut self.live[K::Device as usize]);
+        for d in devices.into_iter().chain(self.anchor.take()) {
             let c = check_err("device_wait_all", sluice_device_wait_all(dev(d)));
             assert!(
                 c == 0 || c == SLUICE_ERROR_CALLBACK_FAILED || c == SLUICE_ERROR_DEVICE_FAULT,
