@@ -291,3 +291,12 @@ func DeleteDLPack(tensor unsafe.Pointer, format DLPackFormat) error {
 	}
 	return nil
 }
+
+// DLPackCapsuleDestructor is the library's PyCapsule destructor for DLPack
+// capsules, as a C function pointer, for Go code that hands ExportDLPack's
+// tensors to CPython (through cgo): PyCapsule_New(tensor, "dltensor_versioned",
+// DLPackCapsuleDestructor()). It runs in native code, also while a Python
+// exception is pending; without a CPython in the process it does nothing.
+func DLPackCapsuleDestructor() unsafe.Pointer {
+	return unsafe.Pointer(C.sluice_dlpack_capsule_destructor)
+}

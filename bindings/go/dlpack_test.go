@@ -270,3 +270,10 @@ func TestTensorRacingClose(t *testing.T) {
 		}
 	}
 }
+
+// The capsule destructor is the library's function.
+func TestDLPackCapsuleDestructor(t *testing.T) {
+	if DLPackCapsuleDestructor() == nil {
+		t.Fatal("no destructor")
+	}
+}

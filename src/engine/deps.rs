@@ -492,15 +492,13 @@ pub(super) fn collect_waits(
         };
         if let Some(home) = &st.alloc_on {
             if home.id != me {
-                // Order this first foreign use after the allocation point (which
-                // precedes any capture the home stream is in).
-                let rec = home.mark_outside_capture()?;
-                match &st.writer {
-                    None => st.writer = Some(rec),
-                    Some(_) => need.add_temp(rec),
+                // This first foreign use follows the allocation point; the op's
+                // own publication then orders later ones.
+                if let Some(rec) = st.order_after_alloc()? {
+                    need.add_temp(rec);
                 }
                 st.alloc_on = None;
-            } else if home.id == me && a.write() {
+            } else if a.write() {
                 st.alloc_on = None;
             }
         }

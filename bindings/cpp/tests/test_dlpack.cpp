@@ -172,3 +172,11 @@ TEST_F(SluiceTest, DLPackErrors) {
   sluice::DLPackTensor empty;
   EXPECT_EQ(sluice::from_dlpack(std::nothrow, dev_, empty).code(), ErrorCode::null_argument);
 }
+
+// The capsule destructor for Python extensions is the library's own; without a
+// CPython in the process it does nothing.
+TEST_F(SluiceTest, DLPackCapsuleDestructorIsTheLibrarys) {
+  EXPECT_EQ(sluice::dlpack_capsule_destructor(), &sluice_dlpack_capsule_destructor);
+  int not_a_capsule = 0;
+  sluice::dlpack_capsule_destructor()(&not_a_capsule);
+}

@@ -504,6 +504,12 @@ TEST_F(SluiceTest, GraphCacheRunsEagerThenCapturesThenReplays) {
   cache.run(43, s, [&](sluice::StreamRef) { ++body_calls; });
   EXPECT_EQ(cache.stats().entries, 2u);
   EXPECT_EQ(body_calls, 3);
+  EXPECT_TRUE(cache.contains(42) && cache.contains(43));
+  EXPECT_FALSE(cache.contains(44));
+  cache.set_max_entries(1);  // keeps the most recently used key
+  EXPECT_FALSE(cache.contains(42));
+  EXPECT_TRUE(cache.contains(43));
+  EXPECT_EQ(cache.stats().entries, 1u);
 
   sluice::GraphCacheRef view = cache;
   EXPECT_EQ(view.stats().eager, 2u);

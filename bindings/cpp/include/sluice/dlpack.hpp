@@ -237,6 +237,14 @@ inline Result<TensorDesc> tensor_desc(std::nothrow_t, BufferRef buffer) {
   return out;
 }
 
+/// The PyCapsule destructor for DLPack capsules made over to_dlpack's tensors by
+/// a Python extension (pybind11, nanobind): `PyCapsule_New(tensor.release(),
+/// "dltensor_versioned", sluice::dlpack_capsule_destructor())`. Native, so it runs
+/// while a Python exception is pending (sluice_dlpack_capsule_destructor).
+inline void (*dlpack_capsule_destructor() noexcept)(void*) {
+  return &sluice_dlpack_capsule_destructor;
+}
+
 #if SLUICE_CPP_EXCEPTIONS
 inline DLPackTensor to_dlpack(BufferRef buffer, StreamRef consumer = {},
                               DLPackFormat format = DLPackFormat::versioned,

@@ -425,6 +425,12 @@ class GraphCacheApi {
     return detail::check(sluice_graph_cache_stats(h(), &s), s);
   }
 
+  /// Whether the cache holds an entry for `key` (warmed up or captured, not evicted).
+  Result<bool> contains(std::nothrow_t, std::uint64_t key) const {
+    bool has = false;
+    return detail::check(sluice_graph_cache_contains(h(), key, &has), has);
+  }
+
   /// Keeps at most `max_entries` keys (0: no limit), evicting the least recently
   /// used ones beyond that. A new cache holds SLUICE_GRAPH_CACHE_MAX keys, else 1024.
   Result<void> set_max_entries(std::nothrow_t, std::size_t max_entries) const {
@@ -437,6 +443,7 @@ class GraphCacheApi {
     run(std::nothrow, key, stream, std::forward<F>(body)).value();
   }
   GraphCacheStats stats() const { return stats(std::nothrow).value(); }
+  bool contains(std::uint64_t key) const { return contains(std::nothrow, key).value(); }
 
   void set_max_entries(std::size_t max_entries) const {
     set_max_entries(std::nothrow, max_entries).value();
