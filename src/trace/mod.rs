@@ -181,13 +181,15 @@ fn init() {
 /// Opens a trace file and starts what goes with it (device sampling, the flush
 /// thread, the exit hook).
 fn open(path: PathBuf, opts: TraceOptions) -> Result<Sink> {
+    // What an earlier trace left in the threads' buffers, forgotten before the
+    // generation moves on: a label that a thread writes for the new generation
+    // (its cache reset by the bump) is then never cleared away.
+    buf::clear_all();
     let generation = GENERATION.fetch_add(1, Ordering::Relaxed) + 1;
     clock::init();
     let s = Sink::create(path.clone(), generation, now_ns()).map_err(|e| {
         Error::invalid_argument(format!("cannot write trace {}: {e}", path.display()))
     })?;
-    // What an earlier trace left in the threads' buffers.
-    buf::clear_all();
     device::enable(opts.device_every);
     register_exit_hook();
     let flusher = std::thread::Builder::new()

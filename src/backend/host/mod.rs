@@ -32,6 +32,31 @@ pub fn device_count() -> u32 {
         .unwrap_or(1)
 }
 
+/// Test knob: `SLUICE_HOST_JITTER_US=n` sleeps each host job's worker for a
+/// pseudo-random 0..n µs before the job runs, to widen race windows under a
+/// fuzzer or a stress test. Off (0) by default.
+fn jitter_us() -> u32 {
+    static JITTER: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *JITTER.get_or_init(|| {
+        std::env::var("SLUICE_HOST_JITTER_US")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .unwrap_or(0)
+            .min(1_000_000)
+    })
+}
+
+/// Sleeps 0..`max` µs, drawn from `state` (xorshift64).
+fn jitter_sleep(state: &mut u64, max: u32) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    let us = *state % (u64::from(max) + 1);
+    if us > 0 {
+        std::thread::sleep(std::time::Duration::from_micros(us));
+    }
+}
+
 /// Opens host device `ordinal`.
 pub fn open(ordinal: u32) -> Result<HostDevice> {
     let count = device_count();
@@ -103,6 +128,8 @@ impl Worker {
     }
 
     fn run(self: Arc<Self>) {
+        let jitter = jitter_us();
+        let mut seed = (Arc::as_ptr(&self) as u64) | 1;
         loop {
             let job = {
                 let mut st = lock(&self.state);
@@ -116,6 +143,9 @@ impl Worker {
                     st = self.work_cv.wait(st).unwrap_or_else(|p| p.into_inner());
                 }
             };
+            if jitter > 0 {
+                jitter_sleep(&mut seed, jitter);
+            }
             // A job never unwinds into the worker loop.
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job()));
             // Release what the job owns (callback user data) before it counts as done.
