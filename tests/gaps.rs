@@ -1,10 +1,12 @@
-//! Gaps found in review (issue 16, and the thirty-sixth session), on the default backend: host in CI,
+//! Gaps found in review (issue 16, the thirty-sixth session, and the frees of
+//! buffers under open foreign ops), on the default backend: host in CI,
 //! cuda on the GPU. The host runs use the backend's test hooks (`faults`), so the
 //! tests of this file run one at a time (`kit_alone`).
 
 mod common;
 use common::kit_alone;
 use sluice::backend::{faults, CaptureMode};
+use sluice::engine::ForeignOp;
 use sluice::{capture, ops, Buffer, ErrorCode, Stream, SyncObject};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -269,4 +271,184 @@ fn a_graph_launch_that_fails_after_queuing_completes_before_its_error() {
     assert_eq!(r.unwrap_err().code, ErrorCode::OutOfMemory);
     assert_eq!(k.read(&m, &x)[0], 2, "the queued graph had not completed");
     l.synchronize().unwrap();
+}
+
+// ---- a buffer freed while a foreign op on it is open --------------------------------
+//
+// The work of an open foreign op (between begin and end) is enqueued on its stream
+// before the end, but known to sluice only at the end, when the op publishes. A
+// buffer freed meanwhile was freed after the uses published so far: its memory went
+// back (to home's block cache, the pinned pool, the owner's release function, or
+// out of registration) while the op's work was still to come. The free now waits
+// for the last open op's end, and is ordered after its work.
+
+/// The foreign op's work: spins this long before it touches the memory.
+const OPEN_OP_SPIN_NS: u64 = 200_000_000;
+
+/// Sets `done` after `OPEN_OP_SPIN_NS` on `s`, as foreign work (no access declared).
+fn slow_foreign_work(s: &Stream, done: &Arc<AtomicBool>) {
+    let d = done.clone();
+    ops::host_callback(
+        s,
+        move || {
+            std::thread::sleep(Duration::from_nanos(OPEN_OP_SPIN_NS));
+            d.store(true, Ordering::SeqCst);
+            0
+        },
+        &[],
+        &[],
+    )
+    .unwrap();
+}
+
+#[test]
+fn device_memory_freed_while_a_foreign_op_writes_it_is_reused_after_the_ops_work() {
+    let k = kit_alone();
+    let (home, other) = (k.stream(), k.stream());
+    let x = k.buffer(&home, W);
+    k.fill(&home, &x, 1, 0);
+    let addr = x.addr;
+    let op = ForeignOp::begin(&other, vec![], vec![x.sync.clone()]).unwrap();
+    drop(x); // freed while the op is open
+             // The op's work: a slow write of the memory, on its stream.
+    k.fill_untracked(&other, addr, W as u64, 2, OPEN_OP_SPIN_NS);
+    op.end().unwrap();
+    let y = k.buffer(&home, W);
+    assert_eq!(
+        y.addr, addr,
+        "home's block cache hands the freed block back"
+    );
+    k.fill(&home, &y, 3, 0);
+    k.dev.wait_all().unwrap();
+    let got = k.read(&home, &y);
+    assert!(
+        got.iter().all(|&v| v == 3),
+        "the open op's write landed in the next buffer of the block (word 0: {})",
+        got[0]
+    );
+}
+
+/// As above, with a read: the op is counted open in its stream's reader slot, and
+/// its end (through the slot, when nothing else is due) must still see the free.
+#[test]
+fn device_memory_freed_while_a_foreign_op_reads_it_is_reused_after_the_ops_work() {
+    let k = kit_alone();
+    let (home, other) = (k.stream(), k.stream());
+    let x = k.buffer(&home, W);
+    k.fill(&home, &x, 1, 0);
+    // Reads on `other` first: the next one goes through its reader slot.
+    for _ in 0..3 {
+        let op = ForeignOp::begin(&other, vec![x.sync.clone()], vec![]).unwrap();
+        op.end().unwrap();
+    }
+    let addr = x.addr;
+    let done = Arc::new(AtomicBool::new(false));
+    let op = ForeignOp::begin(&other, vec![x.sync.clone()], vec![]).unwrap();
+    drop(x);
+    slow_foreign_work(&other, &done);
+    op.end().unwrap();
+    let y = k.buffer(&home, W);
+    assert_eq!(
+        y.addr, addr,
+        "home's block cache hands the freed block back"
+    );
+    // The next write of the block, on home, comes after the read.
+    let after = Arc::new(AtomicBool::new(false));
+    let (d, a) = (done.clone(), after.clone());
+    ops::host_callback(
+        &home,
+        move || {
+            a.store(d.load(Ordering::SeqCst), Ordering::SeqCst);
+            0
+        },
+        &[],
+        std::slice::from_ref(&y.sync),
+    )
+    .unwrap();
+    home.synchronize().unwrap();
+    assert!(
+        after.load(Ordering::SeqCst),
+        "the next buffer of the block was written before the open op's read ended"
+    );
+    k.dev.wait_all().unwrap();
+}
+
+#[test]
+fn pinned_memory_freed_while_a_foreign_op_writes_it_is_handed_out_after_the_ops_work() {
+    let k = kit_alone();
+    let s = k.stream();
+    // A size no other test takes, so the pool hands this very block back.
+    let size = 37 * sluice::memory::PINNED_GRANULARITY;
+    let p = Buffer::alloc_pinned(&k.dev, size).unwrap();
+    let addr = p.addr;
+    let done = Arc::new(AtomicBool::new(false));
+    let op = ForeignOp::begin(&s, vec![], vec![p.sync.clone()]).unwrap();
+    drop(p);
+    slow_foreign_work(&s, &done);
+    op.end().unwrap();
+    let q = Buffer::alloc_pinned(&k.dev, size).unwrap();
+    assert_eq!(q.addr, addr, "the pool hands the freed block back");
+    assert!(
+        done.load(Ordering::SeqCst),
+        "the pool handed the block out before the open op's work ended"
+    );
+    drop(q);
+    s.synchronize().unwrap();
+}
+
+#[test]
+fn registered_memory_freed_while_a_foreign_op_writes_it_stays_registered_until_the_op_ends() {
+    let k = kit_alone();
+    let s = k.stream();
+    let mut host = vec![0u8; 1 << 16];
+    let (ptr, len) = (host.as_mut_ptr(), host.len());
+    // SAFETY: `host` outlives every registration of it below.
+    let r = unsafe { Buffer::register(&k.dev, ptr, len) }.unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let op = ForeignOp::begin(&s, vec![], vec![r.sync.clone()]).unwrap();
+    drop(r);
+    slow_foreign_work(&s, &done);
+    // SAFETY: as above.
+    let again = unsafe { Buffer::register(&k.dev, ptr, len) };
+    assert!(
+        again.is_err(),
+        "unregistered while the op that uses the memory is still open"
+    );
+    op.end().unwrap();
+    assert!(
+        done.load(Ordering::SeqCst),
+        "the op's end returned with the memory unregistered before its work ended"
+    );
+    // SAFETY: as above.
+    let again = unsafe { Buffer::register(&k.dev, ptr, len) }.expect("unregistered at the end");
+    drop(again);
+    drop(host);
+}
+
+#[test]
+fn foreign_memory_freed_while_a_foreign_op_writes_it_is_released_after_the_ops_work() {
+    let k = kit_alone();
+    let s = k.stream();
+    let owner = k.buffer(&s, W); // the memory's owner, alive until the release
+    k.fill(&s, &owner, 0, 0);
+    s.synchronize().unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel::<bool>();
+    let d = done.clone();
+    let release = sluice::memory::Release::new(move || {
+        let _ = tx.send(d.load(Ordering::SeqCst));
+    });
+    let f = Buffer::wrap_device(&k.dev, owner.addr, owner.size, Some(release), None, None).unwrap();
+    let op = ForeignOp::begin(&s, vec![], vec![f.sync.clone()]).unwrap();
+    drop(f);
+    slow_foreign_work(&s, &done);
+    op.end().unwrap();
+    let work_done_at_release = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the release function ran");
+    assert!(
+        work_done_at_release,
+        "the owner's release ran before the open op's work ended"
+    );
+    drop(owner);
 }

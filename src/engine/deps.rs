@@ -198,8 +198,10 @@ impl<'s, 'a> Locked<'s, 'a> {
 
 impl Drop for Locked<'_, '_> {
     /// Lets go of the objects. An orphaned object (its last `Arc` gone) on which
-    /// the holder closed the last open foreign op is freed once let go of (only
-    /// an exclusive hold can see one: no slot reader takes an orphaned object).
+    /// the holder closed the last open foreign op is freed once let go of, and the
+    /// memory of a buffer freed while such ops were open is dropped (freed, after
+    /// every use published by then) once every object is let go of (only an
+    /// exclusive hold can see either: no slot reader takes such an object).
     #[inline(always)]
     fn drop(&mut self) {
         let n = self.set.len();
@@ -220,6 +222,7 @@ impl Locked<'_, '_> {
     #[inline(never)]
     fn release_mixed(&mut self) {
         let mut orphans: SmallVec<[NonNull<SyncCore>; 2]> = SmallVec::new();
+        let mut kept = Vec::new();
         for (i, a) in self.set.iter().enumerate() {
             let obj = a.obj();
             // SAFETY: held since `new`, in the way `fast` says.
@@ -229,6 +232,8 @@ impl Locked<'_, '_> {
                 } else {
                     if obj.last_op_closed() {
                         orphans.push(NonNull::from(&*obj));
+                    } else if let Some(k) = obj.take_kept() {
+                        kept.extend(k);
                     }
                     obj.unlock_exclusive();
                 }
@@ -240,6 +245,9 @@ impl Locked<'_, '_> {
             // last open count closed.
             unsafe { SyncCore::free(core) };
         }
+        // Buffers freed while foreign ops were open: freed now, ordered after
+        // everything published (the ops' ends included). Their drops take objects.
+        drop(kept);
     }
 }
 

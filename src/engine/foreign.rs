@@ -275,8 +275,11 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
             Ok(r) => r,
             Err(e) => {
                 drop(push);
+                // After the host wait: closing the last count may free a buffer
+                // whose free waited for this op (see `SyncCore::keep_while_open`).
+                let e = unrecorded(stream, e);
                 close_open_locked(stream, set, seen);
-                return Err(unrecorded(stream, e));
+                return Err(e);
             }
         };
         if obs.on() {

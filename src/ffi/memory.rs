@@ -78,7 +78,8 @@ pub extern "C" fn sluice_buffer_alloc_pinned(
 /// Registers caller-owned host memory `[ptr, ptr+len)` so copies to and from it are
 /// asynchronous. Ownership: the caller keeps owning the memory and must keep it
 /// alive until `sluice_buffer_free` of the new handle, which waits for copies that
-/// still use it.
+/// still use it (freed while a foreign op on its sync object is open: until that
+/// op's `sluice_op_end`, which then waits for the op's work and unregisters it).
 ///
 /// Errors: `SLUICE_ERROR_NULL_ARGUMENT` (`ptr` or `buffer_out` NULL);
 /// `SLUICE_ERROR_INVALID_HANDLE` (a stale `device`).
@@ -108,9 +109,11 @@ pub type sluice_release_fn = Option<unsafe extern "C" fn(user_data: *mut c_void)
 /// `release_fn(user_data)` (may be NULL) runs exactly once, after
 /// `sluice_buffer_free` of the handle (and the destruction of every graph that
 /// captured the buffer) AND after every use of the buffer that sluice ordered has
-/// completed on the device. It never blocks the freeing thread: when uses are still
-/// in flight it runs later on a library thread ("sluice-release"), otherwise inside
-/// the call that dropped the last reference. It may call sluice and CUDA; it must
+/// completed on the device, including the work of a foreign op open on its sync
+/// object at the free (the release then waits for that op's `sluice_op_end`). It
+/// never blocks the freeing thread: when uses are still in flight it runs later on
+/// a library thread ("sluice-release"), otherwise inside the call that dropped the
+/// last reference (or that `sluice_op_end`). It may call sluice and CUDA; it must
 /// not wait for work that waits on this buffer. Work the owner enqueued itself,
 /// outside sluice, is not tracked: order it with `sluice_op_begin`/`sluice_op_end`
 /// on the buffer's sync object, as for any buffer.
@@ -147,7 +150,12 @@ pub extern "C" fn sluice_buffer_wrap_device(
 
 /// Frees a buffer handle. Ownership: the handle ends now; the memory is released
 /// in stream order after every outstanding use (pinned memory returns to the pool),
-/// or when the last graph that captured it is destroyed.
+/// or when the last graph that captured it is destroyed. While a foreign op on the
+/// buffer's sync object is still open (between `sluice_op_begin` and
+/// `sluice_op_end`), its work is not known yet: the memory is kept until the last
+/// such op ends, and that `sluice_op_end` releases it, ordered after the op's work
+/// too (for registered memory, that `sluice_op_end` waits for the work, as this
+/// call otherwise does).
 ///
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `buffer`, or a second free).
 #[no_mangle]

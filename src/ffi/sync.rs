@@ -168,6 +168,8 @@ pub extern "C" fn sluice_sync_info(
 /// conflicting earlier op on other streams; the host never blocks. Enqueue the
 /// foreign work on `sluice_stream_raw(stream)`, then call `sluice_op_end`.
 /// Ownership: the caller owns the new op handle until `sluice_op_end` consumes it.
+/// A buffer freed while the op is open on its sync object keeps its memory until
+/// the op ends (see `sluice_buffer_free`).
 ///
 /// Thread safety: ops from many threads may run at once. Two conflicting foreign
 /// ops cannot both be open (neither has a recording the other could wait for):
@@ -233,7 +235,9 @@ pub extern "C" fn sluice_op_begin(
 
 /// Ends a foreign op: records one event on its stream and publishes it to every
 /// object of the op. Ownership: the op handle is consumed, also when an error is
-/// returned.
+/// returned. A buffer freed while this op was open on its sync object is released
+/// here, once no foreign op is open on the object any more, ordered after this
+/// op's work (see `sluice_buffer_free`).
 ///
 /// Errors: `SLUICE_ERROR_INVALID_HANDLE` (a stale `op`, or ending it twice).
 #[no_mangle]

@@ -254,8 +254,36 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    /// A buffer freed while foreign ops are counted open on its sync object (begun,
+    /// not ended) is not freed yet: their work is on their streams already, but
+    /// sluice learns of it only when they end and publish. Its memory moves into a
+    /// buffer that the sync object keeps (`SyncCore::keep_while_open`); the end
+    /// that closes the last of those ops drops that buffer, which frees the memory
+    /// as below, ordered after every use published by then, theirs included. True
+    /// when kept (this value then owns nothing).
+    fn keep_while_ops_open(&mut self) -> bool {
+        self.sync.keep_while_open(|| {
+            Box::new(Buffer {
+                device: self.device.clone(),
+                sync: self.sync.clone(),
+                addr: self.addr,
+                size: self.size,
+                kind: self.kind,
+                home: self.home.take(),
+                block_size: self.block_size,
+                release: self.release.take(),
+                tensor: self.tensor.take(),
+            })
+        })
+    }
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
+        if self.keep_while_ops_open() {
+            return;
+        }
         let backend = &self.device.backend;
         trace::memory(
             "free",

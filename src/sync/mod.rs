@@ -153,12 +153,20 @@ pub struct SyncCore {
     /// while foreign ops were still counted open: the op end that closes the last
     /// of them frees the core. No slot reader takes an orphaned core.
     orphaned: AtomicBool,
+    /// Set, with the object held exclusively, when its buffer was freed while
+    /// foreign ops were counted open on it: the op end that closes the last of
+    /// them drops what `kept` holds (see [`SyncCore::keep_while_open`]). No slot
+    /// reader takes such a core either.
+    free_deferred: AtomicBool,
     pub(crate) state: ObjLock<SyncState>,
     /// The memory this object stands for, if sluice owns it (kept alive by graphs).
     pub(crate) owner: OnceLock<std::sync::Weak<dyn std::any::Any + Send + Sync>>,
     /// The `Arc` that owns the core, for a counted reference from an access
     /// ([`ObjRef::to_arc`]); it cannot be upgraded once the core is orphaned.
     arc: std::sync::Weak<SyncObject>,
+    /// The memory of a buffer freed while foreign ops were open on this object,
+    /// kept until the last of them ends (`free_deferred`).
+    kept: Mutex<Vec<Box<dyn Send>>>,
 }
 
 impl Drop for SyncCore {
@@ -312,9 +320,11 @@ impl SyncObject {
                 state: ObjLock::new(state),
                 used: AtomicU32::new(0),
                 orphaned: AtomicBool::new(false),
+                free_deferred: AtomicBool::new(false),
                 slots: AtomicPtr::new(std::ptr::null_mut()),
                 owner: OnceLock::new(),
                 arc: arc.clone(),
+                kept: Mutex::new(Vec::new()),
             });
             SyncObject {
                 // SAFETY: from a box, so not null.
@@ -368,6 +378,46 @@ impl SyncCore {
     pub(crate) unsafe fn last_op_closed(&self) -> bool {
         // SAFETY: the caller's contract.
         self.orphaned.load(Ordering::Relaxed) && unsafe { self.open_ops() } == 0
+    }
+
+    /// Keeps `make()`'s value (the memory of a buffer being freed, which its drop
+    /// frees) while foreign ops are counted open on the object: their work is on
+    /// their streams already but becomes known only when they end and publish, so
+    /// the op end that closes the last of them drops it, after publishing (see
+    /// [`SyncCore::take_kept`]). False, with `make` not called, when no op is open.
+    pub(crate) fn keep_while_open(&self, make: impl FnOnce() -> Box<dyn Send>) -> bool {
+        let _held = self.exclusive();
+        // SAFETY: held exclusively.
+        if unsafe { self.open_ops() } == 0 {
+            return false;
+        }
+        let kept = make();
+        self.kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(kept);
+        // Seen by every slot reader after this hold: none takes the core now, so
+        // every open op closes its count with the object held exclusively.
+        self.free_deferred.store(true, Ordering::Relaxed);
+        true
+    }
+
+    /// What [`SyncCore::keep_while_open`] kept, once no foreign op is counted open
+    /// any more: the caller, which closed the last open count, drops it after
+    /// letting go of every object it holds.
+    ///
+    /// # Safety
+    /// The caller holds the object exclusively.
+    #[inline(always)]
+    pub(crate) unsafe fn take_kept(&self) -> Option<Vec<Box<dyn Send>>> {
+        // SAFETY: the caller's contract.
+        if !self.free_deferred.load(Ordering::Relaxed) || unsafe { self.open_ops() } != 0 {
+            return None;
+        }
+        self.free_deferred.store(false, Ordering::Relaxed);
+        Some(std::mem::take(
+            &mut *self.kept.lock().unwrap_or_else(|p| p.into_inner()),
+        ))
     }
 
     /// Holds the object exclusively: the state's lock, then every slot in use.
@@ -443,8 +493,9 @@ impl SyncCore {
 
     /// Takes reader slot `i` for a read by stream `me`, when the read can go through
     /// the slot alone: `me` owns the slot, no exclusive holder is there or waiting,
-    /// the object is no fresh allocation and it is not orphaned (an op closing its
-    /// count there must see whether it was the last). Never waits.
+    /// the object is no fresh allocation and it is neither orphaned nor keeping a
+    /// freed buffer's memory (an op closing its count there must see whether it
+    /// was the last). Never waits.
     ///
     /// Completed recordings are pruned only by exclusive holders: a slot reader
     /// skips a writer known complete instead (`waits_for_slot`). Requiring a prune
@@ -507,6 +558,7 @@ impl SyncCore {
             // SAFETY: the slot is held, so no exclusive holder writes the state (it
             // must take this slot first); the slot's own state is ours.
             let ok = !self.orphaned.load(Ordering::Relaxed)
+                && !self.free_deferred.load(Ordering::Relaxed)
                 && unsafe { self.state.get_shared() }.alloc_on.is_none()
                 && unsafe { slot.get() }.owner == me;
             (!ok).then_some(SlotMiss::Exclusive)
@@ -634,6 +686,8 @@ mod layout {
         let st = unsafe { o.state.get_shared() };
         for (name, at) in [
             ("used", &o.used as *const _ as usize),
+            ("orphaned", &o.orphaned as *const _ as usize),
+            ("free_deferred", &o.free_deferred as *const _ as usize),
             ("slots", &o.slots as *const _ as usize),
             ("writer", &st.writer as *const _ as usize),
             ("alloc_on", &st.alloc_on as *const _ as usize),

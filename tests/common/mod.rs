@@ -126,11 +126,34 @@ impl Kit {
 
     /// buf[i] = value for all i, after spinning `spin_ns` on the device.
     pub fn fill(&self, s: &Stream, buf: &Buffer, value: u32, spin_ns: u64) {
-        let n = words(buf);
-        let w = [buf.sync.clone()];
+        self.fill_at(
+            s,
+            buf.addr,
+            words(buf),
+            value,
+            spin_ns,
+            std::slice::from_ref(&buf.sync),
+        )
+    }
+
+    /// `words` u32 at device address `addr` = value, after spinning; declares no
+    /// access (foreign work, which the caller orders, e.g. inside a foreign op).
+    pub fn fill_untracked(&self, s: &Stream, addr: u64, words: u64, value: u32, spin_ns: u64) {
+        self.fill_at(s, addr, words, value, spin_ns, &[])
+    }
+
+    fn fill_at(
+        &self,
+        s: &Stream,
+        addr: u64,
+        n: u64,
+        value: u32,
+        spin_ns: u64,
+        w: &[Arc<SyncObject>],
+    ) {
         match &self.funcs {
             Some(f) => {
-                let (mut p, mut n, mut v, mut sp) = (buf.addr, n, value, spin_ns);
+                let (mut p, mut n, mut v, mut sp) = (addr, n, value, spin_ns);
                 let mut args = [
                     &mut p as *mut u64 as *mut c_void,
                     &mut n as *mut u64 as *mut c_void,
@@ -138,16 +161,17 @@ impl Kit {
                     &mut sp as *mut u64 as *mut c_void,
                 ];
                 // SAFETY: args match sluice_spin_fill's parameters.
-                unsafe { ops::launch(s, &f.spin_fill, dims(n), &mut args, &[], &w) }
+                unsafe { ops::launch(s, &f.spin_fill, dims(n), &mut args, &[], w) }
                     .expect("launch spin_fill");
             }
             None => {
-                let a = Addr(buf.addr);
+                let a = Addr(addr);
                 ops::host_callback(
                     s,
                     move || {
                         spin(spin_ns);
-                        // SAFETY: the engine orders this write; the buffer outlives it.
+                        // SAFETY: the engine (or the caller) orders this write; the
+                        // memory outlives it.
                         let d = unsafe {
                             std::slice::from_raw_parts_mut(a.get() as *mut u32, n as usize)
                         };
@@ -155,7 +179,7 @@ impl Kit {
                         0
                     },
                     &[],
-                    &w,
+                    w,
                 )
                 .expect("host fill");
             }
