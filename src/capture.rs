@@ -42,13 +42,21 @@ impl CaptureSlot {
         self.active.store(true, Ordering::Release);
     }
 
-    /// Leaves the capture. Not under the stream's push lock: dropping the entry
-    /// recording may take it.
-    fn leave(&self) {
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    /// Leaves the capture; the caller holds the stream's push lock (as `join`),
+    /// so that an op that checked its route under that lock finished inside the
+    /// capture, and one that takes the lock later finds the stream out of it.
+    /// Returns the capture and the entry recording, for the caller to drop once it
+    /// has let go of the push lock: dropping a recording may take it.
+    #[must_use]
+    fn leave(&self) -> (Option<Arc<Capture>>, Option<RecRef>) {
+        let cap = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         self.active.store(false, Ordering::Release);
         let entry = self.entry.lock().unwrap_or_else(|p| p.into_inner()).take();
-        drop(entry);
+        (cap, entry)
     }
 }
 
@@ -113,7 +121,8 @@ impl Stream {
 
     /// Under the push lock: an op routed as captured (or not) finds the stream
     /// so, or fails with nothing enqueued (another thread forked the stream into
-    /// a capture, by a wait on a captured event, after the op was routed).
+    /// a capture, by a wait on a captured event, or ended its capture, after the op
+    /// was routed).
     #[inline(always)]
     pub(crate) fn check_routed(&self, captured: bool) -> Result<()> {
         if self.is_capturing() == captured {
@@ -129,8 +138,9 @@ impl Stream {
             ErrorCode::InvalidState,
             format!(
                 "{self:?} {} a graph capture on another thread while this op was issued on \
-                 it; nothing was enqueued (order the fork and the op on one thread)",
-                if captured { "left" } else { "joined" }
+                 it; nothing was enqueued (order the {} and the op on one thread)",
+                if captured { "left" } else { "joined" },
+                if captured { "capture's end" } else { "fork" }
             ),
         )
     }
@@ -655,9 +665,30 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
             ))
         }
     };
-    let (forks, poisoned, frees, keep, callbacks) = {
+    // Marked ended first: from here on no stream forks into the capture (a fork
+    // joins under `ctl` unless it is ended), so its participants are known.
+    let forked: Vec<Arc<Stream>> = {
         let mut ctl = cap.ctl();
         ctl.ended = true;
+        ctl.forks.iter().map(|f| f.0.clone()).collect()
+    };
+    let mut parts: Vec<&Arc<Stream>> = std::iter::once(stream).chain(&forked).collect();
+    parts.sort_unstable_by_key(|s| s.id);
+    parts.dedup_by_key(|s| s.id);
+    // Every participant's push lock is held from the check of the forks' joins until
+    // each has left, as a stream joins a capture under its push lock: an op routed
+    // into the capture (`check_routed`) either finished inside it before the end
+    // (and counts in the joins checked below) or, taking the lock after the end,
+    // finds its stream out of it and enqueues nothing. Lock order: these push
+    // locks in stream id order, then `ctl` (an op's begin and a fork's wait take
+    // `ctl` under their push lock). This is the one place that holds several
+    // push locks; nowhere does a thread wait for one while holding another (a
+    // recording of another pool is dropped after the lock goes, `event::Publish`),
+    // so the id order cannot deadlock. Sync objects and a capture's `touched`,
+    // which come before a push lock, are taken only after these go.
+    let held: Vec<_> = parts.iter().map(|s| s.push_lock()).collect();
+    let (forks, poisoned, frees, keep, callbacks) = {
+        let mut ctl = cap.ctl();
         (
             std::mem::take(&mut ctl.forks),
             ctl.poisoned.take(),
@@ -666,22 +697,20 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
             ctl.callbacks,
         )
     };
+    let seq_of = |id: u64| parts.iter().position(|p| p.id == id).map(|i| held[i].seq);
     let unjoined: Vec<u64> = forks
         .iter()
-        .filter(|(s, joined)| s.last_seq() > *joined)
+        .filter(|(s, joined)| seq_of(s.id).is_some_and(|seq| seq > *joined))
         .map(|(s, _)| s.id)
         .collect();
-    let ended = stream.push(|| {
-        let r = stream.device.backend.capture_end(stream.raw);
-        let ok = r.is_ok() && unjoined.is_empty() && poisoned.is_none();
-        trace::capture_mark(stream, false, cap.id, ok);
-        r
-    });
+    let ended = stream.device.backend.capture_end(stream.raw);
+    let ok = ended.is_ok() && unjoined.is_empty() && poisoned.is_none();
+    trace::capture_mark(stream, false, cap.id, ok);
     // Whatever happened, every participant leaves the capture.
-    for s in std::iter::once(stream).chain(forks.iter().map(|f| &f.0)) {
-        s.capture.leave();
-    }
+    let left: Vec<_> = parts.iter().map(|s| s.capture.leave()).collect();
     stream.set_capture_origin(false);
+    drop(held);
+    drop(left);
     captures()
         .lock()
         .unwrap_or_else(|p| p.into_inner())

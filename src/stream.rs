@@ -196,7 +196,8 @@ impl Stream {
     /// the stream is enqueued under it, one op's waits, work and recording together.
     /// The CUDA driver does not keep stream order when one thread launches a graph
     /// on a stream while another enqueues on it (docs/decisions.md, "Stream order
-    /// and graph launches"). Lock order: sync objects, then one push lock.
+    /// and graph launches"). Lock order: sync objects, then one push lock (a
+    /// capture's end alone holds several, in stream id order: `capture_end`).
     #[inline(always)]
     pub(crate) fn push_lock(&self) -> ObjGuard<'_, PoolInner> {
         self.pool.inner.lock()

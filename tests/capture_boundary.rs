@@ -2,10 +2,11 @@
 //! session's review): a fresh allocation whose home stream captures, a foreign op
 //! begun outside a capture and ended inside it, host waits with two captures on
 //! one object, and a stream forked into a capture while another thread issues
-//! ops on it.
+//! ops on it; and (failed before the thirty-seventh session) ops on a forked
+//! stream while another thread ends the capture.
 
 mod common;
-use common::kit;
+use common::{kit, kit_alone};
 use sluice::backend::CaptureMode;
 use sluice::capture;
 
@@ -189,4 +190,178 @@ fn fork_into_capture_racing_an_op_never_publishes_a_captured_recording() {
         "captured recording leaked into the real state ({rounds} rounds): {}",
         l.unwrap()
     );
+}
+
+/// A capture on S with F forked into it (a wait on S's event) and joined back
+/// (S waits on F's), ended on another thread that pauses in the host backend's
+/// end after the streams have left the backend's capture (the `capture_end` hook),
+/// i.e. before the core has taken F out. Runs `during` on this thread in that
+/// window and returns its result with the end's.
+fn during_the_end_of_a_fork<R>(
+    s: &std::sync::Arc<sluice::Stream>,
+    f: &std::sync::Arc<sluice::Stream>,
+    during: impl FnOnce() -> R,
+) -> (R, sluice::Result<()>) {
+    use sluice::backend::faults;
+    use std::time::{Duration, Instant};
+    capture::capture_begin(s, CaptureMode::Relaxed).unwrap();
+    let ev = s.record(false).unwrap();
+    f.wait_event(&ev).unwrap();
+    assert!(f.is_capturing(), "the wait forked F into the capture");
+    let back = f.record(false).unwrap();
+    s.wait_event(&back).unwrap();
+    let begun = faults::pauses_begun();
+    faults::pause_next("capture_end", Duration::from_millis(200));
+    let s2 = s.clone();
+    let end = std::thread::spawn(move || capture::capture_end(&s2).map(drop));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while faults::pauses_begun() == begun {
+        assert!(Instant::now() < deadline, "the end never reached its hook");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The backend has ended the capture; the end has not returned.
+    let r = during();
+    (r, end.join().unwrap())
+}
+
+/// An op on a forked stream racing the capture's end: routed as captured (F
+/// still captured when it looked), and issued after the backend's capture ended,
+/// so it cannot land in the capture: it must fail with nothing enqueued, or run
+/// for real and be ordered as such. Before the
+/// thirty-seventh session the end took F out of the capture outside F's push lock:
+/// the op passed its route check, its work ran for real (the backend's capture had
+/// ended), and its recording went only to the ended capture's copy of the object's
+/// state, so a later read on another stream did not wait for the write.
+#[test]
+fn op_on_a_fork_racing_capture_end_runs_ordered_or_fails_with_nothing_enqueued() {
+    let k = kit_alone();
+    if k.dev.kind() != sluice::BackendKind::Host {
+        return; // the pause is a host backend hook
+    }
+    let (s, f, t) = (k.stream(), k.stream(), k.stream());
+    let x = k.buffer(&t, N);
+    k.fill(&t, &x, 1, 0);
+    t.synchronize().unwrap();
+    let a = Addr(x.addr);
+    let xs = x.sync.clone();
+    let (r, ended) = during_the_end_of_a_fork(&s, &f, || {
+        sluice::ops::host_callback(
+            &f,
+            move || {
+                // Longer than the end's pause: the write lands after the end returns.
+                std::thread::sleep(std::time::Duration::from_millis(800));
+                // SAFETY: x outlives this callback (the test synchronizes F).
+                let d = unsafe { std::slice::from_raw_parts_mut(a.get() as *mut u32, N) };
+                d.fill(9);
+                0
+            },
+            &[],
+            &[xs],
+        )
+    });
+    ended.expect("the capture (F joined back) ends fine");
+    assert!(!f.is_capturing());
+    // Read on T: ordered after every real write the engine knows of.
+    let seen = k.read(&t, &x);
+    f.synchronize().unwrap();
+    let now = k.read(&t, &x);
+    match r {
+        Ok(()) => {
+            // Not in the graph (F's last captured work was joined back before it):
+            // it ran for real, so a read on T must come after it.
+            assert!(
+                seen.iter().all(|&v| v == 9),
+                "the op on F returned Ok during the capture's end, and a read on T \
+                 overtook its write: x[0] = {} (then {} after synchronizing F)",
+                seen[0],
+                now[0]
+            );
+        }
+        Err(e) => {
+            assert_eq!(e.code, sluice::ErrorCode::InvalidState, "{e}");
+            assert!(
+                now.iter().all(|&v| v == 1),
+                "the op on F failed ({e}), but something ran: x[0] = {}",
+                now[0]
+            );
+        }
+    }
+}
+
+/// An event recorded on a forked stream while another thread ends the capture is
+/// recorded inside the capture (and the end then reports F unjoined) or outside
+/// it, and is then an ordinary recording another stream can wait on. Before the
+/// thirty-seventh session the backend recorded it outside the capture, but the core
+/// marked it as the ended capture's: every wait on it was refused.
+#[test]
+fn record_on_a_fork_racing_capture_end_is_marked_as_where_it_was_recorded() {
+    let k = kit_alone();
+    if k.dev.kind() != sluice::BackendKind::Host {
+        return; // the pause is a host backend hook
+    }
+    let (s, f, t) = (k.stream(), k.stream(), k.stream());
+    let (rec, ended) = during_the_end_of_a_fork(&s, &f, || f.record(false).unwrap());
+    ended.expect("the record is no work: the capture ends fine");
+    assert!(
+        !rec.in_capture(),
+        "recorded after the backend's capture ended, marked as the capture's"
+    );
+    t.wait_event(&rec)
+        .expect("a wait on a recording made outside any capture");
+    rec.synchronize().unwrap();
+}
+
+/// As above with no hook: a thread records on a forked stream over and over
+/// while the capture ends, many rounds. A recording marked as the capture's, made
+/// after F was joined back, leaves F unjoined, so the end must fail; one marked as
+/// made outside any capture must be one another stream can wait on.
+#[test]
+fn records_on_a_fork_racing_capture_end_repeatedly() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let k = kit();
+    let (s, f, t) = (k.stream(), k.stream(), k.stream());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut rounds = 0u64;
+    while std::time::Instant::now() < deadline {
+        rounds += 1;
+        capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+        let ev = s.record(false).unwrap();
+        f.wait_event(&ev).unwrap();
+        let back = f.record(false).unwrap();
+        s.wait_event(&back).unwrap();
+        let go = Arc::new(AtomicBool::new(false));
+        let recorder = {
+            let (f, go) = (f.clone(), go.clone());
+            std::thread::spawn(move || {
+                while !go.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                let mut recs = Vec::new();
+                for _ in 0..64 {
+                    recs.push(f.record(false).unwrap());
+                    if !f.is_capturing() {
+                        break;
+                    }
+                }
+                recs
+            })
+        };
+        go.store(true, Ordering::Release);
+        let ended = capture::capture_end(&s);
+        let recs = recorder.join().unwrap();
+        assert!(!f.is_capturing());
+        let captured_after_join = recs.iter().filter(|r| r.in_capture()).count();
+        assert!(
+            ended.is_err() || captured_after_join == 0,
+            "round {rounds}: the capture ended fine, yet {captured_after_join} recording(s) \
+             made on F after it was joined back are marked as the capture's"
+        );
+        for r in recs.iter().filter(|r| !r.in_capture()) {
+            if let Err(e) = t.wait_event(r) {
+                panic!("round {rounds}: a recording made outside the capture was refused: {e}");
+            }
+        }
+    }
+    t.synchronize().unwrap();
 }

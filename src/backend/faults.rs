@@ -1,14 +1,15 @@
 //! Test hooks of the host backend: fault injection (fail the N-th call of an entry
-//! point) and a ledger of the backend objects and bytes alive. Off, each hook is one
-//! relaxed atomic load. Reached from Rust tests only (`sluice::backend::faults`),
-//! never from the C ABI.
+//! point), a pause at one call's hook (to hold a race window open), and a ledger of
+//! the backend objects and bytes alive. Off, each hook is one relaxed atomic load.
+//! Reached from Rust tests only (`sluice::backend::faults`), never from the C ABI.
 
 use crate::error::{Error, ErrorCode, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
-/// True while a plan is armed or the ledger is on.
+/// True while a plan or a pause is armed or the ledger is on.
 static ON: AtomicBool = AtomicBool::new(false);
 
 /// What the ledger counts.
@@ -41,6 +42,9 @@ struct State {
     calls: HashMap<&'static str, u64>,
     injected: u64,
     live: HashMap<u64, (Kind, usize)>,
+    /// (entry point, how long): the next call of it pauses at its hook.
+    pause: Option<(&'static str, Duration)>,
+    pauses_begun: u64,
 }
 
 fn state() -> MutexGuard<'static, State> {
@@ -51,7 +55,10 @@ fn state() -> MutexGuard<'static, State> {
 }
 
 fn update_on(s: &State) {
-    ON.store(s.tracking || s.plan.is_some(), Ordering::Relaxed);
+    ON.store(
+        s.tracking || s.plan.is_some() || s.pause.is_some(),
+        Ordering::Relaxed,
+    );
 }
 
 /// Turns the ledger on or off (off also forgets what it counted).
@@ -80,6 +87,20 @@ pub fn disarm() -> u64 {
     s.plan = None;
     update_on(&s);
     s.injected
+}
+
+/// The next call of `entry` pauses for `d` at its hook, then goes on as armed
+/// (one call; to hold a race window open, e.g. `capture_end`'s hook runs after the
+/// streams left the backend's capture). [`pauses_begun`] counts the pauses begun.
+pub fn pause_next(entry: &'static str, d: Duration) {
+    let mut s = state();
+    s.pause = Some((entry, d));
+    update_on(&s);
+}
+
+/// How many pauses armed by [`pause_next`] have begun.
+pub fn pauses_begun() -> u64 {
+    state().pauses_begun
 }
 
 /// Calls per entry point since `arm`.
@@ -117,6 +138,17 @@ pub(crate) fn hit(entry: &'static str) -> Result<()> {
 #[inline(never)]
 fn hit_slow(entry: &'static str) -> Result<()> {
     let mut s = state();
+    if let Some((e, d)) = s.pause {
+        if e == entry {
+            s.pause = None;
+            s.pauses_begun += 1;
+            update_on(&s);
+            // Not under the state's lock: other hooks go on meanwhile.
+            drop(s);
+            std::thread::sleep(d);
+            s = state();
+        }
+    }
     let Some((target, nth, code)) = s.plan else {
         return Ok(());
     };
