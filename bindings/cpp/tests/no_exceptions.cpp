@@ -199,8 +199,9 @@ int main(int argc, char** argv) {
         std::nothrow, *dev, {2, {8}, [](sluice::Fill& f) {
           if (f.seq() == 1) return sluice::FillResult::failed;
           if (f.seq() >= 3) return sluice::FillResult::end;
-          return f.set_len(std::nothrow, 0, 8).ok() ? sluice::FillResult::ready
-                                                    : sluice::FillResult::failed;
+          sluice::Fill moved = std::move(f);  // the length follows the moved-to Fill
+          return moved.set_len(std::nothrow, 0, 8).ok() ? sluice::FillResult::ready
+                                                        : sluice::FillResult::failed;
         }});
     CHECK(pull.ok());
     if (!pull) return 1;
@@ -215,6 +216,7 @@ int main(int argc, char** argv) {
         continue;
       }
       if (!r->has_value()) break;
+      CHECK((*r)->len(0) == 8);
       ++got;
     }
     CHECK(got == 2 && failed == 1);

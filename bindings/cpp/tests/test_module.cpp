@@ -16,6 +16,25 @@ TEST_F(SluiceTest, ModuleLoadIsUnsupportedOnHost) {
                       ErrorCode::unsupported);
 }
 
+// Module::load(std::string) passes size() bytes, not the terminator too (a cubin or
+// fatbin read into a string is exactly its bytes; the library adds PTX's NUL where
+// it is missing). Observable on host: an empty string is an empty image, refused
+// before the backend, as a 1-byte image (its NUL) would not be.
+TEST_F(SluiceTest, ModuleLoadOfAStringPassesItsSizeOnly) {
+  auto empty = sluice::Module::load(std::nothrow, dev_, std::string());
+  ASSERT_EQ(empty.code(), ErrorCode::invalid_argument) << empty.error().message();
+  EXPECT_TRUE(contains(empty.error().message(), "empty")) << empty.error().message();
+  EXPECT_SLUICE_THROW(sluice::Module::load(dev_, std::string()), ErrorCode::invalid_argument);
+  // The same as an empty byte view; a one-byte image (a lone NUL) reaches the backend.
+  EXPECT_EQ(sluice::Module::load(std::nothrow, dev_, sluice::ByteView()).code(),
+            ErrorCode::invalid_argument);
+  const char nul = '\0';
+  EXPECT_EQ(sluice::Module::load(std::nothrow, dev_, &nul, 1).code(), ErrorCode::unsupported);
+  // A binary image with an embedded NUL and no terminator goes through whole.
+  const std::string cubin("\x7f" "ELF\x02\x01\x01\0\0\0", 10);
+  EXPECT_EQ(sluice::Module::load(std::nothrow, dev_, cubin).code(), ErrorCode::unsupported);
+}
+
 TEST_F(SluiceTest, LaunchWithoutAFunction) {
   sluice::Stream s = sluice::Stream::create(dev_);
   sluice::Function none;

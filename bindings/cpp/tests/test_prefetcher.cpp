@@ -685,6 +685,66 @@ TEST_F(SluiceTest, PullModeFillRefusesSubmitAndCancel) {
   EXPECT_EQ(cancel_code.load(), static_cast<int>(ErrorCode::invalid_state));
 }
 
+// The lengths follow the Fill wherever the callable moves it: into another Fill,
+// into a lambda it calls, into an object kept past the call (which the call's end
+// makes inactive), or into one destroyed before the call returns. A moved-from
+// Fill's set_len no longer reaches the batch.
+TEST_F(SluiceTest, PullModeFillMovedByTheCallableKeepsItsLengths) {
+  sluice::Stream s = sluice::Stream::create(dev_);
+  std::optional<Fill> kept;  // touched only on the (one) producer thread
+  std::atomic<int> kept_active_after_return{-1};
+  Prefetcher pf = Prefetcher::create(
+      dev_, {1, {64, 8}, [&](Fill& f) {
+               switch (f.seq()) {
+                 case 0: {  // into another Fill
+                   Fill g = std::move(f);
+                   EXPECT_FALSE(f.active());
+                   EXPECT_TRUE(g.active());
+                   g.set_len(0, 11);
+                   g.set_len(1, 3);
+                   f.set_len(0, 1);  // the moved-from object: not the batch's
+                   EXPECT_EQ(g.len(0), 11u);
+                   return FillResult::ready;
+                 }
+                 case 1: {  // into a lambda that sets them
+                   auto body = [h = std::move(f)]() mutable {
+                     h.set_len(0, 22);
+                     std::vector<std::int64_t> rows{0, 0};
+                     std::byte src[2] = {};
+                     h.gather_rows(1, ByteView(src, 2), 1, rows);
+                   };
+                   body();
+                   return FillResult::ready;
+                 }
+                 case 2:  // into an object that outlives the call
+                   kept.emplace(std::move(f));
+                   kept->set_len(0, 33);
+                   kept->set_len(1, 8);
+                   return FillResult::ready;
+                 case 3: {  // into one destroyed before the call returns
+                   kept_active_after_return = kept->active() ? 1 : 0;
+                   kept.reset();
+                   { Fill g = std::move(f); g.set_len(0, 44); }
+                   Fill back;
+                   back = std::move(f);  // an inactive fill: nothing to take over
+                   return FillResult::ready;
+                 }
+                 default:
+                   return FillResult::end;
+               }
+             }});
+  const std::vector<std::pair<std::size_t, std::size_t>> want{{11, 3}, {22, 2}, {33, 8}, {44, 0}};
+  for (std::uint64_t q = 0; q < want.size(); ++q) {
+    std::optional<Batch> b = pf.next(s);
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->seq(), q);
+    EXPECT_EQ(b->len(0), want[q].first) << "batch " << q;
+    EXPECT_EQ(b->len(1), want[q].second) << "batch " << q;
+  }
+  EXPECT_FALSE(pf.next(s));
+  EXPECT_EQ(kept_active_after_return.load(), 0) << "the call's end ends a moved-to Fill";
+}
+
 // --- errors and ownership ------------------------------------------------------------------
 
 TEST_F(SluiceTest, PrefetcherArgumentErrors) {

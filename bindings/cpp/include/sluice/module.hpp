@@ -105,9 +105,11 @@ class Function
 /// handle and its functions are destroyed.
 class Module : public detail::Owner<Module, sluice_module_t, sluice_module_unload> {
  public:
-  /// Loads an image. A failed JIT compile gives ErrorCode::module_load with the
-  /// JIT log in the message. PTX text must end with its NUL (or pass a std::string,
-  /// whose terminator is included). The image stays the caller's and is only read
+  /// Loads an image of `len` bytes. A failed JIT compile gives
+  /// ErrorCode::module_load with the JIT log in the message. PTX text needs no
+  /// terminating NUL (the library adds one where the last byte is not NUL); a cubin
+  /// or fatbin is exactly its bytes. An empty image gives
+  /// ErrorCode::invalid_argument. The image stays the caller's and is only read
   /// during the call; the returned Module owns the handle and unloads it once it
   /// and its functions are destroyed.
   static Result<Module> load(std::nothrow_t, DeviceRef device, const void* image,
@@ -123,9 +125,11 @@ class Module : public detail::Owner<Module, sluice_module_t, sluice_module_unloa
     return load(std::nothrow, device, image.data(), image.size());
   }
 
-  /// Loads PTX text; the terminating NUL is passed along.
-  static Result<Module> load(std::nothrow_t, DeviceRef device, const std::string& ptx) {
-    return load(std::nothrow, device, ptx.c_str(), ptx.size() + 1);
+  /// Loads the image held in a string, PTX text or the bytes of a cubin or fatbin:
+  /// its size() bytes, without the string's terminator (which would lie one byte
+  /// past a binary image; PTX gets its NUL from the library).
+  static Result<Module> load(std::nothrow_t, DeviceRef device, const std::string& image) {
+    return load(std::nothrow, device, image.data(), image.size());
   }
 
   /// Compiles CUDA C `source` with NVRTC and loads the result
@@ -172,8 +176,8 @@ class Module : public detail::Owner<Module, sluice_module_t, sluice_module_unloa
   static Module load(DeviceRef device, ByteView image) {
     return load(std::nothrow, device, image).value();
   }
-  static Module load(DeviceRef device, const std::string& ptx) {
-    return load(std::nothrow, device, ptx).value();
+  static Module load(DeviceRef device, const std::string& image) {
+    return load(std::nothrow, device, image).value();
   }
   static Module compile(DeviceRef device, const char* source, const char* name = nullptr,
                         const std::vector<std::string>& options = {}) {

@@ -143,6 +143,15 @@ template <class Self>
 class PrefetcherApi;
 struct FillFnBox;
 
+/// A pull-mode fill's tie to its call: the C record the library reads when the
+/// fill callable returns, and the Fill that holds the fill now (moves hand it on,
+/// destroying or releasing that Fill lets go of it). It lives on the trampoline's
+/// stack, for the call.
+struct PullLink {
+  sluice_prefetch_fill_t* rec;
+  Fill* holder;
+};
+
 }  // namespace detail
 
 /// Copies rows `rows` (of `row_bytes` bytes each) of `src` into `dst`, one after
@@ -178,7 +187,10 @@ inline void gather_rows(MutableByteView dst, ByteView src, std::size_t row_bytes
 /// prefetcher: do not touch it after submit()/cancel(), and do not let the Fill
 /// outlive the Prefetcher (destroying the prefetcher frees the memory). A Fill
 /// given to a fill callable is valid only during that call; the callable's return
-/// value takes the place of submit()/cancel().
+/// value takes the place of submit()/cancel(). The callable may move it (into
+/// another Fill, a lambda, an object that outlives the call): the lengths are those
+/// set on whichever Fill holds the batch, and once the call returns that Fill is
+/// inactive and its set_len no longer reaches the batch.
 class Fill {
  public:
   /// An empty fill (inactive; submit() and cancel() report errors).
@@ -187,6 +199,7 @@ class Fill {
   Fill& operator=(const Fill&) = delete;
   /// Takes over `other`'s open fill; `other` becomes inactive.
   Fill(Fill&& other) noexcept : pf_(other.pf_), f_(other.f_), state_(other.state_) {
+    take_link(other);
     other.pf_ = sluice_prefetcher_t{};
     other.state_ = State::done;
   }
@@ -197,6 +210,7 @@ class Fill {
       pf_ = other.pf_;
       f_ = other.f_;
       state_ = other.state_;
+      take_link(other);
       other.pf_ = sluice_prefetcher_t{};
       other.state_ = State::done;
     }
@@ -234,7 +248,7 @@ class Fill {
                        std::to_string(i) + ": " + std::to_string(n) +
                        " bytes, over its capacity " + std::to_string(f_.capacity[i]));
     }
-    f_.len[i] = n;
+    store_len(i, n);
     return {};
   }
 
@@ -245,7 +259,7 @@ class Fill {
                            span<const std::int64_t> rows) {
     if (i >= segments()) return segment_error("gather_rows", i);
     Result<void> r = sluice::gather_rows(std::nothrow, segment(i), src, row_bytes, rows);
-    if (r) f_.len[i] = rows.size() * row_bytes;
+    if (r) store_len(i, rows.size() * row_bytes);
     return r;
   }
 
@@ -295,6 +309,7 @@ class Fill {
   /// must pass the returned record to sluice_prefetcher_submit or
   /// sluice_prefetcher_cancel. This object becomes inactive.
   [[nodiscard]] sluice_prefetch_fill_t release() noexcept {
+    unlink();
     state_ = State::done;
     return f_;
   }
@@ -311,7 +326,27 @@ class Fill {
 
   void abandon() noexcept {
     if (state_ == State::acquired) sluice_error_free(sluice_prefetcher_cancel(pf_, &f_));
+    unlink();
     state_ = State::done;
+  }
+
+  /// Sets len(i); a pull-mode fill also sets it in the C record its call returns.
+  void store_len(std::size_t i, std::size_t n) noexcept {
+    f_.len[i] = n;
+    if (link_ != nullptr) link_->rec->len[i] = n;
+  }
+
+  /// Takes over `other`'s pull-mode link (if any): the batch now follows this object.
+  void take_link(Fill& other) noexcept {
+    link_ = other.link_;
+    other.link_ = nullptr;
+    if (link_ != nullptr) link_->holder = this;
+  }
+
+  /// Lets go of a pull-mode fill: later lengths no longer reach the batch.
+  void unlink() noexcept {
+    if (link_ != nullptr) link_->holder = nullptr;
+    link_ = nullptr;
   }
 
   Result<void> segment_error(const char* what, std::size_t i) const {
@@ -329,6 +364,7 @@ class Fill {
   sluice_prefetcher_t pf_{};  ///< not owned; zero for a pull-mode fill
   sluice_prefetch_fill_t f_{};
   State state_ = State::done;
+  detail::PullLink* link_ = nullptr;  ///< a pull-mode fill's, while its call runs
 };
 
 /// A pull-mode producer: fills `fill` (Fill::segment, Fill::set_len) and says how
@@ -376,10 +412,14 @@ struct FillFnBox {
 
   FillFn fn;
 
-  /// sluice_prefetch_fill_fn: runs the callable on a producer thread.
+  /// sluice_prefetch_fill_fn: runs the callable on a producer thread. The lengths
+  /// reach `c` as they are set, through whichever Fill holds the batch (the
+  /// callable may move `fill`); when it returns, that Fill is ended.
   static std::int32_t trampoline(void* user_data, sluice_prefetch_fill_t* c) noexcept {
     auto* box = static_cast<FillFnBox*>(user_data);
     Fill fill(sluice_prefetcher_t{}, *c, Fill::State::pulled);
+    PullLink link{c, &fill};
+    fill.link_ = &link;
     std::int32_t rc = 0;
 #if SLUICE_CPP_EXCEPTIONS
     try {
@@ -390,10 +430,10 @@ struct FillFnBox {
 #else
     rc = static_cast<std::int32_t>(box->fn(fill));
 #endif
-    for (std::uint32_t i = 0; i < c->segments && i < kPrefetchMaxSegments; ++i) {
-      c->len[i] = fill.f_.len[i];
+    if (Fill* holder = link.holder) {
+      holder->unlink();
+      holder->state_ = Fill::State::done;
     }
-    fill.state_ = Fill::State::done;
     return rc;
   }
 };
