@@ -8,7 +8,7 @@ use crate::memory::PinnedPool;
 use crate::stream::Stream;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 
 /// Globally unique ids for streams, sync objects and devices.
 pub(crate) fn next_id() -> u64 {
@@ -26,7 +26,11 @@ struct Retired {
 pub struct Device {
     /// First, so that the op path's driver calls read the device's first line.
     pub(crate) backend: DeviceBackend,
+    /// Each stream from its creation to the end of its drop (its entry is dead
+    /// while it drops: `wait_all` waits for its final mark to be listed).
     streams: Mutex<Vec<Weak<Stream>>>,
+    /// Notified as a dropped stream leaves `streams`.
+    stream_gone: Condvar,
     /// Destroyed streams that still had work queued, or an error to report:
     /// `wait_all` waits for them and reports it too.
     retired: Mutex<Vec<Retired>>,
@@ -84,6 +88,7 @@ impl Device {
         let dev = Arc::new(Device {
             backend: DeviceBackend::open(kind, ordinal)?,
             streams: Mutex::new(Vec::new()),
+            stream_gone: Condvar::new(),
             retired: Mutex::new(Vec::new()),
             pinned: PinnedPool::new(),
             counters: DeviceCounters::default(),
@@ -128,8 +133,24 @@ impl Device {
 
     pub(crate) fn register_stream(&self, s: &Arc<Stream>) {
         let mut v = self.streams.lock().unwrap_or_else(|p| p.into_inner());
-        v.retain(|w| w.strong_count() > 0);
         v.push(Arc::downgrade(s));
+    }
+
+    /// The end of stream `s`'s drop, after its final mark was listed.
+    pub(crate) fn unregister_stream(&self, s: *const Stream) {
+        let mut v = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| !std::ptr::eq(w.as_ptr(), s));
+        drop(v);
+        self.stream_gone.notify_all();
+    }
+
+    /// Blocks while a stream is between the loss of its last reference (no longer
+    /// found alive) and the end of its drop (its final mark listed).
+    fn wait_for_dropping_streams(&self) {
+        let mut v = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        while v.iter().any(|w| w.strong_count() == 0) {
+            v = self.stream_gone.wait(v).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
     /// The streams of this device that are still alive.
@@ -233,6 +254,7 @@ impl Device {
                 first.get_or_insert(e);
             }
         }
+        self.wait_for_dropping_streams();
         let retired = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|p| p.into_inner()));
         for r in retired {
             if let Some(ev) = r.end {

@@ -380,8 +380,19 @@ impl Stream {
     }
 }
 
+/// Takes a dropped stream out of its device's list as the drop ends (unwinding
+/// too), after its final mark was listed.
+struct Unregister<'a>(&'a Stream);
+
+impl Drop for Unregister<'_> {
+    fn drop(&mut self) {
+        self.0.device.unregister_stream(self.0);
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
+        let _last = Unregister(self);
         let _ = self.trim_block_cache();
         self.pool.close();
         self.retire_counts();

@@ -452,3 +452,92 @@ fn foreign_memory_freed_while_a_foreign_op_writes_it_is_released_after_the_ops_w
     );
     drop(owner);
 }
+
+/// A stream forked into a capture (a wait on a captured event) and destroyed
+/// there, with real work queued before it joined: `wait_all` still waits for that
+/// work (the stream cannot record a final mark into the capture).
+#[test]
+fn wait_all_waits_for_the_work_of_a_stream_destroyed_while_forked_into_a_capture() {
+    let k = kit_alone();
+    let s = k.stream();
+    let f = k.stream();
+    let done = Arc::new(AtomicBool::new(false));
+    let d2 = done.clone();
+    ops::host_callback(
+        &f,
+        move || {
+            std::thread::sleep(Duration::from_millis(300));
+            d2.store(true, Ordering::SeqCst);
+            0
+        },
+        &[],
+        &[],
+    )
+    .unwrap();
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    let ev = s.record(false).unwrap();
+    f.wait_event(&ev).unwrap();
+    assert!(f.is_capturing(), "the wait forked F into the capture");
+    drop(ev);
+    drop(f);
+    let _ = capture::capture_end(&s);
+    let t = Instant::now();
+    k.dev.wait_all().unwrap();
+    assert!(
+        done.load(Ordering::SeqCst),
+        "wait_all returned after {:?} with the destroyed fork's work still running",
+        t.elapsed()
+    );
+}
+
+/// A stream whose last reference goes on another thread while `wait_all` runs:
+/// `wait_all` neither finds it alive nor may it miss its final mark. Its drop is
+/// held open after the last reference went and before the mark is listed (in the
+/// trim of its block cache). Host only: the pause is a host-backend hook.
+#[test]
+fn wait_all_racing_the_drop_of_a_busy_stream_waits_for_its_work() {
+    let k = kit_alone();
+    if k.is_cuda() {
+        return;
+    }
+    let s = k.stream();
+    // A block in the stream's cache, for its drop to trim.
+    drop(k.buffer(&s, W));
+    let done = Arc::new(AtomicBool::new(false));
+    let d2 = done.clone();
+    ops::host_callback(
+        &s,
+        move || {
+            std::thread::sleep(Duration::from_millis(300));
+            d2.store(true, Ordering::SeqCst);
+            0
+        },
+        &[],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        Arc::strong_count(&s),
+        1,
+        "the test holds the last reference"
+    );
+    let begun = faults::pauses_begun();
+    faults::pause_next("mem_free_async", Duration::from_millis(100));
+    let dropper = std::thread::spawn(move || drop(s));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while faults::pauses_begun() == begun {
+        assert!(
+            Instant::now() < deadline,
+            "the drop never reached its query"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let t = Instant::now();
+    k.dev.wait_all().unwrap();
+    assert!(
+        done.load(Ordering::SeqCst),
+        "wait_all returned after {:?} while the dropped stream's work still ran",
+        t.elapsed()
+    );
+    dropper.join().unwrap();
+}
