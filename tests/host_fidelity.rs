@@ -9,6 +9,7 @@ use common::kit;
 use sluice::backend::host;
 use sluice::backend::{CaptureMode, EventApi, GraphApi, MemoryApi, StreamApi};
 use sluice::capture;
+use sluice::graph::UpdateOutcome;
 use sluice::{ops, Buffer, ErrorCode};
 use std::sync::Arc;
 
@@ -48,6 +49,344 @@ fn thread_local_capture_ended_on_another_thread_is_refused() {
 //    (CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED) and a change of edges
 //    (CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED); the cuda backend reports both
 //    as Ok(Err(reason)) and the core re-instantiates (UpdateOutcome::Reinstantiated).
+//    The other way round, an event record or a wait adds no node (and a fork with
+//    no work adds none either), so a graph that differs only there updates in
+//    place; the host counted its steps and refused. New parameters (a memset's
+//    value, address or length, a copy's addresses, another host function) update
+//    in place on both.
+// ---------------------------------------------------------------------------
+
+/// Captures `body` on `o` with the host backend and returns the raw graph.
+fn host_capture(d: &host::HostDevice, o: u64, body: impl FnOnce()) -> u64 {
+    d.capture_begin(o, CaptureMode::Relaxed).unwrap();
+    body();
+    d.capture_end(o).unwrap()
+}
+
+/// Instantiates `g1` and updates the exec from `g2`: the backend's answer.
+fn host_update(d: &host::HostDevice, g1: u64, g2: u64) -> Result<(), String> {
+    let x = d.graph_instantiate(g1).unwrap();
+    let r = d.graph_exec_update(x, g2).unwrap();
+    d.graph_exec_destroy(x);
+    r
+}
+
+/// Three streams, three events and three blocks of "device" memory on the host
+/// backend.
+struct HostRig {
+    d: host::HostDevice,
+    o: u64,
+    f: u64,
+    f2: u64,
+    e1: u64,
+    e2: u64,
+    e3: u64,
+    mem: [u64; 3],
+}
+
+impl HostRig {
+    fn new() -> HostRig {
+        let d = host::open(0).unwrap();
+        let [o, f, f2] = [0; 3].map(|_| d.stream_create(true, 0).unwrap());
+        let [e1, e2, e3] = [0; 3].map(|_| d.event_create(false).unwrap());
+        let mem = [0; 3].map(|_| d.mem_alloc_async(4 * W, o).unwrap());
+        HostRig {
+            d,
+            o,
+            f,
+            f2,
+            e1,
+            e2,
+            e3,
+            mem,
+        }
+    }
+
+    fn capture(&self, body: impl FnOnce(&HostRig)) -> u64 {
+        host_capture(&self.d, self.o, || body(self))
+    }
+
+    fn memset(&self, s: u64, i: usize, value: u8) {
+        self.d.memset_async(self.mem[i], value, 4 * W, s).unwrap();
+    }
+
+    fn copy(&self, s: u64, dst: usize, src: usize) {
+        self.d
+            .memcpy_async(self.mem[dst], self.mem[src], 4 * W, s)
+            .unwrap();
+    }
+
+    /// `to` forks from (or joins) `from` at its current end, through `ev`.
+    fn join(&self, to: u64, from: u64, ev: u64) {
+        self.d.event_record(ev, from).unwrap();
+        self.d.stream_wait_event(to, ev).unwrap();
+    }
+
+    /// Updates an exec of `g1` from `g2`, then destroys both graphs.
+    fn update(&self, g1: u64, g2: u64) -> Result<(), String> {
+        let r = host_update(&self.d, g1, g2);
+        self.d.graph_destroy(g1);
+        self.d.graph_destroy(g2);
+        r
+    }
+}
+
+impl Drop for HostRig {
+    fn drop(&mut self) {
+        for p in self.mem {
+            self.d.mem_free_async(p, self.o).unwrap();
+        }
+        self.d.stream_synchronize(self.o).unwrap();
+        for e in [self.e1, self.e2, self.e3] {
+            self.d.event_destroy(e);
+        }
+        for s in [self.o, self.f, self.f2] {
+            self.d.stream_destroy(s);
+        }
+    }
+}
+
+#[test]
+fn host_graph_update_refuses_a_changed_node_type() {
+    let r = HostRig::new();
+    let g1 = r.capture(|r| {
+        r.memset(r.o, 0, 1);
+        r.memset(r.o, 1, 2);
+    });
+    let g2 = r.capture(|r| {
+        r.memset(r.o, 0, 1);
+        r.copy(r.o, 1, 0); // a memcpy node where g1 has a memset node
+    });
+    let u = r.update(g1, g2);
+    assert!(
+        u.as_ref()
+            .is_err_and(|why| why.contains("node type changed")),
+        "memset then memset, updated from memset then memcpy: host {u:?}; the driver \
+         refuses (CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED)"
+    );
+}
+
+#[test]
+fn host_graph_update_refuses_changed_edges() {
+    let r = HostRig::new();
+    // a on o; b on f, forked after a; c on o after a; f joined back: a -> b, a -> c.
+    let g1 = r.capture(|r| {
+        r.memset(r.o, 0, 1);
+        r.join(r.f, r.o, r.e1);
+        r.memset(r.f, 1, 2);
+        r.memset(r.o, 2, 3);
+        r.join(r.o, r.f, r.e2);
+    });
+    // The same three memsets and per-stream steps, f forked after c: a -> c -> b.
+    let g2 = r.capture(|r| {
+        r.memset(r.o, 0, 1);
+        r.memset(r.o, 2, 3);
+        r.join(r.f, r.o, r.e1);
+        r.memset(r.f, 1, 2);
+        r.join(r.o, r.f, r.e2);
+    });
+    let u = r.update(g1, g2);
+    assert!(
+        u.as_ref()
+            .is_err_and(|why| why.contains("topology changed")),
+        "a -> b, a -> c updated from a -> c -> b: host {u:?}; the driver refuses \
+         (CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED)"
+    );
+}
+
+#[test]
+fn host_graph_update_counts_no_node_for_an_event_record_or_an_empty_fork() {
+    let r = HostRig::new();
+    let plain = |r: &HostRig| {
+        r.memset(r.o, 0, 1);
+        r.copy(r.o, 1, 0);
+    };
+    let g1 = r.capture(plain);
+    let g2 = r.capture(|r| {
+        r.memset(r.o, 0, 1);
+        r.d.event_record(r.e1, r.o).unwrap(); // no node
+        r.copy(r.o, 1, 0);
+    });
+    assert_eq!(r.d.graph_node_count(g2).unwrap(), 2);
+    let recorded = r.update(g1, g2);
+    let g1 = r.capture(plain);
+    let g3 = r.capture(|r| {
+        r.memset(r.o, 0, 1);
+        r.join(r.f, r.o, r.e1); // a fork with no work, joined back: no node, no edge
+        r.join(r.o, r.f, r.e2);
+        r.copy(r.o, 1, 0);
+    });
+    let forked = r.update(g1, g3);
+    assert_eq!(
+        (recorded.clone(), forked.clone()),
+        (Ok(()), Ok(())),
+        "the same two nodes and edge, with an event record or an empty fork between: \
+         the driver updates in place; host: {recorded:?}, {forked:?}"
+    );
+}
+
+#[test]
+fn host_graph_update_takes_new_parameters_in_place() {
+    let r = HostRig::new();
+    let g1 = r.capture(|r| {
+        r.memset(r.o, 0, 1);
+        r.copy(r.o, 1, 0);
+        r.d.launch_host_fn(r.o, Box::new(|| ())).unwrap();
+    });
+    let g2 = r.capture(|r| {
+        r.d.memset_async(r.mem[2] + 64, 9, 128, r.o).unwrap(); // value, address, length
+        r.d.memcpy_async(r.mem[0], r.mem[2] + 64, 64, r.o).unwrap(); // addresses, length
+        r.d.launch_host_fn(r.o, Box::new(|| {})).unwrap(); // another host function
+    });
+    assert_eq!(r.update(g1, g2), Ok(()));
+}
+
+/// The driver pairs the nodes of two captures by the graphs' structure: another
+/// interleaving of two forks' captures in time, another order of the forks, or
+/// another order of a node's edges updates in place; a redundant edge (a -> c beside
+/// a -> b -> c) is an edge all the same (`tools/driver-probes/graph_update_fidelity.c`,
+/// driver 580.159.04: CUDA_SUCCESS for the first three, TOPOLOGY_CHANGED for the last).
+#[test]
+fn host_graph_update_pairs_nodes_by_the_graphs_structure() {
+    let r = HostRig::new();
+    let fork2 = |r: &HostRig, first: u64, second: u64| {
+        r.d.event_record(r.e1, r.o).unwrap();
+        r.d.stream_wait_event(first, r.e1).unwrap();
+        r.d.stream_wait_event(second, r.e1).unwrap();
+    };
+    let join2 = |r: &HostRig| {
+        r.join(r.o, r.f, r.e2);
+        r.join(r.o, r.f2, r.e3);
+    };
+    // f: two memsets; f2: two copies; issued interleaved, or f's first.
+    let interleaved = |in_turn: bool| {
+        r.capture(|r| {
+            fork2(r, r.f, r.f2);
+            if in_turn {
+                r.memset(r.f, 0, 1);
+                r.copy(r.f2, 2, 1);
+                r.memset(r.f, 0, 2);
+                r.copy(r.f2, 2, 1);
+            } else {
+                r.memset(r.f, 0, 1);
+                r.memset(r.f, 0, 2);
+                r.copy(r.f2, 2, 1);
+                r.copy(r.f2, 2, 1);
+            }
+            join2(r);
+        })
+    };
+    let interleaving = r.update(interleaved(true), interleaved(false));
+    // One memset on f and one copy on f2, f forked first or second.
+    let forked = |f_first: bool| {
+        r.capture(|r| {
+            if f_first {
+                fork2(r, r.f, r.f2);
+            } else {
+                fork2(r, r.f2, r.f);
+            }
+            r.memset(r.f, 0, 1);
+            r.copy(r.f2, 2, 1);
+            join2(r);
+        })
+    };
+    let fork_order = r.update(forked(true), forked(false));
+    // b on f, a on o, then c after both: joined on o (c's edges from a, then b) or
+    // on f (from b, then a).
+    let joined = |on_o: bool| {
+        r.capture(|r| {
+            r.join(r.f, r.o, r.e1);
+            r.memset(r.f, 1, 2);
+            r.memset(r.o, 0, 1);
+            if on_o {
+                r.join(r.o, r.f, r.e2);
+                r.memset(r.o, 2, 3);
+            } else {
+                r.join(r.f, r.o, r.e2);
+                r.memset(r.f, 2, 3);
+                r.join(r.o, r.f, r.e3);
+            }
+        })
+    };
+    let edge_order = r.update(joined(true), joined(false));
+    assert_eq!(
+        (&interleaving, &fork_order, &edge_order),
+        (&Ok(()), &Ok(()), &Ok(())),
+        "the driver updates each in place"
+    );
+    // a; b on f after a; c after b: on o after joining f (a -> c too), or on f.
+    let chained = |on_o: bool| {
+        r.capture(|r| {
+            r.memset(r.o, 0, 1);
+            r.join(r.f, r.o, r.e1);
+            r.memset(r.f, 1, 2);
+            if on_o {
+                r.join(r.o, r.f, r.e2);
+                r.memset(r.o, 2, 3);
+            } else {
+                r.memset(r.f, 2, 3);
+                r.join(r.o, r.f, r.e2);
+            }
+        })
+    };
+    let redundant = r.update(chained(true), chained(false));
+    assert!(
+        redundant
+            .as_ref()
+            .is_err_and(|why| why.contains("topology changed")),
+        "a -> b -> c and a -> c, updated from a -> b -> c: {redundant:?}; the driver \
+         refuses (TOPOLOGY_CHANGED)"
+    );
+}
+
+/// Through the core, on either backend: an event recorded inside the capture adds
+/// no node, so the update is in place; a memset where a copy was is refused and
+/// the exec re-instantiated.
+#[test]
+fn graph_update_counts_no_node_for_a_record_and_refuses_a_changed_node_type() {
+    let k = kit();
+    let s = k.stream();
+    let (x, y) = (k.buffer(&s, W), k.buffer(&s, W));
+    let capture = |f: &dyn Fn()| {
+        capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+        f();
+        capture::capture_end(&s).unwrap()
+    };
+    let g1 = capture(&|| {
+        ops::memset(&s, &x, 0, 1, W * 4).unwrap();
+        ops::memset(&s, &y, 0, 2, W * 4).unwrap();
+    });
+    let exec = g1.instantiate().unwrap();
+    let g2 = capture(&|| {
+        ops::memset(&s, &x, 0, 3, W * 4).unwrap();
+        drop(s.record(false).unwrap()); // an event record: no node
+        ops::memset(&s, &y, 0, 4, W * 4).unwrap();
+    });
+    assert_eq!(
+        exec.update(&g2).unwrap(),
+        UpdateOutcome::InPlace,
+        "an event recorded between two memsets adds no node ({})",
+        k.dev.kind().name()
+    );
+    let g3 = capture(&|| {
+        ops::memset(&s, &x, 0, 5, W * 4).unwrap();
+        ops::copy(&s, &y, 0, &x, 0, W * 4).unwrap(); // a memcpy node where a memset was
+    });
+    match exec.update(&g3).unwrap() {
+        UpdateOutcome::Reinstantiated(why) => assert!(why.contains("node type changed"), "{why}"),
+        other => panic!(
+            "memset then memset updated from memset then copy: {other:?} on {}; the \
+             driver refuses (CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED)",
+            k.dev.kind().name()
+        ),
+    }
+    exec.launch(&s).unwrap();
+    assert!(k.read(&s, &y).iter().all(|&v| v == 0x0505_0505));
+}
+
+// ---------------------------------------------------------------------------
+// 3. A capturing stream refuses queries (cuStreamQuery:
+//    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the capture is invalidated).
 // ---------------------------------------------------------------------------
 #[test]
 fn host_stream_query_on_a_capturing_stream_is_refused_and_invalidates() {
