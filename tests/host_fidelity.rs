@@ -605,3 +605,85 @@ fn public_fork_racing_capture_end_never_orphans_the_waiting_stream() {
         orphaned
     );
 }
+
+// ---------------------------------------------------------------------------
+// 6. Event query and synchronize on an event whose last record was made inside a
+//    capture. The core refuses both before they reach a backend (`Recording::query`
+//    and `synchronize`: CaptureUnsupported, and the capture is aborted); the host
+//    backend itself answered "not done" to a query and returned at once from a
+//    synchronize. The driver (tools/driver-probes/graph_update_fidelity.c, driver
+//    580.159.04): CUDA_ERROR_CAPTURED_EVENT (907) while the capture lives, which
+//    invalidates the capture (its end: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, no
+//    graph); CUDA_ERROR_INVALID_VALUE once that capture has ended; recorded again
+//    outside a capture, the event answers.
+// ---------------------------------------------------------------------------
+#[test]
+fn host_event_query_and_synchronize_refuse_an_event_recorded_in_a_capture() {
+    let d = host::open(0).unwrap();
+    let [o, f] = [0; 2].map(|_| d.stream_create(true, 0).unwrap());
+    let [e, fork_ev] = [0; 2].map(|_| d.event_create(false).unwrap());
+    let code = |r: &sluice::Result<()>| r.as_ref().err().map(|e| (e.code, e.driver_code));
+    for sync in [false, true] {
+        let what = if sync { "synchronize" } else { "query" };
+        let ask = |e: u64| {
+            if sync {
+                d.event_synchronize(e)
+            } else {
+                d.event_query(e).map(drop)
+            }
+        };
+        let end = |s: u64| {
+            let r = d.capture_end(s);
+            if let Ok(g) = r {
+                d.graph_destroy(g);
+            }
+            r.map(drop)
+        };
+        // Recorded on the capture's origin.
+        d.capture_begin(o, CaptureMode::Relaxed).unwrap();
+        d.launch_host_fn(o, Box::new(|| ())).unwrap();
+        d.event_record(e, o).unwrap();
+        let live = ask(e);
+        let ended_capture = end(o);
+        let after_end = ask(e);
+        d.event_record(e, o).unwrap();
+        let again = ask(e);
+        // Recorded on a stream forked into the capture: the whole capture is
+        // invalidated.
+        d.capture_begin(o, CaptureMode::Relaxed).unwrap();
+        d.event_record(fork_ev, o).unwrap();
+        d.stream_wait_event(f, fork_ev).unwrap();
+        d.launch_host_fn(f, Box::new(|| ())).unwrap();
+        d.event_record(e, f).unwrap();
+        let on_fork = ask(e);
+        d.event_record(fork_ev, f).unwrap();
+        d.stream_wait_event(o, fork_ev).unwrap();
+        let fork_capture = end(o);
+        d.stream_synchronize(o).unwrap();
+        assert_eq!(
+            (code(&live), code(&on_fork)),
+            (
+                Some((ErrorCode::CaptureFailed, Some(907))),
+                Some((ErrorCode::CaptureFailed, Some(907)))
+            ),
+            "event {what} in a live capture (recorded on the origin, on a fork): \
+             {live:?}, {on_fork:?}; the driver: CUDA_ERROR_CAPTURED_EVENT"
+        );
+        assert!(
+            ended_capture.is_err() && fork_capture.is_err(),
+            "event {what} invalidated the capture; its end: {ended_capture:?}, the \
+             forked one's: {fork_capture:?}"
+        );
+        assert_eq!(
+            code(&after_end),
+            Some((ErrorCode::Driver, Some(1))),
+            "event {what} after the capture ended: {after_end:?}; the driver: \
+             CUDA_ERROR_INVALID_VALUE"
+        );
+        assert!(again.is_ok(), "recorded again outside: {again:?}");
+    }
+    d.event_destroy(e);
+    d.event_destroy(fork_ev);
+    d.stream_destroy(o);
+    d.stream_destroy(f);
+}

@@ -49,7 +49,7 @@ impl GraphApi for HostDevice {
         // The whole end under the origin's `joined`: a fork's wait, which takes it
         // first, either joins before the end collects it or sees the capture gone.
         let mut joined_guard = lock(&s.joined);
-        let (steps, invalidated, wrong_thread) = {
+        let (steps, mut invalidated, wrong_thread) = {
             let mut st = lock(&s.worker.state);
             let steps = st
                 .capture
@@ -70,7 +70,13 @@ impl GraphApi for HostDevice {
         let mut streams = vec![(stream, steps)];
         for j in joined {
             let js = stream_ref(j);
-            let jsteps = lock(&js.worker.state).capture.take().unwrap_or_default();
+            let jsteps = {
+                // A forked stream's invalidation (a query of it, or of an event
+                // recorded on it) invalidates the whole capture.
+                let mut st = lock(&js.worker.state);
+                invalidated |= std::mem::take(&mut st.capture_invalidated);
+                st.capture.take().unwrap_or_default()
+            };
             *lock(&js.origin) = None;
             streams.push((j, jsteps));
         }
@@ -78,9 +84,12 @@ impl GraphApi for HostDevice {
         // An injected failure still ends the capture, as the driver's does.
         hit("capture_end")?;
         if invalidated {
-            return Err(Error::new(
-                ErrorCode::CaptureFailed,
-                "the capture was invalidated: its stream was synchronized while capturing",
+            // As cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, no graph.
+            return Err(Error::driver(
+                901,
+                "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+                "the capture was invalidated: one of its streams was queried or \
+                 synchronized, or an event recorded in it, while capturing",
             ));
         }
         if wrong_thread {

@@ -62,8 +62,9 @@ struct WorkerState {
     /// Bumped whenever `capture` begins (a capture begun here, or a fork into one), so
     /// that a recording names the capture it was made in.
     capture_gen: u64,
-    /// Set when the stream was synchronized while capturing: as with CUDA, the
-    /// capture is invalidated and its end fails.
+    /// Set when the stream was queried or synchronized while capturing, or an event
+    /// recorded in this capture on it was: as with CUDA, the capture is invalidated
+    /// and its end fails (a forked stream's flag fails its origin's end).
     capture_invalidated: bool,
     /// The thread that began a capture in a mode other than relaxed: as with CUDA,
     /// only it may end the capture.

@@ -167,6 +167,7 @@ impl StreamApi for HostDevice {
                 }
                 me_st.capture = Some(vec![CapturedStep::Join(from, seq as usize)]);
                 me_st.capture_gen += 1;
+                me_st.capture_invalidated = false;
                 drop(me_st);
                 *lock(&me.origin) = Some(origin);
                 joined.push(stream);
