@@ -687,3 +687,114 @@ fn host_event_query_and_synchronize_refuse_an_event_recorded_in_a_capture() {
     d.stream_destroy(o);
     d.stream_destroy(f);
 }
+
+// ---------------------------------------------------------------------------
+// 7. A `wrap_external` handle shares its stream's worker on host, and a replay's
+//    callbacks found the stream to report on in a worker-thread slot that the
+//    launching stream's host functions set before the graph and clear after it.
+//    Work queued through the other handle can land between the two: a failing
+//    callback of its own then reported on the launching stream, and a graph it
+//    launched (with a bracket of its own) swapped the slot under the other
+//    launch's graph. On cuda a callback is never captured, so each reports on
+//    the stream that queued it.
+// ---------------------------------------------------------------------------
+
+/// Captures a graph of `n` host callbacks returning `rc` on `cap` (the first
+/// `n - 1` return 0), instantiated.
+fn callback_graph(cap: &Arc<sluice::Stream>, n: usize, rc: i32) -> Arc<sluice::graph::GraphExec> {
+    capture::capture_begin(cap, CaptureMode::Relaxed).unwrap();
+    for i in 0..n {
+        let r = if i + 1 == n { rc } else { 0 };
+        ops::host_callback(cap, move || r, &[], &[]).unwrap();
+    }
+    capture::capture_end(cap).unwrap().instantiate().unwrap()
+}
+
+/// Runs `a` `n` times on one thread while another runs `b` over and over until
+/// the first is done (once at least): the two threads' enqueues interleave
+/// throughout.
+fn side_by_side(n: usize, a: impl Fn() + Sync, b: impl Fn() + Sync) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (start, done) = (std::sync::Barrier::new(2), AtomicBool::new(false));
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            start.wait();
+            for _ in 0..n {
+                a();
+            }
+            done.store(true, Ordering::SeqCst);
+        });
+        start.wait();
+        loop {
+            b();
+            if done.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+    });
+}
+
+#[test]
+fn a_callback_through_a_wrapped_handle_reports_on_that_handle_during_a_replay() {
+    let k = kit();
+    if k.is_cuda() {
+        return; // a host callback cannot be captured on cuda: no replay bracket
+    }
+    let (cap, s) = (k.stream(), k.stream());
+    let w = sluice::Stream::wrap_external(&k.dev, s.raw()).unwrap();
+    // Many callbacks: each launch spends a while between its bracket's halves.
+    let exec = callback_graph(&cap, 2000, 0);
+    // s replays the graph over and over while failing callbacks are queued
+    // through w: most land inside one of s's brackets.
+    side_by_side(
+        200,
+        || exec.launch(&s).unwrap(),
+        || ops::host_callback(&w, || 3, &[], &[]).unwrap(),
+    );
+    let (on_w, on_s) = (w.synchronize(), s.synchronize());
+    assert_eq!(
+        on_w.map_err(|e| e.code),
+        Err(ErrorCode::CallbackFailed),
+        "w's callbacks failed"
+    );
+    assert!(
+        on_s.is_ok(),
+        "s's replays all succeeded, yet s reports {on_s:?} (w's callback, queued \
+         inside s's replay bracket)"
+    );
+}
+
+#[test]
+fn two_handles_replaying_graphs_on_one_worker_keep_their_callbacks_errors_apart() {
+    let k = kit();
+    if k.is_cuda() {
+        return; // a host callback cannot be captured on cuda: no replay bracket
+    }
+    let (cap1, cap2, s) = (k.stream(), k.stream(), k.stream());
+    let w = sluice::Stream::wrap_external(&k.dev, s.raw()).unwrap();
+    let fails = callback_graph(&cap1, 2000, 5); // its last callback fails
+    let fine = callback_graph(&cap2, 2000, 0);
+    // Each handle replays its graph over and over: their brackets interleave
+    // unless kept apart.
+    side_by_side(
+        400,
+        || fails.launch(&s).unwrap(),
+        || fine.launch(&w).unwrap(),
+    );
+    let (on_s, on_w) = (s.synchronize(), w.synchronize());
+    let (on_c1, on_c2) = (cap1.synchronize(), cap2.synchronize());
+    assert_eq!(
+        on_s.map_err(|e| e.code),
+        Err(ErrorCode::CallbackFailed),
+        "s's replays failed"
+    );
+    assert!(
+        on_w.is_ok() && on_c1.is_ok() && on_c2.is_ok(),
+        "w's replays all succeeded and the capturing streams ran nothing, yet w \
+         reports {:?} and the capturing streams {:?}, {:?} (s's failure, reported \
+         under another bracket)",
+        on_w.map_err(|e| e.message),
+        on_c1.map_err(|e| e.message),
+        on_c2.map_err(|e| e.code)
+    );
+}

@@ -176,6 +176,7 @@ impl GraphApi for HostDevice {
             stream,
             StepKind::Graph,
             Arc::new(move || {
+                let _replay = super::Replaying::enter();
                 for job in plan.iter() {
                     job()
                 }

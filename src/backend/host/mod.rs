@@ -156,6 +156,35 @@ impl StepKind {
 /// nodes of a multi-stream graph keep the order they were captured in.
 static NODES_MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+thread_local! {
+    /// True on a worker while it runs a graph's jobs (`graph_launch`).
+    static REPLAYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the worker thread as replaying a graph until dropped (also when a job
+/// unwinds).
+pub(crate) struct Replaying;
+
+impl Replaying {
+    pub(crate) fn enter() -> Replaying {
+        REPLAYING.with(|r| r.set(true));
+        Replaying
+    }
+}
+
+impl Drop for Replaying {
+    fn drop(&mut self) {
+        REPLAYING.with(|r| r.set(false));
+    }
+}
+
+/// True when the calling thread is a worker running a graph's jobs: a host
+/// function that asks runs as a node of a graph replay, not as one queued directly
+/// on the stream.
+pub(crate) fn replaying() -> bool {
+    REPLAYING.with(|r| r.get())
+}
+
 /// A step of a host capture.
 #[derive(Clone)]
 pub(crate) enum CapturedStep {
