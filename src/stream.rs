@@ -327,10 +327,14 @@ impl Stream {
         let pool = self.pool.clone();
         Box::new(move || {
             let rc = std::panic::catch_unwind(std::panic::AssertUnwindSafe(&call));
-            // In a graph replay, report on the stream that launched the graph.
-            let target = REPLAY_TARGET
-                .with(|t| t.borrow().clone())
-                .unwrap_or_else(|| pool.clone());
+            // In a graph replay, report on the stream that launched the graph. A
+            // callback queued directly reports on its own stream, also when it runs
+            // inside another handle's replay bracket on a shared worker (host,
+            // `wrap_external`).
+            let replay = crate::backend::in_graph_replay()
+                .then(|| REPLAY_TARGET.with(|t| t.borrow().clone()))
+                .flatten();
+            let target = replay.as_ref().unwrap_or(&pool);
             let id = target.stream_id;
             let err = match rc {
                 Ok(0) => None,
@@ -352,8 +356,9 @@ impl Stream {
 
 thread_local! {
     /// While a worker replays a graph: the launching stream's pool, which receives
-    /// the errors of replayed host callbacks. Set and cleared by that stream's own
-    /// host functions around the launch; never seen by callers.
+    /// the errors of replayed host callbacks (those that run as graph nodes,
+    /// `backend::in_graph_replay`). Set and cleared by that stream's own host
+    /// functions around the launch (`around_replay`); never seen by callers.
     static REPLAY_TARGET: std::cell::RefCell<Option<Arc<EventPool>>> =
         const { std::cell::RefCell::new(None) };
 }
@@ -361,7 +366,13 @@ thread_local! {
 impl Stream {
     /// Enqueues host functions around a graph launch so that replayed callbacks
     /// report their failures on this stream. The caller holds the push lock.
+    ///
+    /// Handles that share a raw stream (`wrap_external`) share its worker on host,
+    /// and each has its own push lock: the bracket is enqueued under its raw
+    /// stream's bracket lock too, so that another handle's bracket cannot open or
+    /// close between this one's halves.
     pub(crate) fn around_replay(&self, launch: impl FnOnce() -> Result<()>) -> Result<()> {
+        let bracket = bracket_lock(self.raw());
         let pool = self.pool.clone();
         self.push_host_fn(Box::new(move || {
             REPLAY_TARGET.with(|t| *t.borrow_mut() = Some(pool.clone()))
@@ -369,6 +380,7 @@ impl Stream {
         let launched = launch();
         let cleared =
             self.push_host_fn(Box::new(|| REPLAY_TARGET.with(|t| *t.borrow_mut() = None)));
+        drop(bracket);
         launched?;
         if let Err(e) = cleared {
             // The graph is queued but its op will not be recorded: it completes
@@ -388,6 +400,18 @@ impl Drop for Unregister<'_> {
     fn drop(&mut self) {
         self.0.device.unregister_stream(self.0);
     }
+}
+
+/// The lock that keeps one replay bracket's enqueues together on raw stream `raw`
+/// (one of a few stripes, shared by every handle of that raw stream). Taken under a
+/// push lock and held across the bracket's backend calls only, which take the
+/// backend's own locks, never a push lock or another stripe.
+fn bracket_lock(raw: u64) -> std::sync::MutexGuard<'static, ()> {
+    const STRIPES: usize = 16;
+    static LOCKS: [Mutex<()>; STRIPES] = [const { Mutex::new(()) }; STRIPES];
+    // The raw handles are pointers: drop their alignment bits.
+    let i = ((raw >> 6) ^ (raw >> 12)) as usize % STRIPES;
+    LOCKS[i].lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Drop for Stream {

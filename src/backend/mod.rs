@@ -199,6 +199,14 @@ pub fn leave_call() {
     cuda::leave_call()
 }
 
+/// True when the calling thread runs a host function as a node of a graph replay
+/// (the host backend's workers; never on cuda, where a host function cannot be
+/// captured), false for one queued directly on a stream.
+#[inline(always)]
+pub(crate) fn in_graph_replay() -> bool {
+    host::replaying()
+}
+
 /// Forgets the thread's cached context binding (after caller code that may switch it).
 pub fn forget_binding() {
     cuda::forget_binding()

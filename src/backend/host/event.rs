@@ -2,6 +2,7 @@
 
 use super::{
     event_ref, lock, stream_ref, Captured, CapturedStep, HostDevice, HostEvent, Job, Recording,
+    Worker,
 };
 use crate::backend::faults::{self, hit, Kind};
 use crate::backend::EventApi;
@@ -66,19 +67,21 @@ impl EventApi for HostDevice {
 
     fn event_query(&self, event: u64) -> Result<bool> {
         hit("event_query")?;
-        Ok(match lock(&event_ref(event).rec).as_ref() {
-            None => true,
-            Some(r) => r.captured.is_none() && r.worker.completed() >= r.seq,
-        })
+        let Some((w, seq, captured)) = last_record(event) else {
+            return Ok(true);
+        };
+        if let Some(c) = captured {
+            return Err(captured_event(&w, c, "cuEventQuery"));
+        }
+        Ok(w.completed() >= seq)
     }
 
     fn event_synchronize(&self, event: u64) -> Result<()> {
         hit("event_synchronize")?;
-        let rec = lock(&event_ref(event).rec)
-            .as_ref()
-            .map(|r| (r.worker.clone(), r.seq, r.captured));
-        if let Some((w, seq, None)) = rec {
-            w.wait_until(seq);
+        match last_record(event) {
+            None => {}
+            Some((w, _, Some(c))) => return Err(captured_event(&w, c, "cuEventSynchronize")),
+            Some((w, seq, None)) => w.wait_until(seq),
         }
         Ok(())
     }
@@ -106,4 +109,36 @@ impl EventApi for HostDevice {
         };
         Ok(ms as f32)
     }
+}
+
+/// The event's last recording: its worker, its sequence number (its step, when
+/// captured) and where it was captured.
+fn last_record(event: u64) -> Option<(Arc<Worker>, u64, Option<Captured>)> {
+    lock(&event_ref(event).rec)
+        .as_ref()
+        .map(|r| (r.worker.clone(), r.seq, r.captured))
+}
+
+/// The driver's answer to a query or synchronize of an event whose last record was
+/// made in a capture (`tools/driver-probes/graph_update_fidelity.c`): while that
+/// capture lives, CUDA_ERROR_CAPTURED_EVENT, and the capture is invalidated (its
+/// end fails); once it has ended, CUDA_ERROR_INVALID_VALUE.
+fn captured_event(w: &Worker, c: Captured, call: &str) -> Error {
+    let mut st = lock(&w.state);
+    if st.capture.is_some() && st.capture_gen == c.gen {
+        st.capture_invalidated = true;
+        return Error::driver(
+            907,
+            "CUDA_ERROR_CAPTURED_EVENT",
+            format_args!(
+                "{call} on an event recorded in a capture that is still going on \
+                 (the capture is invalidated)"
+            ),
+        );
+    }
+    Error::driver(
+        1,
+        "CUDA_ERROR_INVALID_VALUE",
+        format_args!("{call} on an event whose last record was made in a capture that has ended"),
+    )
 }

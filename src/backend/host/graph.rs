@@ -1,6 +1,8 @@
 //! The host backend's graphs: captured jobs, flattened and replayed.
 
-use super::{graph_ref, lock, stream_ref, CapturedStep, HostDevice, HostGraph, Job, Worker};
+use super::{
+    graph_ref, lock, stream_ref, CapturedStep, HostDevice, HostGraph, Job, StepKind, Worker,
+};
 use crate::backend::faults::{self, hit, Kind};
 use crate::backend::{CaptureMode, GraphApi};
 use crate::error::{Error, ErrorCode, Result};
@@ -47,7 +49,7 @@ impl GraphApi for HostDevice {
         // The whole end under the origin's `joined`: a fork's wait, which takes it
         // first, either joins before the end collects it or sees the capture gone.
         let mut joined_guard = lock(&s.joined);
-        let (steps, invalidated, wrong_thread) = {
+        let (steps, mut invalidated, wrong_thread) = {
             let mut st = lock(&s.worker.state);
             let steps = st
                 .capture
@@ -68,7 +70,13 @@ impl GraphApi for HostDevice {
         let mut streams = vec![(stream, steps)];
         for j in joined {
             let js = stream_ref(j);
-            let jsteps = lock(&js.worker.state).capture.take().unwrap_or_default();
+            let jsteps = {
+                // A forked stream's invalidation (a query of it, or of an event
+                // recorded on it) invalidates the whole capture.
+                let mut st = lock(&js.worker.state);
+                invalidated |= std::mem::take(&mut st.capture_invalidated);
+                st.capture.take().unwrap_or_default()
+            };
             *lock(&js.origin) = None;
             streams.push((j, jsteps));
         }
@@ -76,9 +84,12 @@ impl GraphApi for HostDevice {
         // An injected failure still ends the capture, as the driver's does.
         hit("capture_end")?;
         if invalidated {
-            return Err(Error::new(
-                ErrorCode::CaptureFailed,
-                "the capture was invalidated: its stream was synchronized while capturing",
+            // As cuStreamEndCapture: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, no graph.
+            return Err(Error::driver(
+                901,
+                "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED",
+                "the capture was invalidated: one of its streams was queried or \
+                 synchronized, or an event recorded in it, while capturing",
             ));
         }
         if wrong_thread {
@@ -99,7 +110,7 @@ impl GraphApi for HostDevice {
                         |st| matches!(st, CapturedStep::Join(f, idx) if f == j && *idx >= last),
                     )
             });
-            if !joined_back && jsteps.iter().any(|s| matches!(s, CapturedStep::Run(_))) {
+            if !joined_back && jsteps.iter().any(|s| matches!(s, CapturedStep::Run(..))) {
                 unjoined += 1;
             }
         }
@@ -157,12 +168,15 @@ impl GraphApi for HostDevice {
         let worker = &stream_ref(stream).worker;
         if let Some((before, seq)) = e.last.clone() {
             if !Arc::ptr_eq(&before, worker) {
-                self.enqueue(stream, Arc::new(move || before.wait_until(seq)));
+                let wait: Job = Arc::new(move || before.wait_until(seq));
+                self.enqueue(stream, StepKind::Graph, wait);
             }
         }
         let seq = self.enqueue(
             stream,
+            StepKind::Graph,
             Arc::new(move || {
+                let _replay = super::Replaying::enter();
                 for job in plan.iter() {
                     job()
                 }
@@ -176,9 +190,11 @@ impl GraphApi for HostDevice {
         hit("graph_exec_update")?;
         let g = graph_ref(graph);
         let mut cur = lock(exec_ref(exec));
-        let shape = |h: &HostGraph| -> Vec<usize> { h.streams.iter().map(|s| s.1.len()).collect() };
-        if shape(&cur.graph) != shape(g) {
-            return Ok(Err("topology changed (node count differs)".into()));
+        // As cuGraphExecUpdate: the same nodes with the same dependencies, each of
+        // the same type; new parameters (addresses, values, lengths, functions) are
+        // what an update takes.
+        if let Err(reason) = same_topology(&nodes(&cur.graph)?, &nodes(g)?) {
+            return Ok(Err(reason));
         }
         cur.graph.streams = g.streams.clone();
         Ok(Ok(()))
@@ -190,7 +206,7 @@ impl GraphApi for HostDevice {
             .iter()
             .map(|s| {
                 s.1.iter()
-                    .filter(|st| matches!(st, CapturedStep::Run(_)))
+                    .filter(|st| matches!(st, CapturedStep::Run(..)))
                     .count()
             })
             .sum())
@@ -204,7 +220,7 @@ impl GraphApi for HostDevice {
             for (i, st) in steps.iter().enumerate() {
                 let id = format!("s{si}_{i}");
                 let label = match st {
-                    CapturedStep::Run(_) => "host op".to_string(),
+                    CapturedStep::Run(kind, ..) => kind.name().to_string(),
                     CapturedStep::Mark => "event".to_string(),
                     CapturedStep::Join(..) => "join".to_string(),
                 };
@@ -246,7 +262,7 @@ fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
             let steps = &g.streams[si].1;
             while pos[si] < steps.len() {
                 match &steps[pos[si]] {
-                    CapturedStep::Run(job) => out.push(job.clone()),
+                    CapturedStep::Run(.., job) => out.push(job.clone()),
                     CapturedStep::Mark => {}
                     CapturedStep::Join(origin, idx) => {
                         let oi = g.streams.iter().position(|s| s.0 == *origin);
@@ -273,4 +289,137 @@ fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
             ));
         }
     }
+}
+
+/// A node of a captured graph as the driver would make it: its type, the nodes it
+/// depends on (indices into the same list) and its number in capture order.
+struct Node {
+    kind: StepKind,
+    deps: Vec<usize>,
+    made: u64,
+}
+
+/// The nodes and edges of a captured graph, as a CUDA stream capture makes them:
+/// each stream carries the set of nodes its next node will depend on; a captured
+/// job is a node that depends on that set and then replaces it; an event record
+/// makes no node (it keeps a copy of the set), and a wait makes none (it adds the
+/// recorded set to the waiting stream's; a fork starts from it). Redundant edges
+/// stay, as the driver keeps them.
+fn nodes(g: &HostGraph) -> Result<Vec<Node>> {
+    let n = g.streams.len();
+    let mut pos = vec![0usize; n];
+    // Each stream's dependency set now, and after each of its steps so far.
+    let mut cur: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut after: Vec<Vec<Vec<usize>>> = vec![Vec::new(); n];
+    let mut out = Vec::new();
+    loop {
+        let mut progressed = false;
+        let mut all_done = true;
+        for si in 0..n {
+            let steps = &g.streams[si].1;
+            while pos[si] < steps.len() {
+                match &steps[pos[si]] {
+                    CapturedStep::Run(kind, made, _) => {
+                        let deps = std::mem::replace(&mut cur[si], vec![out.len()]);
+                        out.push(Node {
+                            kind: *kind,
+                            deps,
+                            made: *made,
+                        });
+                    }
+                    CapturedStep::Mark => {}
+                    CapturedStep::Join(origin, idx) => {
+                        match g.streams.iter().position(|s| s.0 == *origin) {
+                            Some(oi) if pos[oi] <= *idx => break,
+                            Some(oi) => {
+                                for &d in &after[oi][*idx] {
+                                    if !cur[si].contains(&d) {
+                                        cur[si].push(d);
+                                    }
+                                }
+                            }
+                            None => {}
+                        }
+                    }
+                }
+                after[si].push(cur[si].clone());
+                pos[si] += 1;
+                progressed = true;
+            }
+            if pos[si] < steps.len() {
+                all_done = false;
+            }
+        }
+        if all_done {
+            return Ok(out);
+        }
+        if !progressed {
+            return Err(Error::new(
+                ErrorCode::CaptureFailed,
+                "captured graph has a dependency cycle",
+            ));
+        }
+    }
+}
+
+/// The nodes numbered by their place in the graph, not by stream: a topological
+/// order that takes, of the nodes whose dependencies are numbered, the one with
+/// the least (sorted) dependency numbers, then the least type, then the one
+/// captured first. Two captures of one structure number alike whichever streams
+/// forked first and however their captures interleaved in time; the driver
+/// updates across both too (`tools/driver-probes/graph_update_fidelity.c`).
+/// Returns each node's type and sorted dependency numbers, in that order.
+fn canonical(nodes: &[Node]) -> Vec<(StepKind, Vec<usize>)> {
+    use std::collections::BTreeSet;
+    let mut dependents = vec![Vec::new(); nodes.len()];
+    let mut waiting: Vec<usize> = nodes.iter().map(|n| n.deps.len()).collect();
+    for (i, n) in nodes.iter().enumerate() {
+        for &d in &n.deps {
+            dependents[d].push(i);
+        }
+    }
+    let mut number = vec![usize::MAX; nodes.len()];
+    let key = |i: usize, number: &[usize]| {
+        let mut deps: Vec<usize> = nodes[i].deps.iter().map(|&d| number[d]).collect();
+        deps.sort_unstable();
+        (deps, nodes[i].kind, nodes[i].made, i)
+    };
+    let mut ready: BTreeSet<_> = (0..nodes.len())
+        .filter(|&i| waiting[i] == 0)
+        .map(|i| key(i, &number))
+        .collect();
+    let mut out = Vec::with_capacity(nodes.len());
+    while let Some((deps, kind, _, i)) = ready.pop_first() {
+        number[i] = out.len();
+        out.push((kind, deps));
+        for &j in &dependents[i] {
+            waiting[j] -= 1;
+            if waiting[j] == 0 {
+                ready.insert(key(j, &number));
+            }
+        }
+    }
+    out
+}
+
+/// Whether an exec of `old` can take `new` in place, as cuGraphExecUpdate decides
+/// (the same nodes, each with the same dependencies and of the same type), with
+/// the reason in the words of the cuda backend's refusals when it cannot.
+fn same_topology(old: &[Node], new: &[Node]) -> std::result::Result<(), String> {
+    if old.len() != new.len() {
+        return Err(format!(
+            "topology changed (node count differs: {} -> {})",
+            old.len(),
+            new.len()
+        ));
+    }
+    let (old, new) = (canonical(old), canonical(new));
+    let pairs = || old.iter().zip(&new);
+    if let Some((_, (kind, _))) = pairs().find(|(a, b)| a.1 != b.1) {
+        return Err(format!("topology changed (at a {} node)", kind.name()));
+    }
+    if let Some((_, (kind, _))) = pairs().find(|(a, b)| a.0 != b.0) {
+        return Err(format!("node type changed (at a {} node)", kind.name()));
+    }
+    Ok(())
 }

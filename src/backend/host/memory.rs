@@ -1,6 +1,6 @@
 //! The host backend's memory: "device" memory is host memory, copies run on workers.
 
-use super::{lock, HostDevice, Job};
+use super::{lock, HostDevice, Job, StepKind};
 use crate::backend::faults::{self, hit, Kind};
 use crate::backend::MemoryApi;
 use crate::error::{Error, ErrorCode, Result};
@@ -19,7 +19,7 @@ impl MemoryApi for HostDevice {
     fn mem_free_async(&self, ptr: u64, stream: u64) -> Result<()> {
         hit("mem_free_async")?;
         // SAFETY: ptr came from posix_memalign and the core frees it once.
-        self.enqueue(stream, free_once(ptr));
+        self.enqueue(stream, StepKind::MemFree, free_once(ptr));
         Ok(())
     }
 
@@ -82,6 +82,7 @@ impl MemoryApi for HostDevice {
         hit("memcpy_async")?;
         self.enqueue(
             stream,
+            StepKind::Memcpy,
             Arc::new(move || {
                 // SAFETY: the core range-checked both ranges and keeps them alive
                 // until this job has run; ranges of distinct buffers do not overlap.
@@ -96,6 +97,7 @@ impl MemoryApi for HostDevice {
         let staged: Arc<[u8]> = Arc::from(src);
         self.enqueue(
             stream,
+            StepKind::Memcpy,
             Arc::new(move || {
                 // SAFETY: dst was range-checked by the core and is alive until this runs.
                 unsafe {
@@ -110,6 +112,7 @@ impl MemoryApi for HostDevice {
         hit("memset_async")?;
         self.enqueue(
             stream,
+            StepKind::Memset,
             Arc::new(move || {
                 // SAFETY: dst was range-checked by the core and is alive until this runs.
                 unsafe { std::ptr::write_bytes(dst as *mut u8, value, len) }

@@ -87,8 +87,9 @@ struct WorkerState {
     /// Bumped whenever `capture` begins (a capture begun here, or a fork into one), so
     /// that a recording names the capture it was made in.
     capture_gen: u64,
-    /// Set when the stream was synchronized while capturing: as with CUDA, the
-    /// capture is invalidated and its end fails.
+    /// Set when the stream was queried or synchronized while capturing, or an event
+    /// recorded in this capture on it was: as with CUDA, the capture is invalidated
+    /// and its end fails (a forked stream's flag fails its origin's end).
     capture_invalidated: bool,
     /// The thread that began a capture in a mode other than relaxed: as with CUDA,
     /// only it may end the capture.
@@ -156,10 +157,70 @@ impl Worker {
     }
 }
 
+/// What a captured job is: the type of the node the driver would make for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum StepKind {
+    Memcpy,
+    Memset,
+    /// A host function.
+    Host,
+    MemFree,
+    /// A graph launched into the capture (with the wait for its exec's last launch).
+    Graph,
+}
+
+impl StepKind {
+    /// The node type in words, as the cuda backend names `CUgraphNodeType`s.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StepKind::Memcpy => "memcpy",
+            StepKind::Memset => "memset",
+            StepKind::Host => "host",
+            StepKind::MemFree => "memory free",
+            StepKind::Graph => "child graph",
+        }
+    }
+}
+
+/// Nodes made by host captures so far: each captured job's number, so that the
+/// nodes of a multi-stream graph keep the order they were captured in.
+static NODES_MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// True on a worker while it runs a graph's jobs (`graph_launch`).
+    static REPLAYING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the worker thread as replaying a graph until dropped (also when a job
+/// unwinds).
+pub(crate) struct Replaying;
+
+impl Replaying {
+    pub(crate) fn enter() -> Replaying {
+        REPLAYING.with(|r| r.set(true));
+        Replaying
+    }
+}
+
+impl Drop for Replaying {
+    fn drop(&mut self) {
+        REPLAYING.with(|r| r.set(false));
+    }
+}
+
+/// True when the calling thread is a worker running a graph's jobs: a host
+/// function that asks runs as a node of a graph replay, not as one queued directly
+/// on the stream.
+pub(crate) fn replaying() -> bool {
+    REPLAYING.with(|r| r.get())
+}
+
 /// A step of a host capture.
 #[derive(Clone)]
 pub(crate) enum CapturedStep {
-    Run(Job),
+    /// A job: a node of the graph, with its number in the order the process's
+    /// captures made their nodes (`NODES_MADE`).
+    Run(StepKind, u64, Job),
     /// An event recorded inside the capture: a point others may join on.
     Mark,
     /// Wait until the step at index `.1` of stream `.0` (within the same replay) ran.
@@ -218,14 +279,15 @@ fn graph_ref<'a>(raw: u64) -> &'a HostGraph {
 }
 
 impl HostDevice {
-    /// Enqueues `job` on `stream`, or records it when the stream is capturing.
-    /// Returns the sequence number, or the capture step index.
-    fn enqueue(&self, stream: u64, job: Job) -> u64 {
+    /// Enqueues `job` on `stream`, or records it (a node of `kind`) when the stream
+    /// is capturing. Returns the sequence number, or the capture step index.
+    fn enqueue(&self, stream: u64, kind: StepKind, job: Job) -> u64 {
         let w = &stream_ref(stream).worker;
         {
             let mut st = lock(&w.state);
             if let Some(steps) = st.capture.as_mut() {
-                steps.push(CapturedStep::Run(job));
+                let made = NODES_MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                steps.push(CapturedStep::Run(kind, made, job));
                 return (steps.len() - 1) as u64;
             }
         }

@@ -1,7 +1,7 @@
 //! The host backend's streams: worker threads, waits, host functions and capture.
 
 use super::{
-    event_ref, lock, stream_ref, Captured, CapturedStep, HostDevice, HostStream, Worker,
+    event_ref, lock, stream_ref, Captured, CapturedStep, HostDevice, HostStream, StepKind, Worker,
     WorkerState,
 };
 use crate::backend::faults::{self, hit, Kind};
@@ -167,6 +167,7 @@ impl StreamApi for HostDevice {
                 }
                 me_st.capture = Some(vec![CapturedStep::Join(from, seq as usize)]);
                 me_st.capture_gen += 1;
+                me_st.capture_invalidated = false;
                 drop(me_st);
                 *lock(&me.origin) = Some(origin);
                 joined.push(stream);
@@ -182,7 +183,7 @@ impl StreamApi for HostDevice {
 
     fn launch_host_fn(&self, stream: u64, f: HostFn) -> Result<()> {
         hit("launch_host_fn")?;
-        self.enqueue(stream, Arc::from(f));
+        self.enqueue(stream, StepKind::Host, Arc::from(f));
         Ok(())
     }
 }
