@@ -105,11 +105,30 @@ extern "C" __global__ void sluice_rng_kernel_normal(sluice_rng_state* states, u6
 // Draws [j0, j1) of state s (at any position) to o[j * step], as `count` calls of
 // curand / curand_uniform / curand_normal from s would draw them. A Philox output
 // depends only on the counter, so any draw is reachable with one skipahead.
+// A position past 3 (written by a user; curand never leaves one) draws output.x
+// with no refresh until the position wraps to 0: normals are drawn one at a time,
+// as curand_normal does; other kinds know the draws left before the wrap.
 template <int KIND>
 __device__ __forceinline__ void draw_range(sluice_rng_state s, u32* o, u64 step, u64 j0, u64 j1) {
   u64 j = j0;
+  if (s.position > 3 && KIND == KIND_NORMAL) {
+    for (u64 k = 0; k < j1; ++k) {
+      u32 v = draw<KIND>(&s);
+      if (k >= j0) o[k * step] = v;
+    }
+    return;
+  }
   if (KIND != KIND_NORMAL) {
-    sluice_rng_skipahead(j0, &s);
+    if (s.position > 3) {
+      const u64 before_wrap = (1ull << 32) - s.position;
+      const u32 x = KIND == KIND_U32 ? s.output[0] : __float_as_uint(sluice_rng_u32_to_uniform(s.output[0]));
+      for (; j < j1 && j < before_wrap; ++j) o[j * step] = x;
+      if (j >= j1) return;
+      s.position = 0;
+      if (j > before_wrap) sluice_rng_skipahead(j - before_wrap, &s);
+    } else {
+      sluice_rng_skipahead(j0, &s);
+    }
     for (; j < j1; ++j) {
       unsigned int x = sluice_rng_next(&s);
       o[j * step] = KIND == KIND_U32 ? x : __float_as_uint(sluice_rng_u32_to_uniform(x));
@@ -171,6 +190,20 @@ __device__ __forceinline__ void generate_split(const sluice_rng_state* states, u
 template <int KIND>
 __device__ __forceinline__ void advance_one(sluice_rng_state* s, u64 count) {
   if (count == 0) return;
+  if (s->position > 3) {  // see draw_range
+    if (KIND == KIND_NORMAL) {
+      for (u64 k = 0; k < count; ++k) draw<KIND>(s);
+      return;
+    }
+    const u64 before_wrap = (1ull << 32) - s->position;
+    if (count < before_wrap) {
+      s->position += (unsigned int)count;
+      return;
+    }
+    count -= before_wrap;
+    s->position = 0;
+    if (count == 0) return;
+  }
   if (KIND != KIND_NORMAL) {
     sluice_rng_skipahead(count, s);
     return;
