@@ -14,24 +14,30 @@ use std::time::{Duration, Instant};
 
 const W: usize = 4096;
 
-#[test]
-fn wait_all_waits_for_work_of_streams_already_destroyed() {
-    let k = kit_alone();
-    let s = k.stream();
+/// Enqueues on `s` a host callback (writing `writes`) that sleeps 300 ms, then
+/// sets the flag returned.
+fn slow_callback(s: &Arc<Stream>, writes: &[Arc<SyncObject>]) -> Arc<AtomicBool> {
     let done = Arc::new(AtomicBool::new(false));
     let d2 = done.clone();
-    let x = sluice::SyncObject::new();
     ops::host_callback(
-        &s,
+        s,
         move || {
             std::thread::sleep(Duration::from_millis(300));
             d2.store(true, Ordering::SeqCst);
             0
         },
         &[],
-        &[x],
+        writes,
     )
     .unwrap();
+    done
+}
+
+#[test]
+fn wait_all_waits_for_work_of_streams_already_destroyed() {
+    let k = kit_alone();
+    let s = k.stream();
+    let done = slow_callback(&s, &[sluice::SyncObject::new()]);
     assert_eq!(
         Arc::strong_count(&s),
         1,
@@ -461,19 +467,7 @@ fn wait_all_waits_for_the_work_of_a_stream_destroyed_while_forked_into_a_capture
     let k = kit_alone();
     let s = k.stream();
     let f = k.stream();
-    let done = Arc::new(AtomicBool::new(false));
-    let d2 = done.clone();
-    ops::host_callback(
-        &f,
-        move || {
-            std::thread::sleep(Duration::from_millis(300));
-            d2.store(true, Ordering::SeqCst);
-            0
-        },
-        &[],
-        &[],
-    )
-    .unwrap();
+    let done = slow_callback(&f, &[]);
     capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     let ev = s.record(false).unwrap();
     f.wait_event(&ev).unwrap();
@@ -503,19 +497,7 @@ fn wait_all_racing_the_drop_of_a_busy_stream_waits_for_its_work() {
     let s = k.stream();
     // A block in the stream's cache, for its drop to trim.
     drop(k.buffer(&s, W));
-    let done = Arc::new(AtomicBool::new(false));
-    let d2 = done.clone();
-    ops::host_callback(
-        &s,
-        move || {
-            std::thread::sleep(Duration::from_millis(300));
-            d2.store(true, Ordering::SeqCst);
-            0
-        },
-        &[],
-        &[],
-    )
-    .unwrap();
+    let done = slow_callback(&s, &[]);
     assert_eq!(
         Arc::strong_count(&s),
         1,

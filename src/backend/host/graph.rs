@@ -249,29 +249,27 @@ impl GraphApi for HostDevice {
     }
 }
 
-/// Orders the steps of a captured multi-stream graph into one sequence that respects
-/// each stream's order and every join.
-fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
+/// Visits the steps of a captured multi-stream graph in one sequence that respects
+/// each stream's order and every join: `visit(stream index, step, the index of the
+/// stream a join waits on)`.
+fn walk(g: &HostGraph, mut visit: impl FnMut(usize, &CapturedStep, Option<usize>)) -> Result<()> {
     let n = g.streams.len();
     let mut pos = vec![0usize; n];
-    let mut out = Vec::new();
     loop {
         let mut progressed = false;
         let mut all_done = true;
         for si in 0..n {
             let steps = &g.streams[si].1;
             while pos[si] < steps.len() {
-                match &steps[pos[si]] {
-                    CapturedStep::Run(.., job) => out.push(job.clone()),
-                    CapturedStep::Mark => {}
-                    CapturedStep::Join(origin, idx) => {
-                        let oi = g.streams.iter().position(|s| s.0 == *origin);
-                        match oi {
-                            Some(oi) if pos[oi] <= *idx => break,
-                            _ => {}
-                        }
+                let step = &steps[pos[si]];
+                let mut origin = None;
+                if let CapturedStep::Join(o, idx) = step {
+                    origin = g.streams.iter().position(|s| s.0 == *o);
+                    if origin.is_some_and(|oi| pos[oi] <= *idx) {
+                        break;
                     }
                 }
+                visit(si, step, origin);
                 pos[si] += 1;
                 progressed = true;
             }
@@ -280,7 +278,7 @@ fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
             }
         }
         if all_done {
-            return Ok(Arc::new(out));
+            return Ok(());
         }
         if !progressed {
             return Err(Error::new(
@@ -289,6 +287,17 @@ fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
             ));
         }
     }
+}
+
+/// The jobs of a captured multi-stream graph in one sequence (see [`walk`]).
+fn flatten(g: &HostGraph) -> Result<Arc<Vec<Job>>> {
+    let mut out = Vec::new();
+    walk(g, |_, step, _| {
+        if let CapturedStep::Run(.., job) = step {
+            out.push(job.clone());
+        }
+    })?;
+    Ok(Arc::new(out))
 }
 
 /// A node of a captured graph as the driver would make it: its type, the nodes it
@@ -307,59 +316,34 @@ struct Node {
 /// stay, as the driver keeps them.
 fn nodes(g: &HostGraph) -> Result<Vec<Node>> {
     let n = g.streams.len();
-    let mut pos = vec![0usize; n];
     // Each stream's dependency set now, and after each of its steps so far.
     let mut cur: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut after: Vec<Vec<Vec<usize>>> = vec![Vec::new(); n];
     let mut out = Vec::new();
-    loop {
-        let mut progressed = false;
-        let mut all_done = true;
-        for si in 0..n {
-            let steps = &g.streams[si].1;
-            while pos[si] < steps.len() {
-                match &steps[pos[si]] {
-                    CapturedStep::Run(kind, made, _) => {
-                        let deps = std::mem::replace(&mut cur[si], vec![out.len()]);
-                        out.push(Node {
-                            kind: *kind,
-                            deps,
-                            made: *made,
-                        });
-                    }
-                    CapturedStep::Mark => {}
-                    CapturedStep::Join(origin, idx) => {
-                        match g.streams.iter().position(|s| s.0 == *origin) {
-                            Some(oi) if pos[oi] <= *idx => break,
-                            Some(oi) => {
-                                for &d in &after[oi][*idx] {
-                                    if !cur[si].contains(&d) {
-                                        cur[si].push(d);
-                                    }
-                                }
-                            }
-                            None => {}
+    walk(g, |si, step, origin| {
+        match step {
+            CapturedStep::Run(kind, made, _) => {
+                let deps = std::mem::replace(&mut cur[si], vec![out.len()]);
+                out.push(Node {
+                    kind: *kind,
+                    deps,
+                    made: *made,
+                });
+            }
+            CapturedStep::Mark => {}
+            CapturedStep::Join(_, idx) => {
+                if let Some(oi) = origin {
+                    for &d in &after[oi][*idx] {
+                        if !cur[si].contains(&d) {
+                            cur[si].push(d);
                         }
                     }
                 }
-                after[si].push(cur[si].clone());
-                pos[si] += 1;
-                progressed = true;
-            }
-            if pos[si] < steps.len() {
-                all_done = false;
             }
         }
-        if all_done {
-            return Ok(out);
-        }
-        if !progressed {
-            return Err(Error::new(
-                ErrorCode::CaptureFailed,
-                "captured graph has a dependency cycle",
-            ));
-        }
-    }
+        after[si].push(cur[si].clone());
+    })?;
+    Ok(out)
 }
 
 /// The nodes numbered by their place in the graph, not by stream: a topological
