@@ -165,6 +165,10 @@ pub struct Capture {
     /// captured ops order themselves against each other there and never touch the
     /// objects' real state, which ops outside the capture keep using.
     touched: Mutex<Vec<Touched>>,
+    /// Set under `touched` as the end releases the objects: an op routed into the
+    /// capture that takes `touched` after that adds no entry (nothing would
+    /// release it) and fails as one that finds its stream out of the capture.
+    released: AtomicBool,
     ctl: Mutex<CaptureCtl>,
 }
 
@@ -180,6 +184,7 @@ impl Capture {
         let c = Arc::new(Capture {
             id: next_id(),
             touched: Mutex::new(Vec::new()),
+            released: AtomicBool::new(false),
             ctl: Mutex::new(CaptureCtl::default()),
         });
         captures()
@@ -191,6 +196,17 @@ impl Capture {
 
     fn touched(&self) -> std::sync::MutexGuard<'_, Vec<Touched>> {
         self.touched.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `touched` for an op on `stream` routed into this capture, unless the end
+    /// has released the objects since the route was read: then the stream has
+    /// left the capture, and the op fails with nothing enqueued (`check_routed`).
+    fn touched_for_op(&self, stream: &Stream) -> Result<std::sync::MutexGuard<'_, Vec<Touched>>> {
+        let t = self.touched();
+        if self.released.load(Ordering::Relaxed) {
+            return Err(stream.routed_apart(true));
+        }
+        Ok(t)
     }
 
     /// The index of `obj`'s entry, made on its first captured access: the object is
@@ -238,7 +254,7 @@ impl Capture {
         enqueue: impl FnOnce() -> Result<()>,
         keep: bool,
     ) -> Result<Option<RecRef>> {
-        let mut t = self.touched();
+        let mut t = self.touched_for_op(stream)?;
         let (idx, need) = self.prepare(&mut t, stream, set);
         let me = stream.id;
         let r = engine::push_op(
@@ -286,7 +302,7 @@ impl Capture {
         set: &[Access<'_>],
         kind: OpKind<'_>,
     ) -> Result<()> {
-        let mut t = self.touched();
+        let mut t = self.touched_for_op(stream)?;
         let (_, need) = self.prepare(&mut t, stream, set);
         let mut push = stream.push_lock();
         stream.check_routed(true)?;
@@ -305,7 +321,7 @@ impl Capture {
 
     /// `op_end` on a stream taking part in this capture.
     pub(crate) fn op_end(&self, stream: &Stream, set: &[Access<'_>]) -> Result<()> {
-        let mut t = self.touched();
+        let mut t = self.touched_for_op(stream)?;
         let idx: Vec<usize> = set.iter().map(|a| self.entry(&mut t, a.obj())).collect();
         let me = stream.id;
         engine::push_op(
@@ -340,7 +356,11 @@ impl Capture {
     /// Unmarks the touched objects and drops the captured recordings. The objects'
     /// real state was never changed by the capture, so nothing is rolled back.
     pub(crate) fn release_objects(&self) {
-        let t = std::mem::take(&mut *self.touched());
+        let t = {
+            let mut t = self.touched();
+            self.released.store(true, Ordering::Relaxed);
+            std::mem::take(&mut *t)
+        };
         for x in &t {
             let mut ex = x.obj.exclusive();
             let st = ex.state();
@@ -752,4 +772,35 @@ pub fn capture_end(stream: &Arc<Stream>) -> Result<Arc<Graph>> {
         keep,
         callbacks,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+    use crate::memory::Buffer;
+    use crate::stream::STREAM_NON_BLOCKING;
+
+    /// A thread that routes an op into a capture (`current_capture`) and takes the
+    /// capture's `touched` only after another thread's `capture_end` released the
+    /// objects: the op must fail without leaving its object counted as used by a
+    /// live capture, which would refuse every later host wait on it.
+    #[test]
+    fn an_op_routed_into_a_capture_released_meanwhile_leaves_no_count() {
+        let dev = Device::open_default().unwrap();
+        let s = Stream::create(&dev, STREAM_NON_BLOCKING, 0).unwrap();
+        let b = Buffer::alloc(&s, 64).unwrap();
+        crate::ops::memset(&s, &b, 0, 1, 64).unwrap();
+        capture_begin(&s, CaptureMode::Relaxed).unwrap();
+        // What the op's thread holds between its route and `touched`.
+        let routed = s.current_capture().unwrap();
+        drop(capture_end(&s).unwrap());
+        let set = [Access::new(ObjRef::new(&b.sync), true)];
+        let r = routed.run_op(&s, OpKind::Memset(64), &set, || Ok(()), false);
+        assert_eq!(r.err().map(|e| e.code), Some(ErrorCode::InvalidState));
+        drop(routed);
+        b.sync
+            .wait_write()
+            .expect("a host wait on the buffer after the capture ended");
+    }
 }
