@@ -523,3 +523,45 @@ fn wait_all_racing_the_drop_of_a_busy_stream_waits_for_its_work() {
     );
     dropper.join().unwrap();
 }
+
+/// A lookup of the device's stream list (`wrap_external` asks whether a live
+/// stream on the raw stream is capturing) upgrades each entry for a moment: when
+/// that upgrade holds the last reference of a stream whose owner dropped it
+/// meanwhile, the stream's drop runs inside the lookup, and its drop takes the
+/// list's lock to leave the list. Streams are dropped on one thread while another
+/// looks the list up; neither may hang.
+#[test]
+fn a_stream_dropped_while_the_stream_list_is_looked_up_does_not_hang() {
+    let k = kit_alone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel::<&'static str>();
+    let (dev, st, t) = (k.dev.clone(), stop.clone(), tx.clone());
+    let looker = std::thread::spawn(move || {
+        while !st.load(Ordering::SeqCst) {
+            // No live stream has this raw handle: the lookup walks every entry.
+            let _ = Stream::wrap_external(&dev, 0x5eed_0000);
+        }
+        let _ = t.send("looker");
+    });
+    let (dev, st) = (k.dev.clone(), stop.clone());
+    let dropper = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            drop(Stream::create(&dev, 0, 0).unwrap());
+        }
+        st.store(true, Ordering::SeqCst);
+        let _ = tx.send("dropper");
+    });
+    let mut finished = Vec::new();
+    for _ in 0..2 {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(who) => finished.push(who),
+            Err(_) => panic!(
+                "hung: only {finished:?} finished (a stream's drop inside the list lookup \
+                 waits for the list's lock that the lookup holds)"
+            ),
+        }
+    }
+    looker.join().unwrap();
+    dropper.join().unwrap();
+}
