@@ -165,18 +165,17 @@ impl Device {
 
     /// A live sluice stream on raw stream `raw` (other than stream `except`) for
     /// which `pred` holds: two handles on one raw stream (`wrap_external`) and a
-    /// capture do not mix (see `capture::capture_begin`).
+    /// capture do not mix (see `capture::capture_begin`). The list's lock is let
+    /// go of first: an upgraded reference may be a stream's last (its owner
+    /// dropped it meanwhile), and that stream's drop takes the lock to leave.
     pub(crate) fn stream_on_raw(
         &self,
         raw: u64,
         except: u64,
         pred: impl Fn(&Stream) -> bool,
     ) -> Option<Arc<Stream>> {
-        self.streams
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter_map(|w| w.upgrade())
+        self.live_streams()
+            .into_iter()
             .find(|s| s.id != except && s.raw() == raw && pred(s))
     }
 

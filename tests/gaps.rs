@@ -523,3 +523,86 @@ fn wait_all_racing_the_drop_of_a_busy_stream_waits_for_its_work() {
     );
     dropper.join().unwrap();
 }
+
+/// A lookup of the device's stream list (`wrap_external` asks whether a live
+/// stream on the raw stream is capturing) upgrades each entry for a moment: when
+/// that upgrade holds the last reference of a stream whose owner dropped it
+/// meanwhile, the stream's drop runs inside the lookup, and its drop takes the
+/// list's lock to leave the list. Streams are dropped on one thread while another
+/// looks the list up; neither may hang.
+#[test]
+fn a_stream_dropped_while_the_stream_list_is_looked_up_does_not_hang() {
+    let k = kit_alone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = std::sync::mpsc::channel::<&'static str>();
+    let (dev, st, t) = (k.dev.clone(), stop.clone(), tx.clone());
+    let looker = std::thread::spawn(move || {
+        while !st.load(Ordering::SeqCst) {
+            // No live stream has this raw handle: the lookup walks every entry.
+            let _ = Stream::wrap_external(&dev, 0x5eed_0000);
+        }
+        let _ = t.send("looker");
+    });
+    let (dev, st) = (k.dev.clone(), stop.clone());
+    let dropper = std::thread::spawn(move || {
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(3) {
+            drop(Stream::create(&dev, 0, 0).unwrap());
+        }
+        st.store(true, Ordering::SeqCst);
+        let _ = tx.send("dropper");
+    });
+    let mut finished = Vec::new();
+    for _ in 0..2 {
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(who) => finished.push(who),
+            Err(_) => panic!(
+                "hung: only {finished:?} finished (a stream's drop inside the list lookup \
+                 waits for the list's lock that the lookup holds)"
+            ),
+        }
+    }
+    looker.join().unwrap();
+    dropper.join().unwrap();
+}
+
+/// An op end that must wait for what changed while it was open (here a library
+/// write of the buffer, published meanwhile) and whose wait fails: the op's work
+/// is on its stream but never published, so the end waits for it on the host
+/// before it closes the op, or the free it kept would be ordered before that work.
+/// Host only: the failure is injected.
+#[test]
+fn device_memory_freed_while_a_foreign_op_writes_it_is_reused_after_the_ops_work_when_its_end_fails(
+) {
+    let k = kit_alone();
+    if k.is_cuda() {
+        return;
+    }
+    let (home, other) = (k.stream(), k.stream());
+    let x = k.buffer(&home, W);
+    k.fill(&home, &x, 1, 0);
+    let addr = x.addr;
+    let op = ForeignOp::begin(&other, vec![], vec![x.sync.clone()]).unwrap();
+    // The op's work: a slow write of the memory, on its stream.
+    k.fill_untracked(&other, addr, W as u64, 2, OPEN_OP_SPIN_NS);
+    // Published while the op is open: its end must wait for it.
+    k.fill(&home, &x, 5, OPEN_OP_SPIN_NS / 2);
+    drop(x); // freed while the op is open
+    faults::arm("stream_wait_event", 1, ErrorCode::Driver);
+    let ended = op.end();
+    assert_eq!(faults::disarm(), 1, "the end's wait failed");
+    assert_eq!(ended.unwrap_err().code, ErrorCode::Driver);
+    let y = k.buffer(&home, W);
+    assert_eq!(
+        y.addr, addr,
+        "home's block cache hands the freed block back"
+    );
+    k.fill(&home, &y, 3, 0);
+    k.dev.wait_all().unwrap();
+    let got = k.read(&home, &y);
+    assert!(
+        got.iter().all(|&v| v == 3),
+        "the failed op's write landed in the next buffer of the block (word 0: {})",
+        got[0]
+    );
+}

@@ -353,7 +353,12 @@ pub(crate) fn op_end(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) ->
                 false,
                 || Ok(()),
                 |rec, publish| locked.publish(me, rec, publish),
-            )?;
+            )
+            // Refused before its record (a wait failed): the op's work is on the
+            // stream, unpublished, and its counts are closed, so `locked`'s release
+            // may free a buffer kept for it: waited for on the host first, as a
+            // failed record is.
+            .map_err(|e| unrecorded(stream, e))?;
         }
     }
     after_op(stream)
