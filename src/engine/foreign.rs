@@ -400,7 +400,11 @@ fn op_end_captured(
 /// published as the op's (work enqueued since then is the graph's).
 #[cold]
 fn end_begun_outside(stream: &Stream, set: &[Access<'_>], seen: &[SeenState]) -> Result<()> {
-    let entry = stream.mark_outside_capture();
+    // A failed record (the capture ended meanwhile): the op's work is waited for on
+    // the host before its counts close, as for a failed end outside captures.
+    let entry = stream
+        .mark_outside_capture()
+        .map_err(|e| unrecorded(stream, e));
     let locked = Locked::new(set, stream);
     for (i, (a, s)) in locked.set.iter().zip(seen).enumerate() {
         close_open(&mut locked.held(i), locked.slot, a.write(), s);
