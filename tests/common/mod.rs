@@ -142,7 +142,8 @@ impl Kit {
         self.fill_at(s, addr, words, value, spin_ns, &[])
     }
 
-    fn fill_at(
+    /// `n` words at `addr` = value, after spinning; a tracked op writing `w`.
+    pub fn fill_at(
         &self,
         s: &Stream,
         addr: u64,
