@@ -604,7 +604,7 @@ fn device_memory_freed_while_a_foreign_op_writes_it_is_reused_after_the_ops_work
         half,
         5,
         OPEN_OP_SPIN_NS / 2,
-        &[x.sync.clone()],
+        std::slice::from_ref(&x.sync),
     );
     drop(x); // freed while the op is open
     faults::arm("stream_wait_event", 1, ErrorCode::Driver);
