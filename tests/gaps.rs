@@ -307,6 +307,36 @@ fn slow_foreign_work(s: &Stream, done: &Arc<AtomicBool>) {
     .unwrap();
 }
 
+/// The next buffer of `W` words on `home`: the block at `addr`, which its block
+/// cache hands back.
+fn next_buffer_of_the_block(k: &common::Kit, home: &Arc<Stream>, addr: u64) -> Arc<Buffer> {
+    let y = k.buffer(home, W);
+    assert_eq!(
+        y.addr, addr,
+        "home's block cache hands the freed block back"
+    );
+    y
+}
+
+/// The next buffer of the block at `addr`, filled on `home`, holds that fill only:
+/// the `which` op's write did not land in it.
+fn assert_next_buffer_of_the_block_holds_its_own_fill(
+    k: &common::Kit,
+    home: &Arc<Stream>,
+    addr: u64,
+    which: &str,
+) {
+    let y = next_buffer_of_the_block(k, home, addr);
+    k.fill(home, &y, 3, 0);
+    k.dev.wait_all().unwrap();
+    let got = k.read(home, &y);
+    assert!(
+        got.iter().all(|&v| v == 3),
+        "the {which} op's write landed in the next buffer of the block (word 0: {})",
+        got[0]
+    );
+}
+
 #[test]
 fn device_memory_freed_while_a_foreign_op_writes_it_is_reused_after_the_ops_work() {
     let k = kit_alone();
@@ -319,19 +349,7 @@ fn device_memory_freed_while_a_foreign_op_writes_it_is_reused_after_the_ops_work
              // The op's work: a slow write of the memory, on its stream.
     k.fill_untracked(&other, addr, W as u64, 2, OPEN_OP_SPIN_NS);
     op.end().unwrap();
-    let y = k.buffer(&home, W);
-    assert_eq!(
-        y.addr, addr,
-        "home's block cache hands the freed block back"
-    );
-    k.fill(&home, &y, 3, 0);
-    k.dev.wait_all().unwrap();
-    let got = k.read(&home, &y);
-    assert!(
-        got.iter().all(|&v| v == 3),
-        "the open op's write landed in the next buffer of the block (word 0: {})",
-        got[0]
-    );
+    assert_next_buffer_of_the_block_holds_its_own_fill(&k, &home, addr, "open");
 }
 
 /// As above, with a read: the op is counted open in its stream's reader slot, and
@@ -353,11 +371,7 @@ fn device_memory_freed_while_a_foreign_op_reads_it_is_reused_after_the_ops_work(
     drop(x);
     slow_foreign_work(&other, &done);
     op.end().unwrap();
-    let y = k.buffer(&home, W);
-    assert_eq!(
-        y.addr, addr,
-        "home's block cache hands the freed block back"
-    );
+    let y = next_buffer_of_the_block(&k, &home, addr);
     // The next write of the block, on home, comes after the read.
     let after = Arc::new(AtomicBool::new(false));
     let (d, a) = (done.clone(), after.clone());
@@ -611,17 +625,5 @@ fn device_memory_freed_while_a_foreign_op_writes_it_is_reused_after_the_ops_work
     let ended = op.end();
     assert_eq!(faults::disarm(), 1, "the end's wait failed");
     assert_eq!(ended.unwrap_err().code, ErrorCode::Driver);
-    let y = k.buffer(&home, W);
-    assert_eq!(
-        y.addr, addr,
-        "home's block cache hands the freed block back"
-    );
-    k.fill(&home, &y, 3, 0);
-    k.dev.wait_all().unwrap();
-    let got = k.read(&home, &y);
-    assert!(
-        got.iter().all(|&v| v == 3),
-        "the failed op's write landed in the next buffer of the block (word 0: {})",
-        got[0]
-    );
+    assert_next_buffer_of_the_block_holds_its_own_fill(&k, &home, addr, "failed");
 }
