@@ -550,46 +550,48 @@ pub(crate) fn wait(stream: &Arc<Stream>, rec: &Recording) -> Result<()> {
 
 #[cold]
 fn capture_wait(stream: &Arc<Stream>, rec: &Recording, cid: u64) -> Result<()> {
+    // Checked and waited under the push lock (and, for a fork, under `ctl`), so
+    // that the capture cannot end between the check and the driver's wait: a wait
+    // on an event of a capture that ended meanwhile never reaches the driver,
+    // which is not safe against it (a crash on cuda).
     let mut push = stream.push_lock();
-    let fork = match live_capture(cid) {
-        Some(cap) if !stream.is_capturing() => Some(cap),
-        _ => None,
-    };
-    let Some(cap) = fork else {
+    if stream.is_capturing() {
+        // A capture cannot end while a participant's push lock is held.
+        if stream.current_capture().is_some_and(|c| c.id == cid) {
+            stream.wait_counted(&mut push, rec)?;
+            join_back(stream, rec, cid);
+            return Ok(());
+        }
         drop(push);
-        stream.wait(rec)?;
-        join_back(stream, rec, cid);
-        return Ok(());
+        // In another capture since the check: refused as the check refuses it.
+        return check_capture_wait(stream, cid);
+    }
+    let Some(cap) = live_capture(cid) else {
+        drop(push);
+        return check_capture_wait(stream, cid);
     };
     // Fork: the driver moves this stream into the capture. Under the push lock
     // with the entry recording before it, so that no op routed outside the
     // capture lands in it unnoticed (`check_routed`).
     let entry = stream.record_in(&mut push, false, 1, 0)?;
-    if let Err(e) = stream.wait_pushed(rec) {
-        drop(push);
-        drop(entry);
-        return Err(e);
-    }
-    push.op_waits += 1;
-    let obs = trace::observe();
-    if obs.tracing() {
-        let kind = OpKind::WaitEvent;
-        trace::op_done(&mut push, stream, obs, kind, Waited::One(rec), None);
-    }
     let mut ctl = cap.ctl();
-    if ctl.ended {
-        // The capture ended since the wait was checked: its end did not collect
-        // this stream, which the driver has taken out of the capture with the rest.
-        drop(ctl);
-        drop(push);
-        drop(entry);
-        return Err(Error::new(
+    let waited = if ctl.ended {
+        // The end has taken its participants: it would not collect this stream.
+        Err(Error::new(
             ErrorCode::InvalidState,
             format!(
                 "capture #{cid} ended while {stream:?} waited on one of its events: the \
                  wait orders nothing"
             ),
-        ));
+        ))
+    } else {
+        stream.wait_counted(&mut push, rec)
+    };
+    if let Err(e) = waited {
+        drop(ctl);
+        drop(push);
+        drop(entry);
+        return Err(e);
     }
     // Joined under `ctl`: an end that takes the forks after this takes this one too.
     ctl.forks.push((stream.clone(), 0));

@@ -248,13 +248,19 @@ impl Stream {
     #[inline(always)]
     pub(crate) fn wait(&self, rec: &Recording) -> Result<()> {
         let mut push = self.push_lock();
+        self.wait_counted(&mut push, rec)
+    }
+
+    /// As `wait`, with the push lock already held.
+    #[inline(always)]
+    pub(crate) fn wait_counted(&self, push: &mut PoolInner, rec: &Recording) -> Result<()> {
         let obs = trace::observe();
         self.wait_pushed(rec)?;
         // Counted under the lock it already holds: no atomic.
         push.op_waits += 1;
         if obs.tracing() {
             let kind = OpKind::WaitEvent;
-            trace::op_done(&mut push, self, obs, kind, Waited::One(rec), None);
+            trace::op_done(push, self, obs, kind, Waited::One(rec), None);
         }
         Ok(())
     }

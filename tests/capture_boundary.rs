@@ -365,3 +365,55 @@ fn records_on_a_fork_racing_capture_end_repeatedly() {
     }
     t.synchronize().unwrap();
 }
+
+/// A stream forking into a capture (a wait on one of its events) while another
+/// thread ends it: the backend's wait must finish before the capture's end goes
+/// on, or never be made. Before the thirty-eighth session the fork checked the
+/// capture under its own push lock only: the end could run whole (and the graph
+/// go) while the fork's driver wait was under way or still to come, a wait on an
+/// event of an ended capture that crashed the driver on cuda
+/// (`host_fidelity`'s fork race, run 315). Here the fork pauses in the backend's
+/// wait, and the end starts meanwhile on this thread.
+#[test]
+fn a_fork_racing_the_end_finishes_its_backend_wait_before_the_end_goes_on() {
+    use sluice::backend::faults;
+    use std::time::{Duration, Instant};
+    let k = kit_alone();
+    if k.dev.kind() != sluice::BackendKind::Host {
+        return; // the pause is a host backend hook
+    }
+    let (s, f) = (k.stream(), k.stream());
+    capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
+    let ev = s.record(false).unwrap();
+    let begun = faults::pauses_begun();
+    faults::pause_next("stream_wait_event", Duration::from_millis(300));
+    let f2 = f.clone();
+    let fork = std::thread::spawn(move || {
+        let r = f2.wait_event(&ev).map_err(|e| e.code);
+        (r, Instant::now())
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while faults::pauses_begun() == begun {
+        assert!(
+            Instant::now() < deadline,
+            "the fork never reached the backend"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let ended = capture::capture_end(&s).map(drop);
+    let end_returned = Instant::now();
+    let (waited, wait_returned) = fork.join().unwrap();
+    assert!(
+        wait_returned <= end_returned,
+        "the end returned while the fork's backend wait was still under way \
+         (the wait: {waited:?}; the end: {:?})",
+        ended.as_ref().map_err(|e| &e.message)
+    );
+    // The fork joined before the end took its participants, and never joined back.
+    assert_eq!(waited, Ok(()));
+    let e = ended.unwrap_err();
+    assert_eq!(e.code, sluice::ErrorCode::CaptureFailed, "{e}");
+    assert!(e.message.contains(&format!("stream #{}", f.id)), "{e}");
+    assert!(!f.is_capturing() && !s.is_capturing());
+    f.synchronize().unwrap();
+}

@@ -562,8 +562,11 @@ fn a_stream_dropped_while_the_stream_list_is_looked_up_does_not_hang() {
     let (dev, st, t) = (k.dev.clone(), stop.clone(), tx.clone());
     let looker = std::thread::spawn(move || {
         while !st.load(Ordering::SeqCst) {
-            // No live stream has this raw handle: the lookup walks every entry.
-            let _ = Stream::wrap_external(&dev, 0x5eed_0000);
+            // No live stream has raw handle 0, so the lookup walks every entry;
+            // both backends then refuse it without touching the driver (a forged
+            // pointer would reach the driver on cuda, and crash it).
+            let e = Stream::wrap_external(&dev, 0).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
         }
         let _ = t.send("looker");
     });
