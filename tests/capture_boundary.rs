@@ -6,7 +6,7 @@
 //! stream while another thread ends the capture.
 
 mod common;
-use common::{kit, kit_alone};
+use common::{kit, kit_alone, paused_at};
 use sluice::backend::CaptureMode;
 use sluice::capture;
 
@@ -202,23 +202,20 @@ fn during_the_end_of_a_fork<R>(
     f: &std::sync::Arc<sluice::Stream>,
     during: impl FnOnce() -> R,
 ) -> (R, sluice::Result<()>) {
-    use sluice::backend::faults;
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
     capture::capture_begin(s, CaptureMode::Relaxed).unwrap();
     let ev = s.record(false).unwrap();
     f.wait_event(&ev).unwrap();
     assert!(f.is_capturing(), "the wait forked F into the capture");
     let back = f.record(false).unwrap();
     s.wait_event(&back).unwrap();
-    let begun = faults::pauses_begun();
-    faults::pause_next("capture_end", Duration::from_millis(200));
     let s2 = s.clone();
-    let end = std::thread::spawn(move || capture::capture_end(&s2).map(drop));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while faults::pauses_begun() == begun {
-        assert!(Instant::now() < deadline, "the end never reached its hook");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let end = paused_at(
+        "capture_end",
+        Duration::from_millis(200),
+        "the end never reached its hook",
+        || std::thread::spawn(move || capture::capture_end(&s2).map(drop)),
+    );
     // The backend has ended the capture; the end has not returned.
     let r = during();
     (r, end.join().unwrap())
@@ -376,7 +373,6 @@ fn records_on_a_fork_racing_capture_end_repeatedly() {
 /// wait, and the end starts meanwhile on this thread.
 #[test]
 fn a_fork_racing_the_end_finishes_its_backend_wait_before_the_end_goes_on() {
-    use sluice::backend::faults;
     use std::time::{Duration, Instant};
     let k = kit_alone();
     if k.dev.kind() != sluice::BackendKind::Host {
@@ -385,21 +381,18 @@ fn a_fork_racing_the_end_finishes_its_backend_wait_before_the_end_goes_on() {
     let (s, f) = (k.stream(), k.stream());
     capture::capture_begin(&s, CaptureMode::Relaxed).unwrap();
     let ev = s.record(false).unwrap();
-    let begun = faults::pauses_begun();
-    faults::pause_next("stream_wait_event", Duration::from_millis(300));
     let f2 = f.clone();
-    let fork = std::thread::spawn(move || {
-        let r = f2.wait_event(&ev).map_err(|e| e.code);
-        (r, Instant::now())
-    });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while faults::pauses_begun() == begun {
-        assert!(
-            Instant::now() < deadline,
-            "the fork never reached the backend"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let fork = paused_at(
+        "stream_wait_event",
+        Duration::from_millis(300),
+        "the fork never reached the backend",
+        || {
+            std::thread::spawn(move || {
+                let r = f2.wait_event(&ev).map_err(|e| e.code);
+                (r, Instant::now())
+            })
+        },
+    );
     let ended = capture::capture_end(&s).map(drop);
     let end_returned = Instant::now();
     let (waited, wait_returned) = fork.join().unwrap();

@@ -4,7 +4,7 @@
 //! tests of this file run one at a time (`kit_alone`).
 
 mod common;
-use common::kit_alone;
+use common::{kit_alone, paused_at};
 use sluice::backend::{faults, CaptureMode};
 use sluice::engine::ForeignOp;
 use sluice::{capture, ops, Buffer, ErrorCode, Stream, SyncObject};
@@ -523,17 +523,12 @@ fn wait_all_racing_the_drop_of_a_busy_stream_waits_for_its_work() {
         1,
         "the test holds the last reference"
     );
-    let begun = faults::pauses_begun();
-    faults::pause_next("mem_free_async", Duration::from_millis(100));
-    let dropper = std::thread::spawn(move || drop(s));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while faults::pauses_begun() == begun {
-        assert!(
-            Instant::now() < deadline,
-            "the drop never reached its query"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let dropper = paused_at(
+        "mem_free_async",
+        Duration::from_millis(100),
+        "the drop never reached its query",
+        || std::thread::spawn(move || drop(s)),
+    );
     let t = Instant::now();
     k.dev.wait_all().unwrap();
     assert!(

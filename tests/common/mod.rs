@@ -325,3 +325,19 @@ pub fn sync_of(b: &Buffer) -> Arc<SyncObject> {
 pub fn waits(s: &Stream) -> u64 {
     s.waits()
 }
+
+/// Arms a host backend pause of `d` at the next call of `entry`, runs `start`
+/// (which starts the thread that makes that call) and returns what it returned
+/// once the pause has begun. Panics with `what` when it has not begun in 10 s.
+pub fn paused_at<T>(entry: &'static str, d: Duration, what: &str, start: impl FnOnce() -> T) -> T {
+    use sluice::backend::faults;
+    let begun = faults::pauses_begun();
+    faults::pause_next(entry, d);
+    let started = start();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while faults::pauses_begun() == begun {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    started
+}
