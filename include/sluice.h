@@ -91,11 +91,15 @@
 
 /**
  * Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+ * The capture ends only on the thread that began it, and that thread's
+ * unsafe calls (a synchronize, an allocation) fail while it lasts.
  */
 #define SLUICE_CAPTURE_THREAD_LOCAL 1
 
 /**
- * Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
+ * Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`). As
+ * thread-local, and while it lasts every thread's unsafe calls fail
+ * (`SLUICE_ERROR_CAPTURE_FAILED`), which may also invalidate the capture.
  */
 #define SLUICE_CAPTURE_GLOBAL 2
 

@@ -23,7 +23,9 @@ const (
 	// CaptureThreadLocal is CUDA's CU_STREAM_CAPTURE_MODE_THREAD_LOCAL. Pin
 	// the goroutine with runtime.LockOSThread for the whole capture.
 	CaptureThreadLocal CaptureMode = C.SLUICE_CAPTURE_THREAD_LOCAL
-	// CaptureGlobal is CUDA's CU_STREAM_CAPTURE_MODE_GLOBAL.
+	// CaptureGlobal is CUDA's CU_STREAM_CAPTURE_MODE_GLOBAL: pinned as
+	// CaptureThreadLocal, and while it lasts unsafe calls (a synchronize, an
+	// allocation) fail on every thread, and may invalidate the capture.
 	CaptureGlobal CaptureMode = C.SLUICE_CAPTURE_GLOBAL
 )
 

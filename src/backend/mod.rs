@@ -96,8 +96,12 @@ c_enum! {
         /// between OS threads, since it ties nothing to the capturing thread.
         Relaxed = 0 => RELAXED,
         /// Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+        /// The capture ends only on the thread that began it, and that thread's
+        /// unsafe calls (a synchronize, an allocation) fail while it lasts.
         ThreadLocal = 1 => THREAD_LOCAL,
-        /// Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
+        /// Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`). As
+        /// thread-local, and while it lasts every thread's unsafe calls fail
+        /// (`SLUICE_ERROR_CAPTURE_FAILED`), which may also invalidate the capture.
         Global = 2 => GLOBAL,
     }
 }

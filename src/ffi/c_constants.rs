@@ -12,9 +12,13 @@ pub const SLUICE_BACKEND_CUDA: u32 = 2;
 pub const SLUICE_CAPTURE_RELAXED: u32 = 0;
 
 /// Capture mode: thread-local (CUDA's `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+/// The capture ends only on the thread that began it, and that thread's
+/// unsafe calls (a synchronize, an allocation) fail while it lasts.
 pub const SLUICE_CAPTURE_THREAD_LOCAL: u32 = 1;
 
-/// Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`).
+/// Capture mode: global (CUDA's `CU_STREAM_CAPTURE_MODE_GLOBAL`). As
+/// thread-local, and while it lasts every thread's unsafe calls fail
+/// (`SLUICE_ERROR_CAPTURE_FAILED`), which may also invalidate the capture.
 pub const SLUICE_CAPTURE_GLOBAL: u32 = 2;
 
 /// A Rust panic was caught at the ABI boundary (a bug in sluice).

@@ -62,7 +62,8 @@ enum class CaptureMode : std::uint32_t {
   relaxed = SLUICE_CAPTURE_RELAXED,
   /// CUDA's CU_STREAM_CAPTURE_MODE_THREAD_LOCAL (`thread_local` is a keyword).
   thread_local_ = SLUICE_CAPTURE_THREAD_LOCAL,
-  /// CUDA's CU_STREAM_CAPTURE_MODE_GLOBAL.
+  /// CUDA's CU_STREAM_CAPTURE_MODE_GLOBAL: while it lasts, unsafe calls (a
+  /// synchronize, an allocation) fail on every thread and may invalidate it.
   global = SLUICE_CAPTURE_GLOBAL,
 };
 
