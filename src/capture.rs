@@ -562,12 +562,13 @@ fn capture_wait(stream: &Arc<Stream>, rec: &Recording, cid: u64) -> Result<()> {
             join_back(stream, rec, cid);
             return Ok(());
         }
-        drop(push);
-        // In another capture since the check: refused as the check refuses it.
+        // In another capture since the check: refused as the check refuses it,
+        // under the push lock, so that the stream cannot leave that capture first.
         return check_capture_wait(stream, cid);
     }
     let Some(cap) = live_capture(cid) else {
-        drop(push);
+        // Ended since the check (a capture never comes back): refused as the check
+        // refuses it.
         return check_capture_wait(stream, cid);
     };
     // Fork: the driver moves this stream into the capture. Under the push lock

@@ -556,14 +556,18 @@ fn a_stream_dropped_while_the_stream_list_is_looked_up_does_not_hang() {
     let (tx, rx) = std::sync::mpsc::channel::<&'static str>();
     let (dev, st, t) = (k.dev.clone(), stop.clone(), tx.clone());
     let looker = std::thread::spawn(move || {
-        while !st.load(Ordering::SeqCst) {
+        let mut unexpected = None;
+        while unexpected.is_none() && !st.load(Ordering::SeqCst) {
             // No live stream has raw handle 0, so the lookup walks every entry;
             // both backends then refuse it without touching the driver (a forged
             // pointer would reach the driver on cuda, and crash it).
-            let e = Stream::wrap_external(&dev, 0).unwrap_err();
-            assert_eq!(e.code, ErrorCode::InvalidArgument, "{e}");
+            match Stream::wrap_external(&dev, 0) {
+                Err(e) if e.code == ErrorCode::InvalidArgument => {}
+                other => unexpected = Some(format!("{:?}", other.map(drop))),
+            }
         }
         let _ = t.send("looker");
+        unexpected
     });
     let (dev, st) = (k.dev.clone(), stop.clone());
     let dropper = std::thread::spawn(move || {
@@ -584,8 +588,12 @@ fn a_stream_dropped_while_the_stream_list_is_looked_up_does_not_hang() {
             ),
         }
     }
-    looker.join().unwrap();
+    let unexpected = looker.join().unwrap();
     dropper.join().unwrap();
+    assert!(
+        unexpected.is_none(),
+        "wrap_external(0) must be refused as an invalid argument: {unexpected:?}"
+    );
 }
 
 /// An op end that must wait for what changed while it was open (here a library
