@@ -28,7 +28,7 @@ fn thread_local_capture_ended_on_another_thread_is_refused() {
         // Alone: while a GLOBAL capture is live the driver refuses other threads'
         // unsafe calls (a synchronize, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and
         // such a call invalidates the capture; beside other tests both failed on
-        // cuda (run 317).
+        // cuda (run 318).
         let k = kit_alone();
         let s = k.stream();
         let x = k.buffer(&s, W);
